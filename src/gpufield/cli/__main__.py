@@ -1,0 +1,5 @@
+import sys
+
+from gpufield.cli import main
+
+sys.exit(main())

@@ -1,0 +1,3 @@
+"""gpufield.fp64 (see README)."""
+
+__all__: list[str] = []

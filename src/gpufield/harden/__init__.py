@@ -1,0 +1,3 @@
+"""gpufield.harden (see README)."""
+
+__all__: list[str] = []

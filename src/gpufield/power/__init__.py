@@ -1,0 +1,3 @@
+"""gpufield.power (see README)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""gpufield.telemetry (see README)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""gpufield.triage (see README)."""
+
+__all__: list[str] = []

@@ -1,0 +1,128 @@
+"""The event: one parsed log or telemetry record, the unit every triage stage works on.
+
+Parsers (``gpufield.triage.parsers``) turn lines into :class:`Event` objects; the engine
+(``gpufield.triage.engine``) groups events into incidents. This module is the contract between
+them: a parser emits only the ``kind`` values of :data:`KINDS`, with the ``fields`` listed there.
+
+Design follows ``../shared/reference/triage.md`` section 5.3 (``events`` table: ts_ns, host,
+rank, gpu_uuid, pci_bdf, source, kind, code, severity, fields_json, raw).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Severity = Literal["debug", "info", "warning", "error", "fatal"]
+
+#: source -> where a line came from (one value per parser family)
+SOURCES = (
+    "kernel",      # dmesg / journal / syslog / kmsg: NVRM Xid, SXid, AER, OOM-killer
+    "nccl",        # NCCL INFO/WARN lines, IB completion errors, NCCL error strings
+    "torch",       # torch.distributed / ProcessGroupNCCL watchdog, heartbeat, Flight Recorder
+    "torchrun",    # torch.distributed.elastic / torchrun ChildFailedError blocks, rendezvous
+    "cuda",        # CUDA runtime errors and allocator OOM messages
+    "train",       # training-loop lines: loss, NaN/Inf, loss-scale overflow, skipped steps
+    "smi",         # nvidia-smi -q dumps and nvidia-smi / p2p test tables
+    "dcgm",        # dcgm-exporter / Prometheus text samples
+    "tool",        # outputs of other tools (straggler tables, restart-loop monitors)
+)
+
+#: kind -> (source, meaning, fields a parser fills in where present).
+#: ``code`` holds the primary code as a string (Xid number, IB status, NCCL retcode, exit code).
+KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    # kernel
+    "xid": ("kernel", "NVRM Xid", ("xid", "pid", "name", "message", "rst", "d_rst", "mnemonic")),
+    "sxid": ("kernel", "NVSwitch SXid", ("sxid", "message", "fatal")),
+    "gpu_fell_off_bus": ("kernel", "GPU has fallen off the bus (with or without Xid 79)", ("message",)),
+    "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message",)),
+    "gpu_map": ("kernel", "NVRM: GPU at PCI:<bdf>: GPU-<uuid> join line", ()),
+    "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device")),
+    "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb")),
+    "nvrm_other": ("kernel", "other NVRM error line", ("message",)),
+    # nccl
+    "nccl_warn": ("nccl", "NCCL WARN line", ("message",)),
+    "ib_completion_error": ("nccl", "NET/IB completion with error", ("status", "status_text", "opcode", "vendor_err", "peer", "qp")),
+    "ib_async_event": ("nccl", "NET/IB async event (e.g. port error)", ("event",)),
+    "nccl_system_error": ("nccl", "unhandled system error / ncclSystemError", ("message", "errno")),
+    "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message",)),
+    "nccl_internal_error": ("nccl", "ncclInternalError / unhandled cuda error", ("message",)),
+    "nccl_error": ("nccl", "other NCCL error (NCCL error ... / ncclInvalidUsage)", ("message",)),
+    # torch
+    "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg")),
+    "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s",)),
+    "desync": ("torch", "desync debug report / collective sequence mismatch", ("seq", "op_type", "message")),
+    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks")),
+    "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started")),
+    "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message",)),
+    "python_exception": ("torch", "uncaught Python exception line (RuntimeError: ... etc.)", ("exc_type", "message")),
+    # torchrun
+    "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file")),
+    "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message")),
+    "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count",)),
+    "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name")),
+    # cuda
+    "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message",)),
+    "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation")),
+    "cuda_error": ("cuda", "other CUDA runtime error", ("message",)),
+    "bus_error": ("cuda", "DataLoader worker bus error / shm exhausted", ("message",)),
+    # train
+    "loss": ("train", "a training-progress line with a loss value", ("step", "loss")),
+    "nan_loss": ("train", "loss or grad is NaN/Inf", ("step", "value")),
+    "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced", ("step", "loss_scale", "new_loss_scale")),
+    "skipped_step": ("train", "optimizer step skipped", ("step",)),
+    "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count",)),
+    "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms")),
+    # smi / dcgm
+    "clock_event": ("smi", "active clock-event (throttle) reason", ("reason", "active")),
+    "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile")),
+    "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure")),
+    "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s")),
+    "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One parsed record.
+
+    Attributes:
+        source: one of :data:`SOURCES`.
+        kind: one of :data:`KINDS`.
+        file: path of the input file, as given by the user.
+        line: 1-based line number of the record's first line in ``file``.
+        raw: the record's raw text (continuation lines joined by ``\\n``), never altered.
+        ts_ns: absolute UTC time in ns since the epoch when the line carries one, else None.
+        mono_s: kernel monotonic seconds (``[ 269.516977]``) when present, else None.
+        host: hostname when the line or its prefix names one.
+        rank: global rank when the line names one.
+        pid: process id when present.
+        gpu_bdf: PCI bus id normalised to ``dddd:bb:dd.f`` (``.0`` added when missing), lower-case.
+        gpu_uuid: ``GPU-...`` string when present.
+        gpu_index: device ordinal (``cuda:3``, ``GPU 3``) when present.
+        code: primary code as text (Xid number, IB status, NCCL retcode, exit code), or None.
+        severity: one of ``debug, info, warning, error, fatal``.
+        fields: parser-specific extracted values (see :data:`KINDS`); JSON-serialisable.
+    """
+
+    source: str
+    kind: str
+    file: str
+    line: int
+    raw: str
+    ts_ns: int | None = None
+    mono_s: float | None = None
+    host: str | None = None
+    rank: int | None = None
+    pid: int | None = None
+    gpu_bdf: str | None = None
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None
+    code: str | None = None
+    severity: Severity = "error"
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        """``file:line`` of the record."""
+        return f"{self.file}:{self.line}"

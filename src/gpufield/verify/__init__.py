@@ -1,0 +1,3 @@
+"""gpufield.verify (see README)."""
+
+__all__: list[str] = []

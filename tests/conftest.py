@@ -1,0 +1,36 @@
+"""Shared fixtures: the read-only project data at ``../shared`` (skipped when absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """Path of ``../shared``; skips the test with a reason where it is not present (a user's clone)."""
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"shared data not found at {SHARED} (only CI and developer machines have it)")
+    return SHARED
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords or "multigpu" in item.keywords:
+            item.add_marker(skip)
