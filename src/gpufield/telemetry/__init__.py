@@ -1,3 +1,5 @@
-"""gpufield.telemetry (see README)."""
+"""gpufield.telemetry: the shared core (user guide in progress; see module docstrings)."""
 
-__all__: list[str] = []
+from gpufield.telemetry.specs import GpuSpec, gpu_spec, gpu_specs
+
+__all__ = ["GpuSpec", "gpu_spec", "gpu_specs"]
