@@ -1,0 +1,39 @@
+"""The op table: which IR op implements each supported ONNX ``op_type``.
+
+``OPS`` maps an ONNX op type to the :class:`~gpufield.verify.protocols.BoundOp` class the
+loader builds for it (one file per op family, auto_LiRPA/jax_verify style). The loader in
+:mod:`gpufield.verify.io.onnx_load` turns attributes and constant operands into op fields;
+an op type missing here makes the model unsupported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpufield.verify.ops.activation import Relu
+from gpufield.verify.ops.elementwise import Affine, AddSub
+from gpufield.verify.ops.linear import Conv, Linear
+from gpufield.verify.ops.shape import Reshape, Transpose
+
+OPS: Mapping[str, tuple[type, ...]] = {
+    "Gemm": (Linear,),
+    "MatMul": (Linear,),
+    "Add": (Affine, AddSub),
+    "Sub": (Affine, AddSub),
+    "Mul": (Affine,),
+    "Div": (Affine,),
+    "Relu": (Relu,),
+    "Flatten": (Reshape,),
+    "Reshape": (Reshape,),
+    "Squeeze": (Reshape,),
+    "Unsqueeze": (Reshape,),
+    "Identity": (Reshape,),
+    "Transpose": (Transpose,),
+    "Conv": (Conv,),
+    "BatchNormalization": (Affine, Conv, Linear),
+    "Constant": (),
+}
+"""ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
+``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
+
+__all__ = ["OPS", "Affine", "AddSub", "Conv", "Linear", "Relu", "Reshape", "Transpose"]

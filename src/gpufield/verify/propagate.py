@@ -1,0 +1,202 @@
+"""Graph traversal for IBP and CROWN (the math lives in the ops; this file never knows a formula).
+
+IBP: Gowal et al. 2018, arXiv:1810.12715. CROWN backward linear bound propagation: Zhang et al.
+2018, arXiv:1811.00866, on a DAG as in auto_LiRPA (Xu et al. 2020, arXiv:2002.12920): A-matrices
+start at the bounded node as the spec matrix ``C`` and move to the inputs in reverse topological
+order; A's arriving from several consumers are summed; the box concretises the result.
+
+Shape legend: S spec rows, B batch (boxes / future BaB domains), * node shape without batch,
+N flattened node size. Alphas are ``[2, S, B, *relu]`` (index 0: lower pass, 1: upper pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from gpufield.verify.graph import Graph
+from gpufield.verify.protocols import BackwardInputs
+
+Interval = tuple[torch.Tensor, torch.Tensor]
+AlphaTable = Mapping[str, torch.Tensor]
+"""ReLU node name -> its slopes ``[2, S, B, *relu]`` for one start node."""
+
+
+def ibp(graph: Graph, x_lo: torch.Tensor, x_hi: torch.Tensor) -> dict[str, Interval]:
+    """Interval bounds of every tensor.
+
+    Args:
+        graph: the network.
+        x_lo, x_hi: input box ``[B, *input_shape]`` in the graph's dtype.
+
+    Returns:
+        name -> ``(lo_B*, hi_B*)`` for the input and every node.
+    """
+    out = {graph.input_name: (x_lo, x_hi)}
+    for n in graph.nodes:
+        out[n.name] = n.op.ibp(*(out[i] for i in n.inputs))
+    return out
+
+
+def ancestors(graph: Graph, name: str) -> set[str]:
+    """Names of all tensors ``name`` depends on (the graph input included, ``name`` excluded)."""
+    seen, todo = set(), [name]
+    while todo:
+        cur = todo.pop()
+        if cur == graph.input_name:
+            continue
+        for i in graph.node(cur).inputs:
+            if i not in seen:
+                seen.add(i)
+                todo.append(i)
+    return seen
+
+
+def concretize(A: torch.Tensor, x_lo: torch.Tensor, x_hi: torch.Tensor, sign: float) -> torch.Tensor:
+    """``min`` (sign=−1) or ``max`` (sign=+1) of ``A·x`` over the box: ``A·c ± |A|·r``.
+
+    Args:
+        A: ``[S, B, *input_shape]``.
+        x_lo, x_hi: ``[B, *input_shape]``.
+
+    Returns:
+        ``[S, B]``.
+    """
+    A_SBN = A.flatten(2)
+    c_BN, r_BN = ((x_lo + x_hi) / 2).flatten(1), ((x_hi - x_lo) / 2).flatten(1)
+    return torch.einsum("sbn,bn->sb", A_SBN, c_BN) + sign * torch.einsum("sbn,bn->sb", A_SBN.abs(), r_BN)
+
+
+def backward(
+    graph: Graph,
+    start: str,
+    C: torch.Tensor,
+    x_lo: torch.Tensor,
+    x_hi: torch.Tensor,
+    inter: Mapping[str, Interval],
+    *,
+    alphas: AlphaTable | None = None,
+    lower: bool = True,
+    upper: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """CROWN bounds of ``C · start`` over the input box.
+
+    Args:
+        graph: the network.
+        start: name of the bounded tensor.
+        C: spec ``[S, B, *shape(start)]``.
+        x_lo, x_hi: input box ``[B, *input_shape]``.
+        inter: pre-activation bounds ``(l_B*, u_B*)`` for every ReLU input among the ancestors.
+        alphas: optional ReLU slopes for this start node (``[2, S, B, *]`` per ReLU name).
+        lower, upper: which bound(s) to compute.
+
+    Returns:
+        ``(lb_SB, ub_SB)`` (None for a bound not requested).
+
+    Raises:
+        KeyError: a ReLU input has no intermediate bounds in ``inter``.
+    """
+    A: dict[str, list] = {start: [C if lower else None, C if upper else None]}
+    lbias = ubias = 0.0
+    for pos in range(graph.position(start), -1, -1):
+        node = graph.nodes[pos]
+        lA, uA = A.pop(node.name, (None, None))
+        if lA is None and uA is None:
+            continue
+        if node.op.nonlinear:
+            a = None if alphas is None else alphas.get(node.name)
+            ctx = BackwardInputs(
+                tuple(inter[i] for i in node.inputs),
+                None if a is None else a[0],
+                None if a is None else a[-1],
+            )
+        else:
+            ctx = BackwardInputs((None,) * len(node.inputs))
+        pushed, lb, ub = node.op.backward(lA, uA, ctx)
+        lbias = lbias + lb
+        ubias = ubias + ub
+        for name, (l_new, u_new) in zip(node.inputs, pushed, strict=True):
+            slot = A.setdefault(name, [None, None])
+            if l_new is not None:
+                slot[0] = l_new if slot[0] is None else slot[0] + l_new
+            if u_new is not None:
+                slot[1] = u_new if slot[1] is None else slot[1] + u_new
+    lA, uA = A.pop(graph.input_name, (None, None))
+    S, B = C.shape[:2]
+    zero = C.new_zeros(S, B)
+    lb = ub = None
+    if lower:
+        lb = (zero if lA is None else concretize(lA, x_lo, x_hi, -1.0)) + lbias
+    if upper:
+        ub = (zero if uA is None else concretize(uA, x_lo, x_hi, 1.0)) + ubias
+    return lb, ub
+
+
+def identity_spec(shape: tuple[int, ...], rows: slice, batch: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows ``rows`` of the identity over a node: ``[S, B, *shape]`` (one-hot spec)."""
+    n = 1
+    for d in shape:
+        n *= d
+    idx = torch.arange(rows.start, rows.stop, device=like.device)
+    C = torch.zeros(len(idx), n, dtype=like.dtype, device=like.device)
+    C[torch.arange(len(idx), device=like.device), idx] = 1.0
+    return C.reshape(len(idx), 1, *shape).expand(len(idx), batch, *shape)
+
+
+def chunk_rows(graph: Graph, start: str, batch: int, memory_budget_bytes: int, itemsize: int) -> int:
+    """How many spec rows to bound at once so the live A-matrices stay under the budget."""
+    widest = max([graph.shape(n) for n in ancestors(graph, start) | {start}],
+                 key=lambda s: torch.Size(s).numel())
+    per_row = 8 * batch * max(1, torch.Size(widest).numel()) * itemsize  # lA, uA + temporaries
+    return max(1, memory_budget_bytes // per_row)
+
+
+def crown_intermediate(
+    graph: Graph,
+    x_lo: torch.Tensor,
+    x_hi: torch.Tensor,
+    *,
+    ref: Mapping[str, Interval] | None = None,
+    alphas: Mapping[str, AlphaTable] | None = None,
+    memory_budget_bytes: int = 2 << 30,
+) -> dict[str, Interval]:
+    """CROWN bounds of every ReLU input, layer by layer in topological order.
+
+    Each ReLU input is bounded by its own backward pass with ``C = I`` (all its neurons),
+    chunked along the spec rows under ``memory_budget_bytes``; the result is intersected with
+    ``ref`` (e.g. IBP bounds) where given.
+
+    Args:
+        graph, x_lo, x_hi: network and input box ``[B, *input_shape]``.
+        ref: known sound bounds to intersect with (name -> interval).
+        alphas: start node name -> ReLU slopes (α-CROWN); None gives adaptive CROWN.
+        memory_budget_bytes: cap on the A-matrices of one chunk.
+
+    Returns:
+        name -> ``(l_B*, u_B*)`` for every ReLU input (and the graph input).
+    """
+    B = x_lo.shape[0]
+    inter: dict[str, Interval] = {graph.input_name: (x_lo, x_hi)}
+    for relu in graph.relu_nodes():
+        start = relu.inputs[0]
+        if start in inter:
+            continue
+        shape = graph.shape(start)
+        n = torch.Size(shape).numel()
+        step = chunk_rows(graph, start, B, memory_budget_bytes, x_lo.element_size())
+        los, his = [], []
+        table = None if alphas is None else alphas.get(start)
+        for i in range(0, n, step):
+            rows = slice(i, min(n, i + step))
+            C = identity_spec(shape, rows, B, x_lo)
+            tab = None if table is None else {k: v[:, rows] for k, v in table.items()}
+            lb, ub = backward(graph, start, C, x_lo, x_hi, inter, alphas=tab)
+            los.append(lb)
+            his.append(ub)
+        lo = torch.cat(los).T.reshape(B, *shape)
+        hi = torch.cat(his).T.reshape(B, *shape)
+        if ref is not None and start in ref:
+            lo, hi = torch.maximum(lo, ref[start][0]), torch.minimum(hi, ref[start][1])
+        inter[start] = (lo, hi)
+    return inter

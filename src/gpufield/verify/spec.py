@@ -1,0 +1,58 @@
+"""From the unsafe polytopes of a :class:`~gpufield.verify.io.vnnlib.Case` to spec matrices.
+
+A clause (polytope) ``A y ≤ b`` is infeasible over the box when some non-negative combination
+``λᵀ(A y − b)`` has a positive lower bound. Every row alone is such a combination (``λ = e_i``);
+:mod:`gpufield.verify.alpha` additionally optimises one combination per multi-row clause.
+
+Shape legend: S spec rows (all rows of all clauses), M outputs, K clauses, B batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpufield.verify.io.vnnlib import Case
+
+
+@dataclass(frozen=True)
+class Spec:
+    """All clause rows of one case stacked.
+
+    Attributes:
+        C_SM: float64 row coefficients ``[S, M]``.
+        b_S: float64 right-hand sides ``[S]``; row ``s`` is proven when ``lb(C_s y) − b_s > 0``.
+        clause_S: int ``[S]``, the clause of each row.
+        n_clauses: K.
+    """
+
+    C_SM: np.ndarray
+    b_S: np.ndarray
+    clause_S: np.ndarray
+    n_clauses: int
+
+    @classmethod
+    def from_case(cls, case: Case, n_outputs: int) -> Spec:
+        """Stack the rows of ``case.clauses``."""
+        rows = [c.A_KM for c in case.clauses]
+        C = np.concatenate(rows) if rows else np.zeros((0, n_outputs))
+        b = np.concatenate([c.b_K for c in case.clauses]) if rows else np.zeros(0)
+        cl = np.concatenate([np.full(len(c.b_K), k) for k, c in enumerate(case.clauses)]) if rows else np.zeros(0, int)
+        return cls(C, b, cl.astype(np.int64), len(case.clauses))
+
+    def C_SB(self, out_shape: tuple[int, ...], batch: int, like: torch.Tensor) -> torch.Tensor:
+        """The spec as a starting A-matrix ``[S, B, *out_shape]`` in ``like``'s dtype/device."""
+        C = torch.as_tensor(self.C_SM, dtype=like.dtype, device=like.device)
+        return C.reshape(len(C), 1, *out_shape).expand(len(C), batch, *out_shape)
+
+    def clause_value(self, row_lb_S: torch.Tensor) -> torch.Tensor:
+        """Best proven margin per clause: ``max`` of its rows' ``lb − b`` (``[K]``; −inf if no rows)."""
+        out = torch.full((self.n_clauses,), -torch.inf, dtype=row_lb_S.dtype, device=row_lb_S.device)
+        idx = torch.as_tensor(self.clause_S, device=row_lb_S.device)
+        return out.scatter_reduce(0, idx, row_lb_S, reduce="amax", include_self=True)
+
+    def margins(self, lb_S: torch.Tensor) -> torch.Tensor:
+        """``lb_S − b_S`` in ``lb_S``'s dtype."""
+        return lb_S - torch.as_tensor(self.b_S, dtype=lb_S.dtype, device=lb_S.device)
