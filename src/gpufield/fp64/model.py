@@ -1,0 +1,205 @@
+"""Floor model of the emulated-FP64 3-D FFT (reconstruction of "FP8 is All You Need", Part 3).
+
+The model (fp64.md sections 1.4, 5.4, reconstructed from the Part 3 abstract) for an n^dims complex
+FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilogue:
+
+    N       = n**dims complex points
+    Q       = passes * bytes_per_point_per_pass * N                 (96 GiB for 1024^3)
+    T_roof  = Q / B_HBM                                             (memory roof)
+    F       = 5 N log2 N                                            (FP64 flops, 161.06 GFLOP)
+    T_native= max(T_roof, F / P_FP64)                               (native FP64 path)
+    N_out   = dims * stages_per_dim * 2 * N                         (12 N real outputs)
+    T_epi   = c_epi * N_out / P_INT32                               (epilogue time)
+    floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM
+    T_emu   = max(T_roof, T_epi, T_tc)                              (overlapped)
+    T_tc    = stages*dims*N * 3 * moduli * gemms_per_modulus * 2k / P_TC   (tensor-core work)
+
+Hardware numbers come from the telemetry catalogue (:func:`gpufield.telemetry.gpu_spec`); only
+model parameters (c_epi range, passes, bytes per point, remedy cases) come from
+``gpufield/fp64/data/model_params.json``, each with its source.
+
+Units: seconds, bytes, bytes/s, flop/s, instructions/s. No tensors in this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from gpufield.errors import InputError
+
+__all__ = ["FftFloorModel", "fft_floor_model", "model_params", "model_table"]
+
+
+@cache
+def model_params() -> dict[str, Any]:
+    """The model-specific parameters (``gpufield/fp64/data/model_params.json``), with sources.
+
+    Returns:
+        The parsed JSON as a dict (do not mutate; it is cached).
+    """
+    text = resources.files("gpufield.fp64").joinpath("data", "model_params.json").read_text("utf-8")
+    return json.loads(text)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FftFloorModel:
+    """Model result for one GPU and one set of c_epi values.
+
+    Attributes:
+        gpu: catalogue key (e.g. ``"B300"``).
+        projected: True when the GPU's catalogue numbers are projections.
+        n, dims: transform size per axis and number of axes.
+        points: N = n**dims complex points.
+        traffic_bytes: Q, HBM bytes of the passes.
+        flops: FP64 flops by the 5 N log2 N convention.
+        real_outputs: N_out, real outputs that need an epilogue.
+        bytes_per_output: Q / N_out (8 for the paper's configuration).
+        hbm_bandwidth_bytes_per_s: B_HBM used.
+        fp64_flops_per_s: P_FP64 used for the native path.
+        int32_instr_per_s: P_INT32 (instructions/s, IMAD counted once).
+        roof_s: T_roof.
+        native_s: T_native.
+        native_floor_flops_per_s: FP64 rate needed for the native path to reach the roof (F/Q * B).
+        c_epi: the c_epi values evaluated (instructions per real output).
+        epilogue_s: T_epi per c_epi.
+        int32_floor_instr_per_s: (c_epi / bytes_per_output) * B_HBM per c_epi.
+        tensor_s: {"int8": s, "fp8": s} tensor-core time at catalogue peak (None where unpublished).
+        emulated_s: max(T_roof, T_epi) per c_epi (the paper's model; tensor term reported apart).
+        ratio_to_roof: emulated_s / roof_s per c_epi.
+        ratio_to_native: emulated_s / native_s per c_epi (> 1: emulation loses).
+        remedies: name -> {"c_epi": [...], "emulated_s": [...]} for the Part 3 remedy cases.
+    """
+
+    gpu: str
+    projected: bool
+    n: int
+    dims: int
+    points: int
+    traffic_bytes: float
+    flops: float
+    real_outputs: int
+    bytes_per_output: float
+    hbm_bandwidth_bytes_per_s: float
+    fp64_flops_per_s: float
+    int32_instr_per_s: float
+    roof_s: float
+    native_s: float
+    native_floor_flops_per_s: float
+    c_epi: tuple[float, ...]
+    epilogue_s: tuple[float, ...]
+    int32_floor_instr_per_s: tuple[float, ...]
+    tensor_s: dict[str, float | None] = field(default_factory=dict)
+    emulated_s: tuple[float, ...] = ()
+    ratio_to_roof: tuple[float, ...] = ()
+    ratio_to_native: tuple[float, ...] = ()
+    remedies: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field (seconds, bytes, per-second rates)."""
+        return asdict(self)
+
+
+def _need(value: float | None, gpu: str, what: str) -> float:
+    if value is None:
+        raise InputError(f"GPU {gpu!r}: the telemetry catalogue has no {what}; the model needs it")
+    return float(value)
+
+
+def fft_floor_model(
+    gpu: str,
+    *,
+    c_epi: tuple[float, ...] | list[float] | None = None,
+    n: int | None = None,
+    dims: int | None = None,
+    hbm_bandwidth_bytes_per_s: float | None = None,
+    int32_instr_per_s: float | None = None,
+) -> FftFloorModel:
+    """Evaluate the Part 3 floor model of the emulated 3-D FFT on one GPU.
+
+    Args:
+        gpu: a name :func:`gpufield.telemetry.gpu_spec` knows (``"B300"``, ``"NVIDIA H200"``, ...).
+        c_epi: epilogue instructions per real output to evaluate; default the paper's (203, 281).
+        n: points per axis (default 1024); a power of two >= 2.
+        dims: number of axes (default 3).
+        hbm_bandwidth_bytes_per_s: override B_HBM (e.g. a measured copy bandwidth).
+        int32_instr_per_s: override P_INT32 (e.g. a measured INT32 rate).
+
+    Returns:
+        :class:`FftFloorModel`.
+
+    Raises:
+        InputError: unknown GPU, a catalogue field the model needs is null, or bad sizes.
+    """
+    from gpufield.telemetry import gpu_spec
+
+    p = model_params()
+    tr = p["transform"]
+    n = int(tr["n_per_axis"] if n is None else n)
+    dims = int(tr["dims"] if dims is None else dims)
+    if n < 2 or n & (n - 1) or not 1 <= dims <= 3:
+        raise InputError(f"model needs a power-of-two n >= 2 and 1 <= dims <= 3, got n={n}, dims={dims}")
+    cs = tuple(float(c) for c in (p["c_epi"]["range"] if c_epi is None else c_epi))
+    if not cs or any(c <= 0 for c in cs):
+        raise InputError(f"c_epi values must be positive, got {cs}")
+    spec = gpu_spec(gpu)
+    bw = float(hbm_bandwidth_bytes_per_s) if hbm_bandwidth_bytes_per_s else _need(
+        spec.hbm_bandwidth_bytes_per_s, spec.key, "hbm_bandwidth_bytes_per_s")
+    p_fp64 = _need(getattr(spec, p["native_fp64_rate_field"]["value"]), spec.key, "FP64 rate")
+    p_int = float(int32_instr_per_s) if int32_instr_per_s else _need(
+        spec.int32_ops_per_s, spec.key, "int32_ops_per_s")
+
+    points = n**dims
+    passes = int(tr["passes"])
+    traffic = float(passes * tr["bytes_per_point_per_pass"] * points)
+    flops = 5.0 * points * math.log2(points)
+    n_out = dims * int(tr["stages_per_dim"]) * int(tr["real_outputs_per_complex_output"]) * points
+    roof = traffic / bw
+    native = max(roof, flops / p_fp64)
+    bpo = traffic / n_out
+    epi = tuple(c * n_out / p_int for c in cs)
+    emu = tuple(max(roof, t) for t in epi)
+
+    tt = p["tensor_term"]
+    tensor: dict[str, float | None] = {}
+    for kind in ("int8", "fp8"):
+        rate = getattr(spec, tt[kind]["rate_field"])
+        work = (int(tr["stages_per_dim"]) * dims * points * tt["complex_products_per_gemm"]
+                * tt[kind]["moduli"] * tt[kind]["gemms_per_modulus"] * 2 * tt["gemm_k"])
+        tensor[kind] = None if not rate else work / float(rate)
+
+    remedies = {}
+    for r in p["remedies"]:
+        rc = [float(c) for c in r["c_epi_range"]]
+        remedies[r["name"]] = {"c_epi": rc, "emulated_s": [max(roof, c * n_out / p_int) for c in rc]}
+
+    return FftFloorModel(
+        gpu=spec.key, projected=spec.projected, n=n, dims=dims, points=points, traffic_bytes=traffic,
+        flops=flops, real_outputs=n_out, bytes_per_output=bpo, hbm_bandwidth_bytes_per_s=bw,
+        fp64_flops_per_s=p_fp64, int32_instr_per_s=p_int, roof_s=roof, native_s=native,
+        native_floor_flops_per_s=flops / traffic * bw, c_epi=cs, epilogue_s=epi,
+        int32_floor_instr_per_s=tuple(c / bpo * bw for c in cs), tensor_s=tensor, emulated_s=emu,
+        ratio_to_roof=tuple(t / roof for t in emu), ratio_to_native=tuple(t / native for t in emu),
+        remedies=remedies,
+    )
+
+
+def model_table(gpus: list[str] | None = None, **kwargs: Any) -> list[FftFloorModel]:
+    """The model for several GPUs (default: B300, B200, Rubin, H100, H200 from the params file).
+
+    Args:
+        gpus: GPU names; None for the params file's ``default_gpus``.
+        **kwargs: passed to :func:`fft_floor_model`.
+
+    Returns:
+        One :class:`FftFloorModel` per GPU, in order.
+
+    Raises:
+        InputError: as :func:`fft_floor_model`.
+    """
+    names = list(model_params()["default_gpus"]) if not gpus else list(gpus)
+    return [fft_floor_model(g, **kwargs) for g in names]
