@@ -47,12 +47,27 @@ class Spec:
         C = torch.as_tensor(self.C_SM, dtype=like.dtype, device=like.device)
         return C.reshape(len(C), 1, *out_shape).expand(len(C), batch, *out_shape)
 
-    def clause_value(self, row_lb_S: torch.Tensor) -> torch.Tensor:
-        """Best proven margin per clause: ``max`` of its rows' ``lb − b`` (``[K]``; −inf if no rows)."""
-        out = torch.full((self.n_clauses,), -torch.inf, dtype=row_lb_S.dtype, device=row_lb_S.device)
-        idx = torch.as_tensor(self.clause_S, device=row_lb_S.device)
-        return out.scatter_reduce(0, idx, row_lb_S, reduce="amax", include_self=True)
+    def clause_value(self, margin_SB: torch.Tensor, clause_S: np.ndarray | None = None) -> torch.Tensor:
+        """Best proven margin per clause: ``max`` of its rows' ``lb − b``.
 
-    def margins(self, lb_S: torch.Tensor) -> torch.Tensor:
-        """``lb_S − b_S`` in ``lb_S``'s dtype."""
-        return lb_S - torch.as_tensor(self.b_S, dtype=lb_S.dtype, device=lb_S.device)
+        Args:
+            margin_SB: row margins ``[S, B]``.
+            clause_S: clause index of each row (defaults to :attr:`clause_S`).
+
+        Returns:
+            ``[K, B]``; −inf for a clause without rows (it can never be proven).
+        """
+        idx_S = torch.as_tensor(self.clause_S if clause_S is None else clause_S, device=margin_SB.device)
+        out = torch.full((self.n_clauses, margin_SB.shape[1]), -torch.inf,
+                         dtype=margin_SB.dtype, device=margin_SB.device)
+        idx = idx_S.reshape(-1, 1).expand_as(margin_SB)
+        return out.scatter_reduce(0, idx, margin_SB, reduce="amax", include_self=True)
+
+    def margins(self, lb_SB: torch.Tensor) -> torch.Tensor:
+        """``lb_SB − b_S`` in ``lb_SB``'s dtype (``[S, B]``)."""
+        return lb_SB - torch.as_tensor(self.b_S, dtype=lb_SB.dtype, device=lb_SB.device).reshape(-1, 1)
+
+    def multi_row_clauses(self) -> list[int]:
+        """Clauses with more than one row (candidates for an optimised combination)."""
+        counts = np.bincount(self.clause_S, minlength=self.n_clauses)
+        return [k for k in range(self.n_clauses) if counts[k] > 1]

@@ -1,0 +1,135 @@
+"""Falsification: PGD with random restarts, one target clause per batch element, and exact
+validation of every counterexample with onnxruntime.
+
+Projected gradient descent in the input box (Madry et al. 2018, arXiv:1706.06083) on the
+clause violation ``max_i (A_i y − b_i)`` (``≤ 0`` means ``y`` lies in the unsafe polytope);
+each clause gets its own restarts (targeted attack), steps are signed gradients scaled by the
+box width with a linearly decaying step size. A point counts only after onnxruntime's float32
+forward puts it in an unsafe polytope and the point lies in the box.
+
+Shape legend: R batch of attack points, N input size, M outputs, K rows of a clause.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpufield.verify.graph import Graph
+from gpufield.verify.io.ort import OrtModel
+from gpufield.verify.io.vnnlib import Case
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AttackConfig:
+    """PGD settings.
+
+    Attributes:
+        restarts: random starts per clause in one round.
+        steps: PGD steps per round.
+        step_frac: initial step as a fraction of the box width (decays linearly to 0).
+        seed: RNG seed of the first round (later rounds add the round index).
+    """
+
+    restarts: int = 8
+    steps: int = 100
+    step_frac: float = 0.25
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.restarts < 1 or self.steps < 1 or self.step_frac <= 0:
+            raise ValueError(f"bad AttackConfig: restarts={self.restarts} steps={self.steps} "
+                             f"step_frac={self.step_frac}")
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A validated violation.
+
+    Attributes:
+        x_N: float64 ``[N]`` (exactly representable float32 values inside the box).
+        y_M: float64 ``[M]`` onnxruntime outputs at ``x_N``.
+        clause: index of the satisfied unsafe clause.
+    """
+
+    x_N: np.ndarray
+    y_M: np.ndarray
+    clause: int
+
+
+def into_box_f32(x_N: np.ndarray, lo_N: np.ndarray, hi_N: np.ndarray) -> np.ndarray:
+    """Round to float32 and nudge each value by one ulp where rounding left the box."""
+    x = np.clip(x_N, lo_N, hi_N).astype(np.float32)
+    x = np.where(x.astype(np.float64) < lo_N, np.nextafter(x, np.float32(np.inf)), x)
+    x = np.where(x.astype(np.float64) > hi_N, np.nextafter(x, np.float32(-np.inf)), x)
+    return x
+
+
+def validate(ort_model: OrtModel, case: Case, x_N: np.ndarray) -> Counterexample | None:
+    """Check a candidate with onnxruntime; return it as a :class:`Counterexample` or None."""
+    x32 = into_box_f32(np.asarray(x_N, dtype=np.float64), case.lo_N, case.hi_N)
+    xd = x32.astype(np.float64)
+    if (xd < case.lo_N).any() or (xd > case.hi_N).any():
+        return None
+    y = ort_model(x32).astype(np.float64)
+    for k, cl in enumerate(case.clauses):
+        if (cl.A_KM @ y <= cl.b_K).all():
+            return Counterexample(xd, y, k)
+    return None
+
+
+def pgd_attack(graph: Graph, ort_model: OrtModel, case: Case, cfg: AttackConfig,
+               *, deadline_s: float = float("inf"), rounds: int = 1) -> Counterexample | None:
+    """Search the box for an output in one of the unsafe polytopes.
+
+    Args:
+        graph: network (float32 recommended), on the device to attack on.
+        ort_model: the oracle that validates candidates.
+        case: box and unsafe clauses.
+        cfg: restarts/steps/step size.
+        deadline_s: ``time.monotonic()`` deadline.
+        rounds: how many rounds of restarts to run (fresh seeds each round).
+
+    Returns:
+        A validated counterexample, or None.
+    """
+    dev, dt = graph.device, graph.dtype
+    lo = torch.as_tensor(case.lo_N, dtype=dt, device=dev)
+    hi = torch.as_tensor(case.hi_N, dtype=dt, device=dev)
+    width = hi - lo
+    clauses = [k for k, c in enumerate(case.clauses)]
+    for k in clauses:
+        if len(case.clauses[k].b_K) == 0:  # the whole box is unsafe
+            cex = validate(ort_model, case, (case.lo_N + case.hi_N) / 2)
+            if cex is not None:
+                return cex
+    rows = [(k, torch.as_tensor(case.clauses[k].A_KM, dtype=dt, device=dev),
+             torch.as_tensor(case.clauses[k].b_K, dtype=dt, device=dev)) for k in clauses
+            if len(case.clauses[k].b_K)]
+    if not rows:
+        return None
+    R = cfg.restarts
+    for rnd in range(rounds):
+        g = torch.Generator(device="cpu").manual_seed(cfg.seed + rnd)
+        x = lo + width * torch.rand(len(rows) * R, len(lo), generator=g, dtype=dt).to(dev)
+        if rnd == 0:
+            x[::R] = (lo + hi) / 2
+        for t in range(cfg.steps):
+            x.requires_grad_(True)
+            y = graph.forward(x.reshape(len(x), *graph.input_shape)).reshape(len(x), -1)
+            viol = torch.cat([((y[i * R:(i + 1) * R] @ A.T) - b).amax(1) for i, (k, A, b) in enumerate(rows)])
+            hit = (viol <= 0).nonzero().flatten()
+            for j in hit[:4].tolist():
+                cex = validate(ort_model, case, x[j].detach().double().cpu().numpy())
+                if cex is not None:
+                    return cex
+            if time.monotonic() > deadline_s:
+                return None
+            grad, = torch.autograd.grad(viol.sum(), x)
+            step = cfg.step_frac * (1 - t / cfg.steps) * width
+            with torch.no_grad():
+                x = torch.minimum(torch.maximum(x - step * grad.sign(), lo), hi)
+    return None
