@@ -1,0 +1,218 @@
+"""GEMM backends of Ozaki scheme II (implementations of :class:`gpufield.fp64.protocols.ModularBackend`).
+
+* ``cpu-exact``: int64 matmul of the residues and the Python-integer CRT: the reference of every test.
+* ``int8``: ``torch._int_mm`` (INT8 x INT8 -> INT32). Shape rules met by zero padding (M > 16, K >= 16 and a
+  multiple of 8, N a multiple of 8; fp64.md 4.1, pytorch#178469); B passed column-major (row-major B fails
+  for M >= 2**20 on H200); K split in chunks of 2**16 so k * 128**2 < 2**31 always.
+* ``fp8``: ``torch._scaled_mm`` (E4M3 x E4M3 -> FP32, unit scales, ``use_fast_accum=False``) on two-digit
+  planes (fp64.md 2.4): 3 products per modulus. Exactness on Hopper is guaranteed, not hoped for: every
+  call's K is at most :data:`FP8_K_CHUNK` so that any partial sum of digit products is at most
+  K * 16 * 16 < 2**14 = :data:`HOPPER_FP8_EXACT_PARTIAL_SUM`, the measured limit below which H200 FP8 MMAs
+  are bit-exact (fp64.md 3.3; re-measured by benchmarks/fp64_gemm_gpu.py). Chunks are summed in int64.
+
+On CUDA tensors the CRT runs in the Triton kernel ``gpufield.fp64.kernels.crt``; elsewhere in the
+bit-identical int64-limb version ``gpufield.fp64.ozaki.crt.crt_limbs_torch``.
+
+Shape legend: L moduli, M rows, N columns, K inner dimension.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpufield.errors import InputError
+from gpufield.fp64.ozaki.crt import crt_exact_python, crt_limbs_torch
+from gpufield.fp64.ozaki.moduli import ModuliTable
+from gpufield.fp64.ozaki.residues import fp8_combine, fp8_digit_planes
+
+HOPPER_FP8_EXACT_PARTIAL_SUM = 2**14
+"""H200 FP8 MMA is exact for integer inputs while every partial sum stays below this (fp64.md 3.3, measured)."""
+FP8_MAX_DIGIT = 16
+FP8_K_CHUNK = max(16 * ((HOPPER_FP8_EXACT_PARTIAL_SUM - 1) // (FP8_MAX_DIGIT**2) // 16), 16)
+"""Largest multiple of 16 with K * 16**2 < 2**14: 48."""
+INT8_K_CHUNK = 2**16
+"""k * 128 * 128 < 2**31 for k <= 2**16 (INT32 accumulation of _int_mm is exact)."""
+
+
+def _fast_reconstruct(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: ModuliTable) -> torch.Tensor:
+    if res_LMN.is_cuda:
+        from gpufield.fp64.kernels.crt import crt_triton
+
+        return crt_triton(res_LMN, shift_MN, table)
+    return crt_limbs_torch(res_LMN, shift_MN, table)
+
+
+def _pad_to(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    r, c = x.shape
+    if r == rows and c == cols:
+        return x
+    out = torch.zeros((rows, cols), dtype=x.dtype, device=x.device)
+    out[:r, :c] = x
+    return out
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+class CpuExactBackend:
+    """Reference backend: int64 residue products and the Python-integer CRT (any device, slow, exact).
+
+    Args:
+        moduli_kind: ``"int8"`` (default) or ``"fp8"``: which table to use, so that both tables can be
+            checked against exact arithmetic.
+    """
+
+    name = "cpu-exact"
+    bound_ufp = 6
+
+    def __init__(self, moduli_kind: str = "int8") -> None:
+        if moduli_kind not in ("int8", "fp8"):
+            raise InputError(f"moduli_kind must be 'int8' or 'fp8', got {moduli_kind!r}")
+        self.moduli_kind = moduli_kind
+        self.residue_dtype = torch.int8 if moduli_kind == "int8" else torch.int16
+
+    def modular_matmul(self, resA_LMK, resB_LNK, table):
+        """int64 [L, M, N] = resA[l] @ resB[l].T, exact (|r| <= 544, so any K < 2**43 fits)."""
+        A = resA_LMK.to(torch.int64).cpu()
+        B = resB_LNK.to(torch.int64).cpu()
+        return torch.bmm(A, B.transpose(1, 2)).to(resA_LMK.device)
+
+    def bound_matmul(self, hiA_MK, hiB_NK):
+        """int64 exact hiA @ hiB.T."""
+        return (hiA_MK.to(torch.int64).cpu() @ hiB_NK.to(torch.int64).cpu().T).to(hiA_MK.device)
+
+    def reconstruct(self, res_LMN, shift_MN, table):
+        """Python-integer CRT and Fraction rounding (the oracle)."""
+        return crt_exact_python(res_LMN, shift_MN, table).to(res_LMN.device)
+
+
+class Int8Backend:
+    """INT8 tensor cores through ``torch._int_mm`` (one GEMM per modulus; also runs on CPU tensors)."""
+
+    name = "int8"
+    moduli_kind = "int8"
+    residue_dtype = torch.int8
+    bound_ufp = 6
+
+    @staticmethod
+    def _int_mm(A_MK: torch.Tensor, B_NK: torch.Tensor) -> torch.Tensor:
+        """Exact int32 A @ B.T for int8 operands (|x| <= 128), padding and K-chunking as needed."""
+        M, K = A_MK.shape
+        N = B_NK.shape[0]
+        Mp, Np = max(_round_up(M, 8), 32), max(_round_up(N, 8), 16)
+        out = None
+        for k0 in range(0, max(K, 1), INT8_K_CHUNK):
+            a = A_MK[:, k0:k0 + INT8_K_CHUNK]
+            b = B_NK[:, k0:k0 + INT8_K_CHUNK]
+            kk = a.shape[1]
+            Kp = max(_round_up(kk, 8), 16)
+            a = _pad_to(a, Mp, Kp)
+            b = _pad_to(b, Np, Kp)
+            c = torch._int_mm(a, b.t())  # b.t() is column-major [K, N]
+            out = c if out is None else out.to(torch.int64) + c
+        return out[:M, :N]
+
+    def modular_matmul(self, resA_LMK, resB_LNK, table):
+        """int32 (int64 if K > 2**16) [L, M, N] of _int_mm products, unreduced."""
+        outs = [self._int_mm(resA_LMK[l], resB_LNK[l]) for l in range(table.num_moduli)]
+        return torch.stack(outs)
+
+    def bound_matmul(self, hiA_MK, hiB_NK):
+        """Exact hiA @ hiB.T with entries <= 64 in int8 (K chunked so 64*64*k < 2**31)."""
+        M, K = hiA_MK.shape
+        acc = torch.zeros((M, hiB_NK.shape[0]), dtype=torch.int64, device=hiA_MK.device)
+        for k0 in range(0, K, 2**18):
+            a = hiA_MK[:, k0:k0 + 2**18].to(torch.int8)
+            b = hiB_NK[:, k0:k0 + 2**18].to(torch.int8)
+            acc += self._int_mm(a, b).to(torch.int64)
+        return acc
+
+    def reconstruct(self, res_LMN, shift_MN, table):
+        """Triton CRT on CUDA, int64-limb CRT elsewhere (bit-identical)."""
+        return _fast_reconstruct(res_LMN, shift_MN, table)
+
+
+class Fp8Backend:
+    """FP8 (E4M3) tensor cores through ``torch._scaled_mm`` with two-digit residues (3 products per modulus).
+
+    Args:
+        k_chunk: K of every ``_scaled_mm`` call; the default :data:`FP8_K_CHUNK` guarantees exactness on
+            Hopper. Larger values are refused unless ``allow_unsafe_chunk`` (for the accumulation experiment).
+    """
+
+    name = "fp8"
+    moduli_kind = "fp8"
+    residue_dtype = torch.int16
+    bound_ufp = 4
+
+    def __init__(self, k_chunk: int = FP8_K_CHUNK, *, allow_unsafe_chunk: bool = False) -> None:
+        if k_chunk % 16 or k_chunk <= 0:
+            raise InputError(f"k_chunk must be a positive multiple of 16, got {k_chunk}")
+        if k_chunk * FP8_MAX_DIGIT**2 >= HOPPER_FP8_EXACT_PARTIAL_SUM and not allow_unsafe_chunk:
+            raise InputError(
+                f"k_chunk={k_chunk}: partial sums up to {k_chunk * 256} >= 2**14 are not exact on Hopper FP8"
+            )
+        self.k_chunk = k_chunk
+
+    def _mm(self, A_MK: torch.Tensor, B_NK: torch.Tensor) -> torch.Tensor:
+        """Exact int64 A @ B.T for float8_e4m3fn integer operands |x| <= 16, chunked along K."""
+        M, K = A_MK.shape
+        N = B_NK.shape[0]
+        Mp, Np = _round_up(max(M, 16), 16), _round_up(max(N, 16), 16)
+        one = torch.ones((), dtype=torch.float32, device=A_MK.device)
+        acc = None
+        for k0 in range(0, max(K, 1), self.k_chunk):
+            a = A_MK[:, k0:k0 + self.k_chunk]
+            b = B_NK[:, k0:k0 + self.k_chunk]
+            Kp = _round_up(max(a.shape[1], 16), 16)
+            a = _pad_to(a, Mp, Kp)
+            b = _pad_to(b, Np, Kp)
+            c = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32,
+                                 use_fast_accum=False)
+            c = c.to(torch.int64)
+            acc = c if acc is None else acc + c
+        return acc[:M, :N]
+
+    @staticmethod
+    def to_fp8(d: torch.Tensor) -> torch.Tensor:
+        """int8 digits (|d| <= 16, exact in E4M3) to float8_e4m3fn."""
+        return d.to(torch.float16).to(torch.float8_e4m3fn)
+
+    def modular_matmul(self, resA_LMK, resB_LNK, table):
+        """int64 [L, M, N] congruent products from 3 digit GEMMs per modulus."""
+        outs = []
+        for l in range(table.num_moduli):
+            dA = [self.to_fp8(d) for d in fp8_digit_planes(resA_LMK[l], table, l)]
+            dB = [self.to_fp8(d) for d in fp8_digit_planes(resB_LNK[l], table, l)]
+            if table.square_root(l) is not None:  # [hi, lo]: hi*lo', lo*hi', lo*lo'
+                C = [self._mm(dA[0], dB[1]), self._mm(dA[1], dB[0]), self._mm(dA[1], dB[1])]
+            else:  # [hi, lo, s]: hi*hi', lo*lo', s*s'
+                C = [self._mm(dA[0], dB[0]), self._mm(dA[1], dB[1]), self._mm(dA[2], dB[2])]
+            outs.append(fp8_combine(C, table, l))
+        return torch.stack(outs)
+
+    def bound_matmul(self, hiA_MK, hiB_NK):
+        """Exact hiA @ hiB.T with entries <= 16 in FP8 (same K chunking)."""
+        return self._mm(self.to_fp8(hiA_MK.to(torch.int8)), self.to_fp8(hiB_NK.to(torch.int8)))
+
+    def reconstruct(self, res_LMN, shift_MN, table):
+        """Triton CRT on CUDA, int64-limb CRT elsewhere (bit-identical)."""
+        return _fast_reconstruct(res_LMN, shift_MN, table)
+
+
+BACKENDS = {"cpu-exact": CpuExactBackend, "int8": Int8Backend, "fp8": Fp8Backend}
+"""Registry: backend name -> class."""
+
+
+def get_backend(backend) -> object:
+    """Resolve a backend name or instance to a :class:`~gpufield.fp64.protocols.ModularBackend`.
+
+    Raises:
+        InputError: unknown backend name.
+    """
+    if isinstance(backend, str):
+        if backend not in BACKENDS:
+            raise InputError(f"unknown Ozaki backend {backend!r}; expected one of {sorted(BACKENDS)}")
+        return BACKENDS[backend]()
+    return backend
