@@ -1,3 +1,97 @@
-"""gpufield.verify (see README)."""
+"""gpufield.verify: incomplete verification of ReLU networks given as ONNX + VNN-LIB.
 
-__all__: list[str] = []
+User guide
+==========
+
+``gpufield.verify`` decides VNN-COMP instances: a network (ONNX) and a property (VNN-LIB 1.0)
+whose assertions describe an input box and an *unsafe* output set. The answer is
+
+* ``unsat``: proven that no input in the box reaches the unsafe set (the property holds);
+* ``sat``: a counterexample, validated with onnxruntime, is written with the answer;
+* ``unknown`` / ``timeout``: neither could be established (v1 has no branch-and-bound).
+
+Command line::
+
+    gpufield verify run  MODEL.onnx PROP.vnnlib --timeout 120 --out result.txt [--force]
+    gpufield verify bench BENCH_DIR --out results.csv --reference abcrown_results.csv \\
+        [--max-instance-s 10] [--device cuda] [--resume]
+
+Python::
+
+    from gpufield.verify import verify_instance, VerifyConfig
+    res = verify_instance("mnist-net_256x2.onnx", "prop_0_0.03.vnnlib", timeout_s=60)
+    res.verdict, res.margins
+
+How it works
+------------
+
+1. **Front end.** :func:`load_onnx` builds our own IR (``Gemm, MatMul, Add, Sub, Mul, Div,
+   Relu, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Conv, BatchNormalization, Identity,
+   Constant``; BatchNormalization folds into a preceding Conv/Gemm). The batch is an explicit
+   leading dimension. Unsupported models fail with one :class:`~gpufield.errors.ModelFormatError`
+   listing every unsupported op type and node. Before verifying, our forward is compared with
+   onnxruntime on random points of each box; a difference above tolerance refuses the instance.
+   :func:`parse_vnnlib` reads VNN-LIB 1.0 (no whitespace assumptions; several input boxes;
+   disjunctions of output polytopes); errors name ``file:line:column``
+   (:class:`~gpufield.errors.SpecFormatError`).
+2. **Falsification.** PGD with restarts, one target clause per restart (:func:`pgd_attack`).
+3. **Bounds.** IBP (Gowal et al. 2018); CROWN (Zhang et al. 2018) with CROWN bounds for every
+   ReLU input, A-matrices shaped ``[spec, batch, *node_shape]`` and spec chunking under a memory
+   budget; α-CROWN (Xu et al. 2021) optimising the lower slopes of every ReLU for every start
+   node (intermediate layers included) with Adam and learning-rate decay, best bound kept.
+4. **Decision.** A clause ``A y ≤ b`` is infeasible when a non-negative combination of its rows
+   has a positive lower bound (each row, plus one optimised softmax combination per multi-row
+   clause). ``unsat`` needs every clause of every box infeasible.
+
+Soundness of floating point: bounds are computed in float32 by default, but a proof is only
+accepted after the slopes that produced it are re-evaluated in float64 (float32 weights are
+exact in float64, the box is rounded outwards) with a margin above ``margin_tol`` (1e-7).
+Outward rounding inside the float64 arithmetic itself is not done; its error (≈1e-13 relative)
+is far below the margin. The network semantics verified is the real-valued network with the
+model's float32 weights, as in VNN-COMP.
+"""
+
+from gpufield.verify.alpha import AlphaConfig, AlphaResult, alpha_crown
+from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
+from gpufield.verify.bench import BenchSummary, bench
+from gpufield.verify.graph import Graph, Node
+from gpufield.verify.io.onnx_load import load_onnx
+from gpufield.verify.io.ort import OrtModel, differential_check
+from gpufield.verify.io.results import read_instances, read_results, write_result_file
+from gpufield.verify.io.vnnlib import Case, Clause, Property, parse_vnnlib
+from gpufield.verify.propagate import backward, crown_intermediate, ibp
+from gpufield.verify.protocols import BoundOp
+from gpufield.verify.runner import VerifyConfig, VerifyResult, run_instance, verify_instance
+from gpufield.verify.spec import Spec
+
+__all__ = [
+    "AlphaConfig",
+    "AlphaResult",
+    "AttackConfig",
+    "BenchSummary",
+    "BoundOp",
+    "Case",
+    "Clause",
+    "Counterexample",
+    "Graph",
+    "Node",
+    "OrtModel",
+    "Property",
+    "Spec",
+    "VerifyConfig",
+    "VerifyResult",
+    "alpha_crown",
+    "backward",
+    "bench",
+    "crown_intermediate",
+    "differential_check",
+    "ibp",
+    "load_onnx",
+    "parse_vnnlib",
+    "pgd_attack",
+    "read_instances",
+    "read_results",
+    "run_instance",
+    "verify_instance",
+    "write_result_file",
+]

@@ -1,0 +1,152 @@
+"""Run a VNN-COMP benchmark directory (``instances.csv``) and score it against published results.
+
+Rows are appended and flushed one by one (an interrupted run keeps what it finished; ``resume``
+skips rows already in the CSV). ``.gz`` models and properties are decompressed once into a
+cache directory next to the results file. With a reference results CSV (e.g.
+``alpha_beta_crown_mnist_fc_results.csv`` from VNN-COMP 2022) the summary counts agreement and
+*wrong* answers: our ``unsat`` where the reference has ``sat`` or vice versa.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gpufield.errors import GpufieldError, InputError
+from gpufield.verify.io.results import ResultsWriter, instance_key, read_instances, read_results
+from gpufield.verify.runner import VerifyConfig, verify_instance
+
+
+@dataclass
+class BenchSummary:
+    """Counts of one benchmark run.
+
+    Attributes:
+        counts: verdict -> number of instances (this run plus resumed rows).
+        total_s: wall seconds of the instances run now.
+        reference_counts: verdict -> count in the reference (same instances), if given.
+        agree: decided by both with the same answer.
+        wrong: decided by both with opposite answers (must be 0).
+        wrong_instances: ``onnx,vnnlib`` of each wrong answer.
+        rows: ``(onnx, vnnlib, result, seconds)`` per instance in CSV order.
+    """
+
+    counts: dict[str, int] = field(default_factory=dict)
+    total_s: float = 0.0
+    reference_counts: dict[str, int] | None = None
+    agree: int = 0
+    wrong: int = 0
+    wrong_instances: list[str] = field(default_factory=list)
+    rows: list[tuple[str, str, str, float]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        """JSON text of the summary."""
+        return json.dumps(asdict(self), indent=2)
+
+
+def _materialise(bench_dir: Path, rel: str, cache: Path) -> Path:
+    p = bench_dir / rel
+    if not p.exists() and (bench_dir / (rel + ".gz")).exists():
+        p = bench_dir / (rel + ".gz")
+    if p.suffix != ".gz":
+        if not p.exists():
+            raise InputError(f"listed file {rel} does not exist", path=str(bench_dir / "instances.csv"))
+        return p
+    out = cache / p.relative_to(bench_dir).with_suffix("")
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(p) as src, open(out.with_name(out.name + ".part"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        out.with_name(out.name + ".part").replace(out)
+    return out
+
+
+def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path | None = None,
+          config: VerifyConfig | None = None, max_instance_s: float | None = None,
+          resume: bool = False, force: bool = False, limit: int | None = None,
+          progress: bool = True) -> BenchSummary:
+    """Run every instance of ``bench_dir/instances.csv``.
+
+    Args:
+        bench_dir: benchmark directory (holds ``instances.csv``, ``onnx/``, ``vnnlib/``).
+        out_csv: results CSV to write (VNN-COMP columns).
+        reference: a published results CSV to compare with.
+        config: verifier settings.
+        max_instance_s: cap on each instance's timeout (seconds), for bounded total time.
+        resume: keep an existing ``out_csv`` and skip its rows.
+        force: overwrite an existing ``out_csv``.
+        limit: run only the first ``limit`` instances.
+        progress: show a rich progress bar.
+
+    Returns:
+        :class:`BenchSummary`; also written as ``<out_csv>.summary.json``.
+
+    Raises:
+        InputError: missing ``instances.csv``/files, or ``out_csv`` exists without resume/force.
+    """
+    bench_dir, out_csv = Path(bench_dir), Path(out_csv)
+    instances = read_instances(bench_dir / "instances.csv")[:limit]
+    done: dict[tuple[str, str], str] = {}
+    if out_csv.exists():
+        if resume:
+            done = read_results(out_csv)
+        elif force:
+            out_csv.unlink()
+        else:
+            raise InputError("results file exists; pass --resume or --force", path=str(out_csv))
+    ref = read_results(reference) if reference else None
+    cache = out_csv.parent / (out_csv.stem + "_inputs")
+    writer = ResultsWriter(out_csv, append=True)
+    summary = BenchSummary()
+    name = bench_dir.name
+    prog = None
+    if progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), transient=False)
+        prog.start()
+        task = prog.add_task(f"verify {name}", total=len(instances))
+    try:
+        for inst in instances:
+            key = instance_key(inst.onnx, inst.vnnlib)
+            if key in done:
+                result, secs = done[key], 0.0
+            else:
+                timeout = inst.timeout_s if max_instance_s is None else min(inst.timeout_s, max_instance_s)
+                t0 = time.monotonic()
+                try:
+                    onnx_p = _materialise(bench_dir, inst.onnx, cache)
+                    vnn_p = _materialise(bench_dir, inst.vnnlib, cache)
+                    result = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config).verdict
+                except GpufieldError:
+                    result = "error"
+                secs = time.monotonic() - t0
+                summary.total_s += secs
+                writer.write(name, inst.onnx, inst.vnnlib, 0.0, result, secs)
+            summary.rows.append((inst.onnx, inst.vnnlib, result, secs))
+            summary.counts[result] = summary.counts.get(result, 0) + 1
+            if ref is not None and key in ref:
+                theirs = ref[key]
+                if result in ("sat", "unsat") and theirs in ("sat", "unsat"):
+                    if result == theirs:
+                        summary.agree += 1
+                    else:
+                        summary.wrong += 1
+                        summary.wrong_instances.append(f"{inst.onnx},{inst.vnnlib}")
+            if prog is not None:
+                prog.update(task, advance=1, description=f"verify {name} {dict(summary.counts)}")
+    finally:
+        writer.close()
+        if prog is not None:
+            prog.stop()
+    if ref is not None:
+        keys = [instance_key(i.onnx, i.vnnlib) for i in instances]
+        summary.reference_counts = dict(Counter(ref[k] for k in keys if k in ref))
+    Path(str(out_csv) + ".summary.json").write_text(summary.to_json())
+    return summary

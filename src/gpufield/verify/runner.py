@@ -1,0 +1,273 @@
+"""One VNN-COMP instance end to end: load, check, attack, bound, decide — within a timeout.
+
+Pipeline per case (input box): a quick PGD round; IBP; CROWN with CROWN intermediate bounds
+(intersected with IBP); α-CROWN if still open; then more PGD rounds while time remains.
+``unsat`` is answered only when every clause of every case is proven infeasible by a bound
+that was re-evaluated in float64 with a margin above ``margin_tol``; ``sat`` only with a
+counterexample validated by onnxruntime.
+
+Shape legend: B batch (1 here: one box at a time), * node shape, N input size.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gpufield.errors import ModelFormatError, SpecFormatError
+from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck
+from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
+from gpufield.verify.graph import Graph
+from gpufield.verify.io.onnx_load import load_onnx
+from gpufield.verify.io.ort import OrtModel, differential_check
+from gpufield.verify.io.vnnlib import Case, parse_vnnlib
+from gpufield.verify.propagate import backward, crown_intermediate, ibp
+from gpufield.verify.spec import Spec
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+METHODS = ("ibp", "crown", "alpha")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class VerifyConfig:
+    """Settings of :func:`verify_instance`.
+
+    Attributes:
+        method: strongest bound to use: ``ibp``, ``crown`` or ``alpha`` (α-CROWN).
+        device: torch device for bounds and attack (``cpu``, ``cuda``, ``cuda:1``).
+        dtype: ``float32`` (default) or ``float64`` working precision.
+        alpha: α-CROWN optimiser settings.
+        attack: PGD settings of one round.
+        attack_rounds: most PGD rounds after bounding failed (stops earlier at the deadline).
+        margin_tol: a clause counts as proven only if its float64 margin exceeds this.
+        ort_atol: tolerance of the load-time differential check against onnxruntime.
+        memory_budget_bytes: cap on the A-matrices of one spec chunk.
+    """
+
+    method: str = "alpha"
+    device: str = "cpu"
+    dtype: str = "float32"
+    alpha: AlphaConfig = field(default_factory=AlphaConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    attack_rounds: int = 20
+    margin_tol: float = 1e-7
+    ort_atol: float = 1e-4
+    memory_budget_bytes: int = 2 << 30
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method {self.method!r} not in {METHODS}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype {self.dtype!r} not in {tuple(_DTYPES)}")
+        if self.attack_rounds < 0 or self.margin_tol < 0:
+            raise ValueError(f"attack_rounds={self.attack_rounds}, margin_tol={self.margin_tol} must be >= 0")
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of one instance.
+
+    Attributes:
+        verdict: ``sat``, ``unsat``, ``unknown`` or ``timeout``.
+        counterexample: the validated witness of ``sat``.
+        seconds: wall time including loading.
+        margins: per stage (``ibp``, ``crown``, ``alpha``, ``float64``), the smallest clause margin
+            over all cases (positive = proven), for reports.
+        message: a one-line account of how the verdict was reached.
+    """
+
+    verdict: str
+    counterexample: Counterexample | None
+    seconds: float
+    margins: dict[str, float]
+    message: str = ""
+
+
+def outward_box(case: Case, shape, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The case's box as ``[1, *shape]`` tensors in ``dtype``, rounded outwards (never shrinks)."""
+    lo = torch.as_tensor(case.lo_N, dtype=torch.float64)
+    hi = torch.as_tensor(case.hi_N, dtype=torch.float64)
+    lo_d, hi_d = lo.to(dtype), hi.to(dtype)
+    lo_d = torch.where(lo_d.double() > lo, torch.nextafter(lo_d, torch.tensor(-torch.inf, dtype=dtype)), lo_d)
+    hi_d = torch.where(hi_d.double() < hi, torch.nextafter(hi_d, torch.tensor(torch.inf, dtype=dtype)), hi_d)
+    return lo_d.reshape(1, *shape).to(device), hi_d.reshape(1, *shape).to(device)
+
+
+def _ibp_clauses(graph: Graph, spec: Spec, bounds) -> torch.Tensor:
+    l, u = (t.flatten(1) for t in bounds[graph.output_name])
+    C = torch.as_tensor(spec.C_SM, dtype=l.dtype, device=l.device)
+    lb_SB = C.clamp(min=0) @ l.T + C.clamp(max=0) @ u.T
+    return spec.clause_value(spec.margins(lb_SB))
+
+
+def _crown_clauses(graph, spec, lo, hi, ref, budget):
+    inter = crown_intermediate(graph, lo, hi, ref=ref, memory_budget_bytes=budget)
+    C = spec.C_SB(graph.output_shape, lo.shape[0], lo)
+    lb, _ = backward(graph, graph.output_name, C, lo, hi, inter, upper=False)
+    return spec.clause_value(spec.margins(lb)), inter
+
+
+class _Case:
+    """Bounding state of one case (internal)."""
+
+    def __init__(self, g, g64, case, n_out, cfg):
+        self.case, self.cfg = case, cfg
+        self.spec = Spec.from_case(case, n_out)
+        self.g, self.g64 = g, g64
+        self.lo, self.hi = outward_box(case, g.input_shape, g.dtype, g.device)
+        self.lo64, self.hi64 = outward_box(case, g.input_shape, torch.float64, g.device)
+        self.margins: dict[str, float] = {}
+        self._ref64 = None
+
+    def ref64(self):
+        if self._ref64 is None:
+            ib = ibp(self.g64, self.lo64, self.hi64)
+            self._ref64 = crown_intermediate(self.g64, self.lo64, self.hi64, ref=ib,
+                                             memory_budget_bytes=self.cfg.memory_budget_bytes)
+            self._ref64 = {**ib, **self._ref64}
+        return self._ref64
+
+    def prove(self, deadline_s: float) -> bool:
+        cfg, g, sp = self.cfg, self.g, self.spec
+        with torch.no_grad():
+            ib = ibp(g, self.lo, self.hi)
+            v = _ibp_clauses(g, sp, ib)
+            self.margins["ibp"] = float(v.min())
+            if cfg.method == "ibp":
+                return bool((v > 0).all()) and self._proven64(None, use_ibp=True)
+            v, inter = _crown_clauses(g, sp, self.lo, self.hi, ib, cfg.memory_budget_bytes)
+            self.margins["crown"] = float(v.min())
+        if bool((v > 0).all()) and self._proven64(None):
+            return True
+        if cfg.method != "alpha" or time.monotonic() > deadline_s:
+            return False
+        ref = {**ib, **inter}
+        res = alpha_crown(g, sp, self.lo, self.hi, ref, inter, cfg.alpha, deadline_s)
+        self.margins["alpha"] = float(res.best_KB.min())
+        return bool((res.best_KB > 0).all()) and self._proven64(res.snapshots)
+
+    def _proven64(self, snapshots, use_ibp=False) -> bool:
+        with torch.no_grad():
+            if use_ibp:
+                v = _ibp_clauses(self.g64, self.spec, ibp(self.g64, self.lo64, self.hi64))
+            else:
+                v, _ = _crown_clauses(self.g64, self.spec, self.lo64, self.hi64, self.ref64(),
+                                      self.cfg.memory_budget_bytes)
+                if snapshots:
+                    v = torch.maximum(v, recheck(self.g64, self.spec, self.lo64, self.hi64,
+                                                 self.ref64(), snapshots))
+        self.margins["float64"] = float(v.min())
+        return bool((v > self.cfg.margin_tol).all())
+
+
+def load_instance(onnx_path: str | Path, vnnlib_path: str | Path, atol: float = 1e-4):
+    """Load and cross-check a model and its property.
+
+    Returns:
+        ``(graph, ort_model, property)``.
+
+    Raises:
+        ModelFormatError: unsupported model, or its forward disagrees with onnxruntime.
+        SpecFormatError: malformed property, or its variable counts do not fit the model.
+    """
+    graph = load_onnx(onnx_path)
+    ort_model = OrtModel(onnx_path)
+    prop = parse_vnnlib(vnnlib_path)
+    n_in = int(np.prod(graph.input_shape))
+    n_out = int(np.prod(graph.output_shape))
+    if prop.n_inputs != n_in or prop.n_outputs != n_out:
+        raise SpecFormatError(
+            f"declares {prop.n_inputs} inputs / {prop.n_outputs} outputs but the model "
+            f"{Path(onnx_path).name} has {n_in} / {n_out}", path=str(vnnlib_path))
+    for case in prop.cases:
+        differential_check(graph, ort_model, case.lo_N, case.hi_N, atol=atol, rtol=atol)
+    return graph, ort_model, prop
+
+
+def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s: float,
+                    config: VerifyConfig | None = None) -> VerifyResult:
+    """Decide one VNN-COMP instance.
+
+    Args:
+        onnx_path: model (``.onnx`` or ``.onnx.gz``).
+        vnnlib_path: property (``.vnnlib`` or ``.vnnlib.gz``).
+        timeout_s: wall-clock budget in seconds (loading included).
+        config: settings (defaults: α-CROWN, float32, CPU).
+
+    Returns:
+        :class:`VerifyResult` (``sat``/``unsat``/``unknown``/``timeout``).
+
+    Raises:
+        ModelFormatError, SpecFormatError: bad inputs (see :func:`load_instance`).
+    """
+    cfg = config or VerifyConfig()
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    graph, ort_model, prop = load_instance(onnx_path, vnnlib_path, cfg.ort_atol)
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelFormatError(f"device {cfg.device} requested but CUDA is not available")
+    g = graph.cast(_DTYPES[cfg.dtype], cfg.device)
+    g64 = graph.cast(torch.float64, cfg.device)
+    g_attack = graph.cast(torch.float32, cfg.device)
+    states = [_Case(g, g64, c, prop.n_outputs, cfg) for c in prop.cases]
+    margins: dict[str, float] = {}
+
+    def done(verdict, cex=None, msg=""):
+        for s in states:
+            for k, v in s.margins.items():
+                margins[k] = min(margins.get(k, np.inf), v)
+        return VerifyResult(verdict, cex, time.monotonic() - t0, margins, msg)
+
+    for s in states:  # cheap falsification first
+        cex = pgd_attack(g_attack, ort_model, s.case, cfg.attack, deadline_s=deadline, rounds=1)
+        if cex is not None:
+            return done("sat", cex, "PGD counterexample validated by onnxruntime")
+    open_states = []
+    for s in states:
+        if time.monotonic() > deadline:
+            return done("timeout", msg="deadline reached while bounding")
+        if not s.prove(deadline):
+            open_states.append(s)
+    if not open_states:
+        return done("unsat", msg=f"all clauses proven ({cfg.method}), float64 re-check passed")
+    for r in range(1, cfg.attack_rounds + 1):
+        for s in open_states:
+            if time.monotonic() > deadline:
+                return done("timeout", msg="deadline reached while attacking")
+            a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
+                             step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
+            cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
+            if cex is not None:
+                return done("sat", cex, f"PGD round {r} counterexample validated by onnxruntime")
+    return done("unknown", msg="bounds not tight enough and no counterexample found")
+
+
+def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: str | Path, *,
+                 timeout_s: float, config: VerifyConfig | None = None,
+                 force: bool = False) -> VerifyResult:
+    """:func:`verify_instance` and write the VNN-COMP result file (what ``gpufield verify run`` does).
+
+    The result file is checked before any work (never overwritten without ``force``). Bad inputs
+    write ``error`` to the result file and re-raise.
+
+    Raises:
+        InputError: the result file exists and ``force`` is False.
+        ModelFormatError, SpecFormatError: bad model or property (after writing ``error``).
+    """
+    from gpufield.errors import InputError
+    from gpufield.verify.io.results import write_result_file
+
+    rp = Path(result_path)
+    if rp.exists() and not force:
+        raise InputError("result file exists; pass --force to overwrite it", path=str(rp))
+    try:
+        res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=config)
+    except InputError:
+        write_result_file(rp, "error", force=True)
+        raise
+    write_result_file(rp, res.verdict, res.counterexample, force=True)
+    return res
