@@ -1,0 +1,18 @@
+"""Emulated full-FP64 FFT on INT8/FP8 tensor cores (Ozaki-II residues + Bailey six-step).
+
+Internal package of :mod:`gpufield.fp64`; the public names are re-exported there.
+
+* :mod:`.twiddles`: exact integer twiddles from exact angle indices, verified at import;
+* :mod:`.backends`: modular 3M GEMMs (exact CPU reference, torch._int_mm INT8, torch._scaled_mm FP8);
+* :mod:`.epilogue`: mod reduction + Karatsuba combine + CRT (Garner / fixed-point CRT / tensor-core
+  bulk + Kulisch remainder) + one rounding, in torch ops (the reference for the Triton kernel in
+  :mod:`gpufield.fp64.kernels.fft_epilogue`);
+* :mod:`.stage`: one DFT-GEMM stage and :class:`EmulatedFftPlan`;
+* :mod:`.sixstep`: Bailey six-step per axis, n-D driver and inverse;
+* :mod:`.reference`: independent oracles (exact Python-int stage, mpmath DFT).
+"""
+
+from gpufield.fp64.fft.sixstep import fftn_fp64_emulated, ifftn_fp64_emulated
+from gpufield.fp64.fft.stage import EmulatedFftPlan, auto_num_moduli
+
+__all__ = ["EmulatedFftPlan", "auto_num_moduli", "fftn_fp64_emulated", "ifftn_fp64_emulated"]

@@ -1,0 +1,218 @@
+"""One emulated DFT-GEMM stage: per-row scaling, residues, modular 3M GEMMs, fused epilogue.
+
+For a batch X in C^{G x R x N} and integer twiddle matrices W_g in Z^{K x N} (one per group g; the
+Bailey "fused twiddles" of stage 2 are one matrix per k1, see :mod:`gpufield.fp64.fft.sixstep`), the
+stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
+
+1. per-row scaling: e_b = max exponent of the row's real and imaginary parts (frexp, zeros
+   excluded), s_b = b_x - e_b; X' = round(X * 2^s_b) as int64, |X'| <= 2^b_x (exact for every
+   element within b_x - 53 binades of the row maximum);
+2. exact twiddle integers W' = round(W * 2^b_w) from :mod:`gpufield.fp64.fft.twiddles`;
+3. per modulus p: symmetric residues and the three 3M GEMMs on the chosen backend;
+4. the epilogue (mod reduction, 3M combine, exact CRT, one rounding) on torch ops or the fused
+   Triton kernel, Y = Y' * 2^-(s_b + b_w).
+
+CRT uniqueness: |Re Y'|, |Im Y'| <= N * 2 * 2^(b_x + b_w), so the plan requires
+log2 M >= b_x + b_w + log2(N_max = 32) + 1 + 2 (two bits of margin for the quotient estimate).
+
+Shape legend: G groups, R rows, N stage length (inner), K outputs per row, P moduli.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpufield.errors import InputError, NumericsError
+from gpufield.fp64.fft.backends import BACKENDS, products_3m
+from gpufield.fp64.fft.epilogue import VARIANTS, epilogue_tables, epilogue_torch, sym_mod
+from gpufield.fp64.fft.twiddles import twiddle_table
+from gpufield.fp64.ozaki.moduli import RAW_MODULI, moduli_table
+
+MAX_STAGE = 32
+"""Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
+
+EPILOGUES = ("torch", "triton")
+
+
+def _needed_log2_m(input_bits: int, twiddle_bits: int) -> float:
+    return input_bits + twiddle_bits + np.log2(MAX_STAGE) + 1 + 2
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EmulatedFftPlan:
+    """How the emulated FFT runs.
+
+    Attributes:
+        backend: ``"cpu"`` (exact float64 BLAS residue GEMMs), ``"int8"`` (torch._int_mm) or
+            ``"fp8"`` (torch._scaled_mm on E4M3 digits).
+        variant: CRT reconstruction, ``"garner"``, ``"crt"`` or ``"kulisch"``.
+        moduli: ``"int8"`` or ``"fp8"`` moduli table; None = the backend's own (cpu: int8).
+        num_moduli: number of moduli r; None = the smallest r that keeps the CRT unique.
+        input_bits: b_x, bits of the per-row scaled input integers (53..60).
+        twiddle_bits: b_w, bits of the twiddle integers (53..60).
+        epilogue: ``"torch"`` (reference ops) or ``"triton"`` (fused kernel; CUDA, or
+            TRITON_INTERPRET=1 on CPU).
+        chunk_outputs: complex outputs per GEMM+epilogue chunk (memory bound on intermediates:
+            about 12*r bytes per output with int32 products).
+
+    Raises:
+        InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
+    """
+
+    backend: str = "cpu"
+    variant: str = "crt"
+    moduli: str | None = None
+    num_moduli: int | None = None
+    input_bits: int = 56
+    twiddle_bits: int = 56
+    epilogue: str = "torch"
+    chunk_outputs: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise InputError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.variant not in VARIANTS:
+            raise InputError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.epilogue not in EPILOGUES:
+            raise InputError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
+        if self.moduli not in (None, "int8", "fp8"):
+            raise InputError(f"moduli must be 'int8' or 'fp8', got {self.moduli!r}")
+        if self.backend != "cpu" and self.moduli not in (None, self.backend):
+            raise InputError(f"backend {self.backend!r} runs only on {self.backend} moduli")
+        for name in ("input_bits", "twiddle_bits"):
+            if not 8 <= getattr(self, name) <= 60:
+                raise InputError(f"{name} must be in [8, 60], got {getattr(self, name)}")
+        if self.chunk_outputs < 1024:
+            raise InputError(f"chunk_outputs must be >= 1024, got {self.chunk_outputs}")
+        if self.num_moduli is not None:
+            t = moduli_table(self.moduli_kind, self.num_moduli)
+            need = _needed_log2_m(self.input_bits, self.twiddle_bits)
+            if t.log2_M < need:
+                raise InputError(
+                    f"{self.num_moduli} {self.moduli_kind} moduli give log2 M = {t.log2_M:.1f} < {need:.1f} "
+                    f"needed for {self.input_bits}-bit inputs and {self.twiddle_bits}-bit twiddles"
+                )
+
+    @property
+    def moduli_kind(self) -> str:
+        """The moduli table used (``"int8"`` or ``"fp8"``)."""
+        if self.moduli is not None:
+            return self.moduli
+        return "fp8" if self.backend == "fp8" else "int8"
+
+    @property
+    def resolved_num_moduli(self) -> int:
+        """r: the given count, or the smallest keeping the CRT unique for these bit widths."""
+        if self.num_moduli is not None:
+            return self.num_moduli
+        return auto_num_moduli(self.moduli_kind, self.input_bits, self.twiddle_bits)
+
+
+def auto_num_moduli(kind: str, input_bits: int = 56, twiddle_bits: int = 56) -> int:
+    """Smallest number of ``kind`` moduli whose product M keeps the stage CRT unique.
+
+    Raises:
+        InputError: even all moduli of the table are not enough.
+    """
+    need = _needed_log2_m(input_bits, twiddle_bits)
+    for r in range(2, len(RAW_MODULI[kind]) + 1):
+        if moduli_table(kind, r).log2_M >= need:
+            return r
+    raise InputError(f"no {kind} moduli count reaches log2 M >= {need:.1f}")
+
+
+def quantize_rows(x_GRN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row scaling of complex rows to b-bit integers (step 1 of the module docstring).
+
+    Args:
+        x_GRN: complex128 [G, R, N], finite.
+        bits: b_x.
+
+    Returns:
+        ``(xr_GRN, xi_GRN, s_GR)``: int64 real/imag integers with |.| <= 2^bits and the int64 row
+        shifts s (X' = round(X * 2^s)).
+    """
+    parts = []
+    exps = []
+    for v in (x_GRN.real, x_GRN.imag):
+        m, e = torch.frexp(v.contiguous())
+        e = e.to(torch.int64)
+        parts.append((m, e))
+        exps.append(torch.where(m != 0, e, torch.full_like(e, -(1 << 20))))
+    e_row = torch.maximum(exps[0], exps[1]).amax(dim=-1)  # [G, R]
+    s = bits - e_row
+    out = []
+    from gpufield.fp64.fft.epilogue import ldexp_exact
+
+    for m, e in parts:
+        out.append(torch.round(ldexp_exact(m, (e + s[..., None]).clamp(min=-2000))).to(torch.int64))
+    return out[0], out[1], s
+
+
+def twiddle_ints(idx_GKN: np.ndarray, bits: int, device: torch.device, inverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Integer twiddles W' = round(W * 2^bits) for table indices (forward: W = cos - i sin).
+
+    Args:
+        idx_GKN: int array of indices into the 1024-entry table.
+        bits: b_w.
+        device: target device.
+        inverse: use W = cos + i sin (conjugate roots).
+
+    Returns:
+        int64 ``(wr, wi)`` tensors shaped like ``idx_GKN``.
+    """
+    c, s = twiddle_table(bits)
+    wr = torch.from_numpy(c[idx_GKN]).to(device)
+    wi = torch.from_numpy(s[idx_GKN]).to(device)
+    return wr, (wi if inverse else -wi)
+
+
+def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -> torch.Tensor:
+    """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
+
+    Args:
+        x_GRN: complex128 [G, R, N] (N <= 32), on CPU or CUDA.
+        idx_GKN: int array [G, K, N] of twiddle-table indices (forward roots).
+        plan: :class:`EmulatedFftPlan`.
+
+    Returns:
+        complex128 [G, R, K] on the input's device.
+
+    Raises:
+        NumericsError: non-finite input (the emulation has no Inf/NaN path; policy: refuse loudly).
+        InputError: shapes do not match.
+    """
+    G, R, N = x_GRN.shape
+    if idx_GKN.shape[0] != G or idx_GKN.shape[2] != N or N > MAX_STAGE:
+        raise InputError(f"stage shapes do not match: x {tuple(x_GRN.shape)}, twiddles {idx_GKN.shape}")
+    if not bool(torch.isfinite(torch.view_as_real(x_GRN)).all()):
+        raise NumericsError("emulated FFT input has Inf or NaN; the emulation only handles finite values")
+    K = idx_GKN.shape[1]
+    dev = x_GRN.device
+    r = plan.resolved_num_moduli
+    table = moduli_table(plan.moduli_kind, r)
+    tab = epilogue_tables(plan.moduli_kind, r)
+    wr_int, wi_int = twiddle_ints(idx_GKN, plan.twiddle_bits, dev)
+    w_res = [(sym_mod(wr_int, p), sym_mod(wi_int, p)) for p in table.moduli]
+    y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
+    rows = max(1, plan.chunk_outputs // K)
+    if plan.epilogue == "triton":
+        from gpufield.fp64.kernels.fft_epilogue import epilogue_triton as run_epi
+    else:
+        run_epi = epilogue_torch
+    for g in range(G):
+        for r0 in range(0, R, rows):
+            xc = x_GRN[g:g + 1, r0:r0 + rows]
+            xr, xi, s = quantize_rows(xc, plan.input_bits)
+            Rc = xc.shape[1]
+            T = torch.empty((r, 3, 1, Rc, K), dtype=torch.int32, device=dev)
+            for l, p in enumerate(table.moduli):
+                wr, wi = w_res[l]
+                T[l] = products_3m(plan.backend, sym_mod(xr, p), sym_mod(xi, p), wr[g:g + 1], wi[g:g + 1],
+                                   p, table, l)
+            shift = (s + plan.twiddle_bits)[..., None].expand(1, Rc, K).reshape(-1)
+            y[g, r0:r0 + Rc] = run_epi(T.view(r, 3, -1), shift, tab, plan.variant).view(Rc, K)
+    return y
