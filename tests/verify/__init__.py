@@ -1,0 +1,1 @@
+"""Tests of gpufield.verify (a package so module names cannot clash with other wings)."""
