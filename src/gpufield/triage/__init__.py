@@ -1,3 +1,71 @@
-"""gpufield.triage (see README)."""
+"""gpufield.triage: find the root incident behind a failed multi-node job, and what to do about it.
 
-__all__: list[str] = []
+Quick start::
+
+    $ gpufield triage                      # the bundled example: two hosts x 8 ranks, Xid 79 on host B
+    $ gpufield triage /logs/job-1234/ --html report.html --db events.duckdb
+    $ gpufield triage node-a.log node-b-dmesg.txt --json
+    $ gpufield triage eval ../shared/data/triage-cases      # score against a labelled corpus
+
+From Python::
+
+    from gpufield.triage import analyze, dumps
+    result = analyze(["/logs/job-1234"])
+    top = result.verdict               # Incident: cls, root_cause, confidence, action, evidence
+    print(top.cls, top.host, top.gpu, top.action)
+
+**What it reads.** Kernel logs (dmesg, ``dmesg -T``, journal, syslog: NVRM Xid, fallen off the bus,
+reset required, PCIe AER, OOM killer), NCCL INFO/WARN lines (IB completion errors, socket errors),
+PyTorch ProcessGroupNCCL watchdog/heartbeat/Flight Recorder lines, torchrun ChildFailedError blocks,
+CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi dumps, DCGM text.
+
+**How it decides** (``../shared/reference/triage.md`` section 5.6):
+
+1. Events are put on one timeline. Cross-host clock skew is estimated from watchdog timeouts of the
+   same collective (same SeqNum) on several hosts; events without a timestamp keep file order.
+2. An explicit, ordered rule table (``gpufield.triage.engine.rules.RULES``) turns events into
+   findings, each with a class of the triage.md 5.3 taxonomy, a causal tier and its evidence lines.
+3. Findings are ordered by causal prior - hardware > fabric > host > process > NCCL remote/system
+   errors > watchdog/heartbeat > torchrun teardown - then by corrected time. Later, higher-tier
+   findings consistent with a root (entity, time window) are folded into it as its *cascade*, with
+   same-message copies across ranks deduplicated and counted.
+4. When only cascades exist (watchdog timeouts, broken pipes, ChildFailedError), the incident's
+   class names the symptom but its ``root_cause`` is ``UNKNOWN`` and ``next_evidence`` says what to
+   collect (Flight Recorder, dmesg of the missing rank's host, ...).
+
+**Confidence** is a calibrated-ish probability that the class is the right label for the incident:
+0.9 a catalogued code/message with the blamed host or GPU identified; 0.8 the same without an
+entity; ~0.65 an inference across events (SeqNum mismatch, setup barrier); ~0.45-0.5 a class chosen
+by prior with corroboration missing (SIGKILL without an OOM-killer line); 0.3-0.4 cascade-only.
+``gpufield triage eval`` prints accuracy per confidence bin so this can be checked.
+
+**Actions** (``action_kind``): ``RETRY`` (transient/unknown, once, with evidence turned on),
+``EXCLUDE_NODE`` (hardware on a host), ``RESET_GPU``, ``FIX_CONFIG`` or ``STOP``. Configuration,
+code and data classes are never retried blindly (triage.md 5.10).
+
+**Outputs.** ``render`` prints one screen; ``dumps`` gives JSON (schema in
+``gpufield.triage.report.json_export``; ``incidents`` most likely root first, each with ``class``,
+``confidence``, ``action``, ``root`` {host, rank, gpu, file, line}, ``cascade_count``, ``evidence``);
+``write_html`` writes one self-contained page with an SVG timeline by host and rank. Existing output
+files are never replaced unless ``force=True`` (``--force``).
+
+**Evaluation.** ``evaluate(dir)`` scores the engine against a corpus whose ``INDEX.md`` labels each
+case; see :mod:`gpufield.triage.evaluate` for the label grammar (chains ``A → B``, lists ``A and B``).
+"""
+
+from __future__ import annotations
+
+from gpufield.triage.analyze import TriageResult, analyze, check_writable, example_dir, store_events
+from gpufield.triage.engine.actions import ACTION_KINDS, NO_RETRY
+from gpufield.triage.engine.model import TAXONOMY, EvidenceLine, Incident
+from gpufield.triage.evaluate import EvalReport, evaluate, parse_index
+from gpufield.triage.events import KINDS, SOURCES, Event
+from gpufield.triage.report import dumps, one_line, render, render_html, to_dict, write_html
+from gpufield.triage.report.eval_view import render_eval
+
+__all__ = [
+    "ACTION_KINDS", "EvalReport", "Event", "EvidenceLine", "Incident", "KINDS", "NO_RETRY", "SOURCES",
+    "TAXONOMY", "TriageResult", "analyze", "check_writable", "dumps", "evaluate", "example_dir",
+    "one_line", "parse_index", "render", "render_eval", "render_html", "store_events", "to_dict",
+    "write_html",
+]

@@ -1,0 +1,187 @@
+"""The one library entry point: ``analyze(paths) -> TriageResult``.
+
+Reads the given log files/directories (or, with no paths, the bundled example incident), runs the
+engine and returns incidents ordered most likely root first. Rendering (rich summary, JSON, HTML)
+lives in :mod:`gpufield.triage.report`; the CLI only calls these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpufield.errors import InputError, LogFormatError
+from gpufield.triage.engine import EngineResult, run_engine
+from gpufield.triage.engine.model import Incident
+from gpufield.triage.engine.phases import scan_files
+from gpufield.triage.events import Event
+
+EXAMPLE_NAME = "xid79-two-hosts"
+
+
+@dataclass(slots=True)
+class TriageResult:
+    """What :func:`analyze` found.
+
+    Attributes:
+        incidents: most likely root first (empty when no rule fired).
+        events: every parsed event, in timeline order.
+        inputs: the paths analysed, as given (the example directory when none were given).
+        stats: ingestion statistics (files, lines, bytes, events; keys as ingestion reports them).
+        clock_offsets_s: estimated clock offset per host (seconds, host minus reference).
+        example: True when the bundled example incident was analysed.
+        engine: the raw engine output (findings, timeline) for reports and debugging.
+    """
+
+    incidents: list[Incident]
+    events: list[Event]
+    inputs: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
+    clock_offsets_s: dict[str, float] = field(default_factory=dict)
+    example: bool = False
+    engine: EngineResult | None = None
+
+    @property
+    def verdict(self) -> Incident | None:
+        """The top incident (most likely root), or None."""
+        return self.incidents[0] if self.incidents else None
+
+
+def example_dir() -> Path:
+    """Directory of the bundled example incident (two hosts x 8 ranks, Xid 79 on host B)."""
+    return Path(str(resources.files("gpufield.triage.examples") / EXAMPLE_NAME))
+
+
+def _files_under(paths: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                out.extend(os.path.join(root, n) for n in sorted(names) if not n.startswith("."))
+        else:
+            out.append(p)
+    return out
+
+
+def _ingest(paths: Sequence[str]) -> tuple[list[Event], dict[str, Any]]:
+    """Events and stats from ``gpufield.triage.ingest`` (the parsers' half of the wing)."""
+    from gpufield.triage.ingest import ingest
+
+    res = ingest(list(paths))
+    events = list(getattr(res, "events", res if isinstance(res, list) else []))
+    stats_obj = getattr(res, "stats", None)
+    if stats_obj is None:
+        stats: dict[str, Any] = {}
+    elif isinstance(stats_obj, dict):
+        stats = dict(stats_obj)
+    elif hasattr(stats_obj, "__dataclass_fields__"):
+        stats = {k: getattr(stats_obj, k) for k in stats_obj.__dataclass_fields__}
+    else:
+        stats = {k: v for k, v in vars(stats_obj).items() if not k.startswith("_")}
+    return events, stats
+
+
+def _check_paths(paths: Sequence[str]) -> None:
+    for p in paths:
+        if not os.path.exists(p):
+            raise InputError("no such file or directory", path=p)
+    files = _files_under(paths)
+    if not files:
+        raise LogFormatError("no files to read (empty directory)", path=paths[0])
+
+
+def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_tolerance_s: float = 30.0) -> TriageResult:
+    """Triage the logs at ``paths`` and return incidents, most likely root first.
+
+    Args:
+        paths: log files and/or directories (walked recursively) from one failed job: kernel logs
+            (dmesg/journal/syslog), NCCL, PyTorch, torchrun, training output, nvidia-smi dumps,
+            DCGM/Prometheus text. None or empty: the bundled example incident.
+        skew_tolerance_s: clock uncertainty between hosts after the automatic skew correction;
+            events on different hosts closer than this are ordered by causal prior only.
+
+    Returns:
+        A :class:`TriageResult`. A run whose logs match no rule has no incidents (exit 0 in the CLI:
+        "no failure signature found" is a verdict).
+
+    Raises:
+        InputError: a path does not exist.
+        LogFormatError: nothing at all could be read (empty directory, only binary files).
+        ValueError: ``skew_tolerance_s`` is negative.
+    """
+    example = not paths
+    given = [str(example_dir())] if example else [os.fspath(p) for p in paths]  # type: ignore[union-attr]
+    _check_paths(given)
+    events, stats = _ingest(given)
+    files = _files_under(given)
+    if not events and not _any_text(stats, files):
+        raise LogFormatError("nothing could be read: no text lines in the input (binary or empty files?)",
+                             path=given[0])
+    result = run_engine(events, phases=scan_files(files), skew_tolerance_s=skew_tolerance_s)
+    return TriageResult(
+        incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
+        clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},
+        example=example, engine=result,
+    )
+
+
+def _any_text(stats: dict[str, Any], files: Sequence[str]) -> bool:
+    for key in ("lines", "lines_read", "n_lines", "total_lines"):
+        if isinstance(stats.get(key), int):
+            return stats[key] > 0
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                head = fh.read(8192)
+        except OSError:
+            continue
+        if head.strip() and b"\x00" not in head:
+            return True
+    return False
+
+
+def check_writable(path: str | os.PathLike[str], *, force: bool = False, append_ok: bool = False) -> None:
+    """Refuse an output path before any work is done.
+
+    Args:
+        path: an output file the user named (``--html``, ``--db``).
+        force: the user asked to replace (HTML) or append to (DuckDB) an existing file.
+        append_ok: the output is appended to rather than replaced when ``force`` is given.
+
+    Raises:
+        InputError: the file exists and ``force`` is False, or its directory does not exist.
+    """
+    p = Path(path)
+    if p.exists() and not force:
+        how = "append to it" if append_ok else "replace it"
+        raise InputError(f"file exists; refusing to overwrite it (pass --force to {how})", path=str(p))
+    if not p.parent.is_dir():
+        raise InputError("directory does not exist", path=str(p.parent))
+
+
+def store_events(result: TriageResult, path: str | os.PathLike[str], *, force: bool = False) -> int:
+    """Write the result's events to a DuckDB store (``gpufield.telemetry.Store``, table ``events``).
+
+    Args:
+        result: an :func:`analyze` result.
+        path: the ``.duckdb`` file.
+        force: append to an existing store; without it an existing path is refused.
+
+    Returns:
+        Number of events written.
+
+    Raises:
+        InputError: the path exists and ``force`` is False.
+        TelemetryError: the existing file is not a gpufield DuckDB store.
+        DependencyError: duckdb/pyarrow missing.
+    """
+    check_writable(path, force=force, append_ok=True)
+    from gpufield.telemetry.store import Store
+
+    with Store(path, mode="a" if force else "x") as st:
+        return st.add_events(result.events)

@@ -1,0 +1,63 @@
+"""The triage engine: events in, incidents out (internal; the public entry is ``gpufield.triage.analyze``).
+
+Pipeline: :func:`~gpufield.triage.engine.correlate.build_timeline` (skew-corrected order) ->
+every rule of :data:`~gpufield.triage.engine.rules.RULES` -> findings ->
+:func:`~gpufield.triage.engine.incidents.build_incidents` (root vs cascade, actions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpufield.triage.engine.correlate import Timeline, build_timeline
+from gpufield.triage.engine.incidents import build_incidents
+from gpufield.triage.engine.model import Finding, Incident
+from gpufield.triage.engine.phases import PhaseMark
+from gpufield.triage.engine.rules import RULES, Rule, RuleContext
+from gpufield.triage.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class EngineResult:
+    """Output of :func:`run_engine`.
+
+    Attributes:
+        incidents: most likely root first.
+        findings: every rule finding (for debugging and the HTML report).
+        timeline: the corrected timeline the rules saw.
+    """
+
+    incidents: list[Incident]
+    findings: list[Finding]
+    timeline: Timeline
+
+
+def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), skew_tolerance_s: float = 30.0,
+               rules: Sequence[Rule] = RULES) -> EngineResult:
+    """Classify ``events`` into incidents.
+
+    Args:
+        events: parsed events, in ingestion order.
+        phases: phase markers found in the same inputs (see :mod:`.phases`).
+        skew_tolerance_s: cross-host clock uncertainty after correction, seconds.
+        rules: the rule table (default :data:`RULES`); tests may pass a subset.
+
+    Returns:
+        An :class:`EngineResult`; no incidents when no rule fired.
+
+    Raises:
+        ValueError: ``skew_tolerance_s`` < 0, or a rule emitted a class outside the taxonomy.
+    """
+    tl = build_timeline(events, skew_tolerance_s=skew_tolerance_s)
+    ctx = RuleContext(tl, phases)
+    findings: list[Finding] = []
+    for rule in rules:
+        found = rule(ctx)
+        ctx.cite(found)
+        findings.extend(found)
+    incidents = build_incidents(findings, tl, progress=ctx.kinds("loss"))
+    return EngineResult(incidents=incidents, findings=findings, timeline=tl)
+
+
+__all__ = ["EngineResult", "Incident", "Finding", "run_engine"]

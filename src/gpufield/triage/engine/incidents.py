@@ -1,0 +1,132 @@
+"""Root vs cascade: fold findings into incidents, order them most likely root first.
+
+Ordering (triage.md 5.6 item 2): established findings before unestablished ones, then by causal
+tier (hardware > fabric > host > process > NCCL errors > watchdog > teardown), then by corrected
+time, then by confidence. Walking that order, a finding becomes a *cascade* of an earlier root when
+
+- it is cascade-level (tier >= NCCL), or it is not established, or the root is a lower tier
+  (hardware explains a NaN, an IB error, a dead rank), and
+- it is not clearly *before* the root (beyond the skew tolerance) and not more than
+  :data:`EPISODE_S` after it, and
+- for findings below the NCCL tier, its entity is consistent with the root's (same host, an
+  unknown/unmapped host, or a peer address that cannot be resolved to a different known host);
+  NCCL errors, watchdog timeouts and teardown happen on victims anywhere in the job.
+
+Everything else starts its own incident. A host blamed by established hardware incidents in
+:data:`LEMON_MIN` or more separate files (jobs) is additionally reported as ``LEMON_NODE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpufield.triage.engine.actions import action_for
+from gpufield.triage.engine.correlate import Timeline, dedupe
+from gpufield.triage.engine.model import Finding, Incident, Tier
+from gpufield.triage.events import Event
+
+EPISODE_S = 3 * 3600.0  # a cascade comes within hours of its root (watchdog timeouts: 10-30 min)
+LEMON_MIN = 3
+HARDWARE_NODE = frozenset({"GPU_FELL_OFF_BUS", "GPU_LOST_PCIE", "GSP_TIMEOUT", "ECC_UNCORRECTABLE",
+                           "HBM_DEGRADATION", "NVLINK_FAULT", "GPU_RESET_REQUIRED"})
+
+
+def order_key(f: Finding) -> tuple:
+    """Sort key: established first, then causal tier, time, confidence (untimed after timed)."""
+    group = 0 if f.established else (1 if f.tier <= Tier.PROCESS else 2)
+    return (group, int(f.tier), f.t_ns is None, f.t_ns or 0, -f.confidence, f.root.file, f.root.line)
+
+
+def _consistent(root: Finding, f: Finding, known_hosts: set[str]) -> bool:
+    if root.host is None or f.host is None or f.host == root.host:
+        return True
+    if f.host not in known_hosts:  # a peer address we cannot map to a hostname
+        return True
+    return root.host in (f.facts.get("peer"), *f.facts.get("reporters", "").split(","))
+
+
+def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str]) -> bool:
+    if not (f.tier >= Tier.NCCL or not f.established or root.tier < f.tier):
+        return False
+    if f.tier >= Tier.NCCL and root.tier > f.tier:
+        return False
+    if not root.established and f.tier < Tier.NCCL:
+        return False
+    if tl.before(f.root, root.root) is True:
+        return False
+    if root.t_ns is not None and f.t_ns is not None and f.t_ns - root.t_ns > EPISODE_S * 1e9:
+        return False
+    return f.tier >= Tier.NCCL or _consistent(root, f, known_hosts)
+
+
+def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = ()) -> list[Incident]:
+    """Group findings into incidents, most likely root first.
+
+    Args:
+        findings: every finding of every rule.
+        tl: the timeline (corrected times, skew tolerance).
+        progress: training-progress events (loss lines); used to tell startup from running failures.
+
+    Returns:
+        Incidents; empty when there are no findings.
+    """
+    known_hosts = {e.host for e in tl.events if e.host}
+    roots: list[tuple[Finding, list[Finding]]] = []
+    for f in sorted(findings, key=order_key):
+        for root, cascades in roots:
+            if _explains(root, f, tl, known_hosts):
+                cascades.append(f)
+                break
+        else:
+            roots.append((f, []))
+    incidents = [_incident(root, cascades, tl, progress) for root, cascades in roots]
+    lemon = _lemon(incidents)
+    return lemon + incidents
+
+
+def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Sequence[Event]) -> Incident:
+    root_ids = {id(e) for e in root.evidence}
+    seen: set[int] = set(root_ids)
+    cascade_events: list[Event] = []
+    for c in cascades:
+        for e in c.evidence:
+            if id(e) not in seen:
+                seen.add(id(e))
+                cascade_events.append(e)
+    cascade_events.sort(key=lambda e: (tl.t(e) is None, tl.t(e) or 0, e.file, e.line))
+    running = root.facts.get("phase") != "startup" and (
+        root.facts.get("phase") == "running" or any(tl.before(p, root.root) for p in progress))
+    values: dict[str, object] = {"host": root.host, "gpu": root.gpu, "rank": root.rank, **root.facts}
+    kind, action, nxt = action_for(root.cls, values, running=running,
+                                   exception=root.rule == "python_exception")
+    if not root.established and not nxt:
+        nxt = action_for("UNKNOWN", values)[2]
+    return Incident(
+        cls=root.cls, confidence=round(root.confidence, 2), established=root.established, root=root.root,
+        host=root.host, gpu=root.gpu, rank=root.rank, action_kind=kind, action=action, next_evidence=nxt,
+        evidence=dedupe(root.evidence, "root") + dedupe(cascade_events, "cascade"),
+        cascade_count=len(cascade_events),
+        cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),
+        rule=root.rule, note=root.note, t_ns=root.t_ns,
+    )
+
+
+def _lemon(incidents: list[Incident]) -> list[Incident]:
+    per_host: dict[str, list[Incident]] = {}
+    for inc in incidents:
+        if inc.cls in HARDWARE_NODE and inc.established and inc.host:
+            per_host.setdefault(inc.host, []).append(inc)
+    out = []
+    for host, incs in per_host.items():
+        files = {i.root.file for i in incs}
+        if len(files) >= LEMON_MIN:
+            kind, action, nxt = action_for("LEMON_NODE", {"host": host, "count": len(files)})
+            first = incs[0]
+            out.append(Incident(
+                cls="LEMON_NODE", confidence=0.7, established=True, root=first.root, host=host, gpu=None,
+                rank=None, action_kind=kind, action=action, next_evidence=nxt,
+                evidence=[line for i in incs for line in i.evidence if line.role == "root"][:8],
+                cascade_count=0, cascade_classes=tuple(dict.fromkeys(i.cls for i in incs)), rule="node_history",
+                note=f"Host {host} is blamed by hardware incidents in {len(files)} separate logs (jobs).",
+                t_ns=first.t_ns))
+    return out

@@ -1,0 +1,96 @@
+"""Phase markers: which long phase (setup, checkpoint save) a job was in when a timeout fired.
+
+Per-phase timeouts are a hardening lesson of triage.md 5.10: a collective timeout while one rank
+tokenises a dataset (case 02) or gathers a full state dict to save it is a *phase* problem, not a
+network one. The parsers emit no event for ordinary progress output, so this module scans the raw
+lines for a few well-known phase banners (HF ``datasets``/``transformers``, Lightning, DeepSpeed,
+Megatron, torch.distributed.checkpoint) and records where each phase began.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# HF datasets: "Generating train split: 2230000 examples [29:59, ...]", "Map (num_proc=8):  45%|",
+# "Running tokenizer on dataset", "Tokenizing train dataset"; transformers:
+# "Loading checkpoint shards:  50%|"; generic "Preprocessing ..." / "Downloading ...".
+SETUP = re.compile(
+    r"Generating \w+ split|Running tokenizer|Tokeniz(?:ing|e) |\bMap(?: \(num_proc=\d+\))?:|"
+    r"Loading checkpoint shards|Downloading (?:data|shards|builder)|Preprocessing|Filter(?: \(num_proc=\d+\))?:|"
+    r"Loading dataset|Building (?:train|dataset|index)",
+    re.IGNORECASE,
+)
+# HF Trainer "Saving model checkpoint to out/checkpoint-500"; DeepSpeed "[Torch] Checkpoint global_step500
+# is about to be saved!" / "Saving model checkpoint"; Megatron "saving checkpoint at iteration"; Lightning
+# "Saving checkpoint"; torch.distributed.checkpoint dcp.save / FSDP FULL_STATE_DICT gathers.
+CKPT_SAVE = re.compile(
+    r"Saving (?:model )?checkpoint|saving checkpoint at iteration|is about to be saved|"
+    r"save_checkpoint|save_pretrained|dcp\.save|FULL_STATE_DICT|full_state_dict|state_dict\(\)|"
+    r"Failed to clone\(\) tensor",
+    re.IGNORECASE,
+)
+# "successfully saved checkpoint", "Saved checkpoint", "Checkpoint ... saved in 12.3s"
+CKPT_DONE = re.compile(r"successfully saved|Saved (?:model )?checkpoint|checkpoint\S* saved", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseMark:
+    """Where a phase banner was seen.
+
+    Attributes:
+        file: input file path as given.
+        line: 1-based line number.
+        phase: ``"setup"``, ``"checkpoint_save"`` or ``"checkpoint_done"``.
+        text: the line, stripped.
+    """
+
+    file: str
+    line: int
+    phase: str
+    text: str
+
+
+def scan_lines(lines: Iterable[str], file: str) -> list[PhaseMark]:
+    """Return the phase markers of ``lines`` (pure: no I/O).
+
+    Args:
+        lines: text lines of one file.
+        file: the file's path, recorded in each mark.
+    """
+    out = []
+    for i, line in enumerate(lines, start=1):
+        if len(line) > 4000:
+            line = line[:4000]
+        if CKPT_DONE.search(line):
+            phase = "checkpoint_done"
+        elif CKPT_SAVE.search(line):
+            phase = "checkpoint_save"
+        elif SETUP.search(line):
+            phase = "setup"
+        else:
+            continue
+        out.append(PhaseMark(file, i, phase, line.strip()[:300]))
+    return out
+
+
+def scan_files(files: Iterable[str | Path], *, max_bytes: int = 64 << 20) -> list[PhaseMark]:
+    """Scan text files for phase markers; unreadable or binary files are skipped silently.
+
+    Args:
+        files: paths as the user gave them (recorded verbatim in the marks).
+        max_bytes: read at most this many bytes per file.
+    """
+    out: list[PhaseMark] = []
+    for f in files:
+        try:
+            with open(f, "rb") as fh:
+                data = fh.read(max_bytes)
+        except OSError:
+            continue
+        if b"\x00" in data[:8192]:
+            continue
+        out.extend(scan_lines(data.decode("utf-8", "replace").splitlines(), str(f)))
+    return out

@@ -1,0 +1,184 @@
+"""The rule contract and the context every rule reads.
+
+A rule is a small callable object: it names the classes it can emit and its causal tier, reads the
+:class:`RuleContext` (events in corrected time order, indexed by kind) and returns findings that
+cite their evidence. Rules never read files or clocks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpufield.triage.engine.correlate import Timeline
+from gpufield.triage.engine.model import (
+    CONF_DETERMINISTIC,
+    CONF_DETERMINISTIC_ENTITY,
+    Finding,
+    Tier,
+)
+from gpufield.triage.engine.phases import PhaseMark
+from gpufield.triage.events import Event
+
+
+class Rule(Protocol):
+    """One entry of the ordered rule table (``gpufield.triage.engine.rules.RULES``).
+
+    Attributes:
+        name: stable identifier cited in reports.
+        classes: the taxonomy classes this rule may emit.
+        tier: causal tier of what it blames.
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    tier: Tier
+
+    def __call__(self, ctx: RuleContext) -> list[Finding]:
+        """Return the findings this rule supports (empty when it does not fire)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class FnRule:
+    """A :class:`Rule` backed by a plain function ``fn(ctx) -> list[Finding]``."""
+
+    name: str
+    classes: tuple[str, ...]
+    tier: Tier
+    fn: Callable[[RuleContext], list[Finding]]
+
+    def __call__(self, ctx: RuleContext) -> list[Finding]:
+        """Run the rule."""
+        out = self.fn(ctx)
+        for f in out:
+            if f.cls not in self.classes:
+                raise ValueError(f"rule {self.name} emitted {f.cls}, declared {self.classes}")
+        return out
+
+
+@dataclass(slots=True)
+class RuleContext:
+    """Everything a rule may read.
+
+    Attributes:
+        timeline: events in corrected time order plus times, offsets and the GPU map.
+        phases: phase markers (setup, checkpoint save, ...) found in the input files.
+        by_kind: events per ``kind``, in timeline order.
+        cited: ids of events already cited by earlier rules of the table.
+    """
+
+    timeline: Timeline
+    phases: Sequence[PhaseMark] = ()
+    by_kind: dict[str, list[Event]] = field(default_factory=dict)
+    cited: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        idx: dict[str, list[Event]] = defaultdict(list)
+        for e in self.timeline.events:
+            idx[e.kind].append(e)
+        self.by_kind = dict(idx)
+
+    def cite(self, findings: Iterable[Finding]) -> None:
+        """Mark the evidence of ``findings`` as explained (fallback rules skip cited events)."""
+        for f in findings:
+            self.cited.update(id(e) for e in f.evidence)
+
+    def is_cited(self, e: Event) -> bool:
+        """True when an earlier rule already cited ``e`` as evidence."""
+        return id(e) in self.cited
+
+    @property
+    def events(self) -> list[Event]:
+        """All events in corrected time order."""
+        return self.timeline.events
+
+    def kinds(self, *kinds: str) -> list[Event]:
+        """Events of any of ``kinds``, in timeline order."""
+        if len(kinds) == 1:
+            return list(self.by_kind.get(kinds[0], ()))
+        want = set(kinds)
+        return [e for e in self.timeline.events if e.kind in want]
+
+    def matching(self, pattern: re.Pattern[str], kinds: Iterable[str] | None = None) -> list[Event]:
+        """Events (optionally of ``kinds``) whose message or raw text matches ``pattern``."""
+        want = set(kinds) if kinds is not None else None
+        return [e for e in self.timeline.events
+                if (want is None or e.kind in want) and pattern.search(text(e))]
+
+    def t(self, e: Event) -> int | None:
+        """Corrected time of ``e`` (ns) or None."""
+        return self.timeline.t(e)
+
+    def progress_before(self, e: Event) -> bool:
+        """True when a training-progress line (loss) precedes ``e`` (the job was running)."""
+        for ev in self.by_kind.get("loss", ()):
+            if self.timeline.before(ev, e):
+                return True
+        return False
+
+
+def text(e: Event) -> str:
+    """The event's searchable text: message field and raw record."""
+    msg = e.fields.get("message")
+    return f"{msg}\n{e.raw}" if isinstance(msg, str) and msg not in e.raw else e.raw
+
+
+def gpu_of(e: Event) -> str | None:
+    """The most specific GPU id of an event: PCI bus id, else UUID, else ordinal."""
+    if e.gpu_bdf:
+        return e.gpu_bdf
+    if e.gpu_uuid:
+        return e.gpu_uuid
+    return None if e.gpu_index is None else f"GPU {e.gpu_index}"
+
+
+def entity_conf(host: str | None, gpu: str | None) -> float:
+    """Deterministic-rule confidence: higher when the blamed host or GPU is identified."""
+    return CONF_DETERMINISTIC_ENTITY if (host or gpu) else CONF_DETERMINISTIC
+
+
+def group_by(events: Iterable[Event], key: Callable[[Event], object]) -> dict[object, list[Event]]:
+    """Group events by ``key``, keeping first-seen order of keys and events."""
+    out: dict[object, list[Event]] = {}
+    for e in events:
+        out.setdefault(key(e), []).append(e)
+    return out
+
+
+def finding(ctx: RuleContext, cls: str, rule: str, tier: Tier, conf: float, evidence: Sequence[Event],
+            *, established: bool = True, note: str = "", host: Any = ...,
+            gpu: Any = ..., rank: Any = ..., facts: dict[str, str] | None = None) -> Finding:
+    """Build a :class:`Finding` whose root is the first of ``evidence``.
+
+    Blamed host/GPU/rank default (``...``) to the root event's own entities; pass None to blame none.
+    """
+    ev = list(evidence)
+    root = ev[0]
+    return Finding(
+        cls=cls, rule=rule, tier=tier, confidence=conf, established=established, root=root,
+        evidence=ev,
+        host=root.host if host is ... else host,
+        gpu=gpu_of(root) if gpu is ... else gpu,
+        rank=root.rank if rank is ... else rank,
+        note=note, facts=dict(facts or {}), t_ns=ctx.t(root),
+    )
+
+
+def as_int(v: object) -> int | None:
+    """``int(v)`` or None for missing / non-numeric values."""
+    try:
+        return int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def as_float(v: object) -> float | None:
+    """``float(v)`` or None for missing / non-numeric values."""
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,166 @@
+"""Collective rules: desync, phase timeouts, watchdog/heartbeat, peer exit, torchrun teardown.
+
+These read the ProcessGroupNCCL watchdog records (triage.md 2.8): a rank with a *different*
+SeqNum/OpType than its peers at timeout is a desync; a timeout at a low SeqNum on a 1-element
+collective is a setup-phase barrier; "ran for" far beyond ``Timeout(ms)`` means the watchdog itself
+was blocked. Plain timeouts, remote errors and teardown are cascades: they get a class that names
+the symptom and the root is UNKNOWN until a lower-tier rule explains them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
+from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
+from gpufield.triage.events import Event
+
+SETUP_MAX_SEQ = 8  # the first collectives of a job: init broadcast, barriers
+BARRIER_MAX_NUMEL = 8
+BLOCKED_FACTOR = 1.5  # "ran for" > 1.5 x timeout (and > timeout + 60 s): the watchdog was blocked
+_PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|"
+                        r"Connection reset by peer|ncclRemoteError", re.IGNORECASE)
+_STUCK = re.compile(r"watchdog got stuck|Heartbeat monitor timed out|no heartbeat", re.IGNORECASE)
+_WRAPPED = re.compile(r"CUDA error|NCCL error|illegal|ECC|Watchdog caught collective", re.IGNORECASE)
+
+
+def _seq(e: Event) -> int | None:
+    return as_int(e.fields.get("seq"))
+
+
+def _per_rank_timeouts(ctx: RuleContext) -> dict[object, list[Event]]:
+    """Watchdog timeouts grouped by process group (field ``pg``; None when not printed)."""
+    return group_by([e for e in ctx.kinds("watchdog_timeout") if _seq(e) is not None], lambda e: e.fields.get("pg"))
+
+
+def desync_rule(ctx: RuleContext) -> list[Finding]:
+    """Ranks of one process group timing out on different SeqNums -> ``COLLECTIVE_DESYNC``."""
+    out = []
+    explicit = [e for e in ctx.kinds("desync")]
+    explicit += [e for e in ctx.kinds("flight_recorder") if re.search(r"mismatch", text(e), re.IGNORECASE)]
+    if explicit:
+        out.append(finding(ctx, "COLLECTIVE_DESYNC", "desync_report", Tier.PROCESS, 0.85, explicit,
+                           note="The desync/Flight Recorder report shows ranks issuing different collectives."))
+        return out
+    for pg, evs in _per_rank_timeouts(ctx).items():
+        seqs = {_seq(e) for e in evs}
+        if len(seqs) < 2:
+            continue
+        ops = {(e.fields.get("op_type"), e.fields.get("numel_in")) for e in evs}
+        by_seq = {s: sorted({e.rank for e in evs if _seq(e) == s and e.rank is not None}) for s in sorted(seqs)}
+        lo = min(seqs)
+        behind = by_seq[lo]
+        desc = "; ".join(f"SeqNum {s}: ranks {r or '?'}" for s, r in by_seq.items())
+        out.append(finding(ctx, "COLLECTIVE_DESYNC", "seqnum_mismatch", Tier.PROCESS,
+                           0.8 if len(ops) > 1 else CONF_INFERRED, sorted(evs, key=lambda e: (_seq(e), e.line)),
+                           rank=behind[0] if len(behind) == 1 else None,
+                           facts={"seqs": desc, "pg": str(pg)},
+                           note=f"Ranks timed out on different collectives ({desc}): they issued different "
+                                "collective sequences."))
+    return out
+
+
+def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
+    """Timeouts during setup or checkpoint save -> ``SETUP_PHASE_TIMEOUT`` / ``CHECKPOINT_SAVE_TIMEOUT``."""
+    evs = ctx.kinds("watchdog_timeout")
+    if not evs:
+        return []
+    first = evs[0]
+    marks = [m for m in ctx.phases if m.file == first.file and m.line <= first.line] or list(ctx.phases)
+    last = marks[-1] if marks else None
+    if last is not None and last.phase == "checkpoint_save":
+        return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
+                        facts={"marker": f"{last.file}:{last.line}"},
+                        note=f"The collective timed out while a checkpoint was being saved ({last.file}:{last.line}).")]
+    seqs = [s for s in (_seq(e) for e in evs) if s is not None]
+    low = bool(seqs) and min(seqs) <= SETUP_MAX_SEQ
+    numel = [as_int(e.fields.get("numel_in")) for e in evs]
+    barrier = any(n is not None and n <= BARRIER_MAX_NUMEL for n in numel)
+    setup_mark = last is not None and last.phase == "setup"
+    if not (low and (barrier or setup_mark)) and not (setup_mark and low):
+        return []
+    conf = 0.75 if (barrier and setup_mark) else CONF_INFERRED
+    why = f"SeqNum {min(seqs)}" + (", a 1-element barrier" if barrier else "") + (
+        f", after '{last.text[:60]}'" if setup_mark else "")
+    return [finding(ctx, "SETUP_PHASE_TIMEOUT", "phase_timeout", Tier.PROCESS, conf, evs,
+                    facts={"seq": str(min(seqs))},
+                    note=f"A setup-phase collective timed out ({why}): one rank was still preparing "
+                         "(e.g. tokenising) while the others waited.")]
+
+
+def watchdog_blocked_rule(ctx: RuleContext) -> list[Finding]:
+    """"ran for" far beyond the timeout, or a watchdog thread that died on its own -> ``WATCHDOG_BLOCKED``."""
+    evs = []
+    for e in ctx.kinds("watchdog_timeout"):
+        ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
+        if ran and limit and ran > BLOCKED_FACTOR * limit and ran > limit + 60_000:
+            evs.append(e)
+    evs += [e for e in ctx.kinds("watchdog_blocked") if not _WRAPPED.search(text(e)) and not _STUCK.search(text(e))]
+    if not evs:
+        return []
+    return [finding(ctx, "WATCHDOG_BLOCKED", "watchdog_blocked", Tier.WATCHDOG, CONF_INFERRED - 0.15, evs,
+                    established=False, note="The watchdog thread itself was blocked (it noticed the timeout far "
+                                            "too late): a CUDA/NCCL call or the GIL held it.")]
+
+
+def heartbeat_rule(ctx: RuleContext) -> list[Finding]:
+    """Heartbeat monitor timeouts -> ``HEARTBEAT_MONITOR_TIMEOUT`` (root unknown)."""
+    evs = ctx.kinds("heartbeat_timeout") + [e for e in ctx.kinds("watchdog_blocked") if _STUCK.search(text(e))]
+    if not evs:
+        return []
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    ranks = sorted({e.rank for e in evs if e.rank is not None})
+    return [finding(ctx, "HEARTBEAT_MONITOR_TIMEOUT", "heartbeat", Tier.WATCHDOG, CONF_CASCADE_ONLY + 0.1, evs,
+                    established=False, facts={"ranks": ",".join(map(str, ranks)) or "-"},
+                    note="The heartbeat monitor found the NCCL watchdog stuck; the logs do not show what "
+                         "blocked it.")]
+
+
+def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
+    """Watchdog collective timeouts (same SeqNum everywhere) -> ``NCCL_COLLECTIVE_TIMEOUT`` (root unknown).
+
+    A Flight Recorder "missing ranks" report names the rank that never joined; it is blamed.
+    """
+    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder")
+    if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder"):
+        return []
+    missing = next((e.fields.get("missing_ranks") for e in ctx.kinds("flight_recorder")
+                    if e.fields.get("missing_ranks")), None)
+    miss = list(missing) if isinstance(missing, list | tuple | set) else ([missing] if missing is not None else [])
+    w = [e for e in evs if e.kind == "watchdog_timeout"]
+    seq = _seq(w[0]) if w else None
+    op = w[0].fields.get("op_type") if w else None
+    ranks = sorted({e.rank for e in w if e.rank is not None})
+    facts = {"seq": str(seq) if seq is not None else "-", "op": str(op or "-"),
+             "ranks": ",".join(map(str, ranks)) or "-", "missing": ",".join(map(str, miss)) or "-"}
+    rank = as_int(miss[0]) if len(miss) == 1 else None
+    note = (f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
+            + (f"; Flight Recorder: rank(s) {facts['missing']} never joined." if miss else
+               "; no rank in the input explains why (some rank never joined or a link stalled)."))
+    return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
+                    evs, established=False, rank=rank, facts=facts, note=note)]
+
+
+def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
+    """ncclRemoteError / broken pipe / connection closed by peer -> ``PEER_PROCESS_EXIT`` (victim side)."""
+    evs = ctx.kinds("nccl_remote_error") + [e for e in ctx.kinds("nccl_warn", "nccl_error", "python_exception")
+                                            if _PEER_GONE.search(text(e))]
+    if not evs:
+        return []
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    reporters = sorted({e.host for e in evs if e.host})
+    return [finding(ctx, "PEER_PROCESS_EXIT", "peer_exit", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, evs, established=False,
+                    facts={"reporters": ",".join(reporters) or "-"},
+                    note="A remote rank went away (broken pipe / connection closed / ncclRemoteError); "
+                         f"{', '.join(reporters) or 'this host'} is a victim - the first failing peer is elsewhere.")]
+
+
+def teardown_rule(ctx: RuleContext) -> list[Finding]:
+    """Anything left that is an error (torchrun failures, NCCL errors, signals) -> ``UNKNOWN``."""
+    kinds = ("child_failed", "signal_death", "nccl_error", "nccl_internal_error", "nccl_system_error",
+             "python_exception", "watchdog_blocked", "nccl_warn", "elastic_restart", "cuda_error")
+    evs = [e for e in ctx.kinds(*kinds) if not ctx.is_cited(e) and e.severity in ("error", "fatal")]
+    if not evs:
+        return []
+    return [finding(ctx, "UNKNOWN", "teardown", Tier.TEARDOWN, 0.2, evs, established=False,
+                    note="Only teardown/secondary errors are present; none names a cause.")]

@@ -1,0 +1,161 @@
+"""Fabric rules (tier 1): IB completion errors, port events, NCCL network config, P2P, SHM/IPC.
+
+IB status meanings are ``ibv_wc_status`` (triage.md 2.7): 4 local protection (ACS/IOMMU breaking
+GPUDirect RDMA), 5 flushed (QP already in error: secondary), 12 transport retry exceeded (peer
+unreachable, RoCE GID/routing, or a link down longer than timeout x retries), 13 RNR retry exceeded.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+
+from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
+from gpufield.triage.events import Event
+
+IB_CLASS = {4: "IB_LOCAL_PROTECTION_ERROR", 12: "IB_TRANSPORT_RETRY_EXCEEDED", 13: "IB_TRANSPORT_RETRY_EXCEEDED"}
+
+# NCCL network-configuration failures (src/bootstrap.cc, misc/socket.cc, misc/ibvwrap.cc, net plugin):
+#   "bootstrap.cc:37 NCCL WARN Bootstrap : no socket interface found"
+#   "include/socket.h:333 NCCL WARN Call to bind failed : Address already in use"
+#   "NCCL WARN NET/Socket : no interface found" / "NCCL_SOCKET_IFNAME set to ... but no interface"
+_NET_CONFIG = re.compile(
+    r"no socket interface found|no interface found|Call to bind failed|Address already in use|"
+    r"NCCL_SOCKET_IFNAME|NCCL_IB_HCA|No usable listening interface|Invalid NCCL_|"
+    r"Network is unreachable|No route to host|Could not find (?:any )?(?:interface|net plugin)|"
+    r"Bootstrap : no|failed to resolve",
+    re.IGNORECASE,
+)
+# NCCL SHM transport / container IPC: shm_open / posix_fallocate on /dev/shm, cudaIpc* handles
+_SHM_IPC = re.compile(
+    r"/dev/shm|shm_open|posix_fallocate|Error while creating shared memory segment|NCCL_SHM|"
+    r"cudaIpc\w+ failed|ipc=host|unable to (?:allocate|map) shared memory",
+    re.IGNORECASE,
+)
+# a local system call failure (ncclSystemError) - not diagnostic alone (INDEX case 12 note)
+_SYSTEM_ERROR = re.compile(r"unhandled system error|ncclSystemError|System call \(socket", re.IGNORECASE)
+_PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|Connection reset by peer",
+                        re.IGNORECASE)
+_PORT_TEXT = re.compile(r"port error|Link DOWN|link_downed|port down|PORT_ERR", re.IGNORECASE)
+
+
+def _status(e: Event) -> int | None:
+    return as_int(e.fields.get("status", e.code))
+
+
+def _peer_host(e: Event) -> str | None:
+    """The peer named by an IB/socket error, without the port (``10.0.0.2<5000>`` -> ``10.0.0.2``)."""
+    peer = e.fields.get("peer")
+    if not peer:
+        m = re.search(r"(?:peer|from|to)\s+(\S+?)(?:<\d+>|:\d+)?(?:\s|$|,)", e.raw)
+        peer = m.group(1) if m else None
+    if not peer:
+        return None
+    peer = re.sub(r"<\d+>$|%\w+.*$", "", str(peer))
+    return peer or None
+
+
+def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
+    """IB completion errors, grouped by status; blames the peer when several reporters agree."""
+    out = []
+    errs = [e for e in ctx.kinds("ib_completion_error") if _status(e) in IB_CLASS]
+    for cls, evs in group_by(errs, lambda e: IB_CLASS[_status(e)]).items():
+        reporters = sorted({e.host for e in evs if e.host})
+        peers = Counter(p for p in (_peer_host(e) for e in evs) if p)
+        host, conf, note_who = None, CONF_INFERRED + 0.15, "the reporting pair"
+        top = peers.most_common(1)
+        if top and len(reporters) >= 2 and top[0][1] >= 2 and len(peers) == 1 or top and top[0][1] >= 3:
+            host = top[0][0]
+            conf, note_who = 0.9, f"peer {host} (named by {top[0][1]} reports from {len(reporters)} host(s))"
+        elif len(reporters) == 1 and not peers:
+            host = reporters[0]
+            note_who = f"host {host} (the only reporter)"
+        running = any(ctx.progress_before(e) for e in evs[:1])
+        facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
+                 "reporters": ",".join(reporters) or "-", "peer": top[0][0] if top else "-"}
+        status = facts["status"]
+        out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs, host=host, facts=facts,
+                           note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
+    return out
+
+
+def ib_port_rule(ctx: RuleContext) -> list[Finding]:
+    """IB async port errors and ConnectX ``Link DOWN`` lines -> ``IB_LINK_FLAP`` on the reporting host."""
+    evs = [e for e in ctx.kinds("ib_async_event") if _PORT_TEXT.search(text(e))]
+    evs += [e for e in ctx.kinds("nic_link_state") if str(e.fields.get("state", e.code)).upper() == "DOWN"]
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    out = []
+    for host, group in group_by(evs, lambda e: e.host).items():
+        conf = 0.85 if len(group) >= 2 else 0.75
+        out.append(finding(ctx, "IB_LINK_FLAP", "ib_port", Tier.FABRIC, conf, group,
+                           note=f"{len(group)} IB port error event(s) on {host or 'the host'}: a flapping link."))
+    return out
+
+
+def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
+    """NCCL bootstrap / socket interface / bind failures -> ``NCCL_NETWORK_CONFIG``."""
+    evs = ctx.matching(_NET_CONFIG, ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error",
+                                     "python_exception"))
+    if not evs:
+        return []
+    return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs,
+                    note="NCCL could not set up its network (interface, bind or route failure).")]
+
+
+def p2p_rule(ctx: RuleContext) -> list[Finding]:
+    """p2pBandwidthLatencyTest matrices: P2P-enabled off-diagonal bandwidth far below P2P-disabled.
+
+    Broken PCIe P2P (IOMMU/ACS) makes P2P *slower* than staging through host memory; a ratio of
+    enabled/disabled median off-diagonal bandwidth below 0.5 is flagged.
+    """
+    rows = ctx.kinds("p2p_bandwidth")
+    if not rows:
+        return []
+    on, off = [], []
+    for e in rows:
+        vals = e.fields.get("gb_per_s")
+        vals = vals if isinstance(vals, list) else [vals]
+        enabled = str(e.fields.get("p2p_enabled")).lower() in ("true", "1", "enabled", "yes")
+        row = e.gpu_index
+        for j, v in enumerate(vals):
+            x = as_float(v)
+            if x is None or (row is not None and j == row and len(vals) > 1):
+                continue
+            (on if enabled else off).append(x)
+    if not on or not off:
+        return []
+    ratio = statistics.median(on) / max(statistics.median(off), 1e-9)
+    if ratio >= 0.5:
+        return []
+    return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, 0.85, rows,
+                    facts={"ratio": f"{ratio:.2f}"},
+                    note=f"P2P-enabled bandwidth is {ratio:.2f}x the P2P-disabled bandwidth (median "
+                         f"{statistics.median(on):.1f} vs {statistics.median(off):.1f} GB/s): broken PCIe P2P.")]
+
+
+def shm_ipc_rule(ctx: RuleContext) -> list[Finding]:
+    """NCCL SHM/IPC failures -> ``CONTAINER_SHM_IPC``.
+
+    Explicit ``/dev/shm`` / ``shm_open`` evidence: deterministic (tier host). A bare NCCL system
+    error with no network or peer evidence anywhere: the most frequent cause in containers is the
+    SHM transport (triage.md 5.10, INDEX case 12), so the class is given by prior with low
+    confidence and the root marked not established.
+    """
+    nccl_kinds = ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error", "python_exception")
+    explicit = [e for e in ctx.matching(_SHM_IPC, nccl_kinds) if "DataLoader" not in e.raw]
+    if explicit:
+        return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc", Tier.HOST, 0.85, explicit,
+                        note="NCCL's shared-memory/IPC transport failed (container /dev/shm or IPC namespace).")]
+    system = [e for e in ctx.kinds("nccl_system_error", "nccl_error", "python_exception")
+              if _SYSTEM_ERROR.search(text(e))]
+    if not system:
+        return []
+    network = ctx.kinds("ib_completion_error", "ib_async_event", "nccl_remote_error", "rendezvous_error")
+    network += ctx.matching(_PEER_GONE) + ctx.matching(_NET_CONFIG, nccl_kinds)
+    if network:
+        return []
+    return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc_prior", Tier.NCCL, CONF_PRIOR, system, established=False,
+                    note="NCCL 'unhandled system error' with no network or peer-exit evidence: a local system "
+                         "call failed; in containers this is most often the SHM transport (/dev/shm, --ipc).")]

@@ -1,0 +1,240 @@
+"""Hardware rules (tier 0): Xid, fallen off the bus, GSP, ECC/HBM, NVLink, reset required, PCIe.
+
+Xid meanings and buckets follow triage.md section 2.1 (NVIDIA Xid catalog via NVSentinel's CSV);
+the mapping from Xid code to *triage class* is rule logic and lives here, while mnemonics, buckets
+and the fatal flag are read from ``gpufield.triage.catalog`` when it is installed.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.rules.base import (
+    RuleContext,
+    as_int,
+    entity_conf,
+    finding,
+    gpu_of,
+    group_by,
+    text,
+)
+from gpufield.triage.events import Event
+
+XID_FELL_OFF_BUS = frozenset({79})
+XID_GSP = frozenset({119, 120})
+XID_DBE = frozenset({48, 171})  # double-bit / uncorrectable DRAM error (171 on new drivers)
+XID_ECC = frozenset({48, 94, 95, 140, 171, 172})
+XID_REMAP = frozenset({63, 64})  # row-remap recorded / remap failure
+XID_NVLINK = frozenset({74, 136, 155} | set(range(144, 151)))
+XID_APP = frozenset({13, 31})  # graphics exception / MMU fault: usually the application
+XID_SECONDARY = frozenset({8, 43, 45, 92, 154})  # follow-ups, trends, recovery announcements
+#: catalog buckets that mean "the GPU needs a reset or a reboot"
+RESET_BUCKETS = frozenset({"RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "RESET_FABRIC"})
+
+_GSP_TEXT = re.compile(r"GSP Timeout|RPC from GSP|RPC response from GPU\d* GSP", re.IGNORECASE)
+_RESET_TEXT = re.compile(r"NV_ERR_RESET_REQUIRED|Reset required|GPU needs? (?:to be )?reset", re.IGNORECASE)
+_ECC_TEXT = re.compile(r"uncorrectable ECC error|cudaErrorECCUncorrectable", re.IGNORECASE)
+_NVLINK_TEXT = re.compile(r"uncorrectable NVLink error|cudaErrorNvlinkUncorrectable", re.IGNORECASE)
+_GPU_LOST_TEXT = re.compile(
+    r"Unable to determine the device handle|GPU is lost|NVML_ERROR_GPU_IS_LOST|GPU has fallen off",
+    re.IGNORECASE,
+)
+
+
+def xid_code(e: Event) -> int | None:
+    """The Xid number of an ``xid`` event (``code`` or ``fields['xid']``)."""
+    return as_int(e.code if e.code is not None else e.fields.get("xid"))
+
+
+def _catalog(code: int) -> tuple[str | None, bool | None]:
+    """(bucket, fatal) from ``gpufield.triage.catalog`` if available, else (None, None)."""
+    try:
+        from gpufield.triage.catalog import xid_info
+    except ImportError:
+        return None, None
+    try:
+        info = xid_info(code)
+    except Exception:  # unknown code: the catalog's own error type
+        return None, None
+    if info is None or getattr(info, "known", True) is False:
+        return None, None
+    get = info.get if isinstance(info, dict) else lambda k: getattr(info, k, None)
+    return get("bucket"), get("fatal")
+
+
+def xid_class(code: int, e: Event | None = None) -> str | None:
+    """Triage class of one Xid code, or None when the code is secondary/app-level noise.
+
+    Codes without a specific class fall back on the catalog: a fatal code or a reset bucket gives
+    ``GPU_RESET_REQUIRED``; so does ``RST: Yes`` / ``D-RST: Yes`` in the message.
+    """
+    if code in XID_FELL_OFF_BUS:
+        return "GPU_FELL_OFF_BUS"
+    if code in XID_GSP:
+        return "GSP_TIMEOUT"
+    if code in XID_ECC:
+        return "ECC_UNCORRECTABLE"
+    if code in XID_REMAP:
+        return "HBM_DEGRADATION"
+    if code in XID_NVLINK:
+        return "NVLINK_FAULT"
+    if code in XID_APP:
+        return "CUDA_ILLEGAL_ADDRESS"
+    if code in XID_SECONDARY:
+        return None
+    bucket, fatal = _catalog(code)
+    flags = (e.fields.get("rst"), e.fields.get("d_rst")) if e is not None else ()
+    if fatal is True or (bucket in RESET_BUCKETS) or any(f is True or str(f).lower() == "yes" for f in flags):
+        return "GPU_RESET_REQUIRED"
+    return None
+
+
+def _xid_findings(ctx: RuleContext) -> list[Finding]:
+    """Xid lines plus the multi-line fallen-off-bus record, grouped per (class, host, GPU)."""
+    tagged: list[tuple[str, Event]] = []
+    for e in ctx.kinds("xid", "gpu_fell_off_bus", "nvrm_other", "gpu_reset_required"):
+        if e.kind == "xid":
+            code = xid_code(e)
+            cls = xid_class(code, e) if code is not None else None
+            if cls is None or cls == "CUDA_ILLEGAL_ADDRESS":
+                continue  # app-level Xids are handled by the process rules
+        elif e.kind == "gpu_fell_off_bus":
+            cls = "GPU_FELL_OFF_BUS"
+        elif e.kind == "gpu_reset_required" or _RESET_TEXT.search(text(e)):
+            cls = "GPU_RESET_REQUIRED"
+        elif _GSP_TEXT.search(text(e)):
+            cls = "GSP_TIMEOUT"
+        else:
+            continue
+        tagged.append((cls, e))
+    # HBM degradation: repeated DBE on one GPU, or a remap event together with a DBE
+    per_gpu = group_by([e for c, e in tagged if c in ("ECC_UNCORRECTABLE", "HBM_DEGRADATION")],
+                       lambda e: (e.host, gpu_of(e)))
+    degraded = set()
+    for key, evs in per_gpu.items():
+        codes = [xid_code(e) for e in evs if e.kind == "xid"]
+        dbe = [c for c in codes if c in XID_DBE]
+        if 64 in codes or len(dbe) >= 2 and len({ctx.t(e) for e in evs}) > 1 or dbe and 63 in codes:
+            degraded.add(key)
+    out = []
+    groups = group_by(tagged, lambda ce: (ce[0], ce[1].host, gpu_of(ce[1])))
+    for (cls, host, gpu), items in groups.items():
+        evs = [e for _, e in items]
+        if cls in ("ECC_UNCORRECTABLE", "HBM_DEGRADATION"):
+            if (host, gpu) in degraded:
+                cls = "HBM_DEGRADATION"
+            elif cls == "HBM_DEGRADATION":
+                continue  # a lone Xid 63 (row remap recorded) is a trend, not a failure
+        gpu_id = gpu or _gpu_from_text(evs)
+        uuid = ctx.timeline.gpu_uuid.get((host, gpu_id)) if gpu_id else None
+        maps = [m for m in ctx.kinds("gpu_map") if m.host == host and gpu_id and m.gpu_bdf == gpu_id]
+        codes = sorted({str(xid_code(e)) for e in evs if e.kind == "xid"})
+        facts = {"xid": ",".join(codes)} if codes else {}
+        if uuid:
+            facts["uuid"] = uuid
+        note = _NOTES[cls].format(n=len(evs), gpu=gpu_id or "an unidentified GPU", host=host or "the host",
+                                  xid=facts.get("xid", "-"))
+        out.append(finding(ctx, cls, "xid_catalog", Tier.HARDWARE, entity_conf(host, gpu_id), evs + maps,
+                           note=note, gpu=gpu_id, facts=facts))
+    return _merge_same_gpu(out)
+
+
+_NOTES = {
+    "GPU_FELL_OFF_BUS": "GPU {gpu} on {host} fell off the bus (Xid {xid}); no numeric precursor is expected.",
+    "GSP_TIMEOUT": "GSP firmware RPC timeout on GPU {gpu} ({n} record(s)); the GPU stops answering.",
+    "ECC_UNCORRECTABLE": "Uncorrectable ECC error (Xid {xid}) on GPU {gpu}.",
+    "HBM_DEGRADATION": "Repeated uncorrectable DRAM errors / row-remap events on GPU {gpu}: degrading HBM.",
+    "NVLINK_FAULT": "NVLink fault (Xid {xid}) on GPU {gpu}.",
+    "GPU_RESET_REQUIRED": "GPU {gpu} on {host} is in a state that needs a reset ({n} record(s)).",
+}
+
+
+def _gpu_from_text(evs: list[Event]) -> str | None:
+    for e in evs:
+        m = re.search(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(\d))?\b", e.raw)
+        if m:
+            return f"{m.group(1).lower()}.{m.group(2) or '0'}"
+    return None
+
+
+def _merge_same_gpu(found: list[Finding]) -> list[Finding]:
+    """One GPU, several classes: keep the most specific (fell off bus > GSP > reset required)."""
+    order = ["GPU_FELL_OFF_BUS", "HBM_DEGRADATION", "ECC_UNCORRECTABLE", "NVLINK_FAULT", "GSP_TIMEOUT",
+             "GPU_RESET_REQUIRED"]
+    by_gpu = group_by(found, lambda f: (f.host, f.gpu)) if found else {}
+    out = []
+    for (_host, gpu), fs in by_gpu.items():
+        if gpu is None or len(fs) == 1:
+            out.extend(fs)
+            continue
+        fs.sort(key=lambda f: order.index(f.cls))
+        keep = fs[0]
+        for f in fs[1:]:
+            keep.evidence.extend(e for e in f.evidence if e not in keep.evidence)
+        out.append(keep)
+    return out
+
+
+def xid_rule(ctx: RuleContext) -> list[Finding]:
+    """Catalogued Xids, fallen-off-bus records, GSP timeouts and reset-required lines."""
+    return _xid_findings(ctx)
+
+
+def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
+    """CUDA errors that name a hardware fault: uncorrectable ECC, uncorrectable NVLink."""
+    out = []
+    for pattern, cls in ((_ECC_TEXT, "ECC_UNCORRECTABLE"), (_NVLINK_TEXT, "NVLINK_FAULT")):
+        evs = ctx.matching(pattern, ("cuda_error", "python_exception", "watchdog_blocked", "nccl_error",
+                                     "nccl_internal_error"))
+        for (host, _), group in group_by(evs, lambda e: (e.host, gpu_of(e))).items():
+            out.append(finding(ctx, cls, "cuda_hw_error", Tier.HARDWARE, entity_conf(host, gpu_of(group[0])),
+                               group, note=f"CUDA reported an {cls.replace('_', ' ').lower()} in the "
+                               "application; the driver's Xid line names the GPU."))
+    return out
+
+
+def smi_memory_rule(ctx: RuleContext) -> list[Finding]:
+    """nvidia-smi / NVML memory state: row-remap failure (RMA), volatile uncorrectable ECC counts."""
+    out = []
+    for e in ctx.kinds("row_remap"):
+        fail = str(e.fields.get("failure", "")).lower() in ("yes", "true", "1")
+        if fail:
+            out.append(finding(ctx, "HBM_DEGRADATION", "smi_memory", Tier.HARDWARE, entity_conf(e.host, gpu_of(e)),
+                               [e], note="Row-remap failure reported: the RMA criterion for HBM."))
+    for e in ctx.kinds("ecc_counter"):
+        counter = str(e.fields.get("counter", "")).lower()
+        value = as_int(e.fields.get("value")) or 0
+        if value > 0 and ("uncorr" in counter or "dbe" in counter or "double" in counter) and e.fields.get("volatile", True):
+            out.append(finding(ctx, "ECC_UNCORRECTABLE", "smi_memory", Tier.HARDWARE, CONF_INFERRED, [e],
+                               note=f"Volatile uncorrectable ECC count {value} on {gpu_of(e) or 'a GPU'}."))
+    return out
+
+
+def pcie_rule(ctx: RuleContext) -> list[Finding]:
+    """PCIe AER and GPU-lost symptoms (``nvidia-smi`` cannot get a handle) -> ``GPU_LOST_PCIE``.
+
+    Fatal/uncorrected AER: deterministic. Corrected AER together with a lost-GPU symptom: inferred.
+    Corrected AER alone: a weak hint only (confidence below 0.5, root not established).
+    """
+    aer = ctx.kinds("pcie_aer")
+    lost = [e for e in ctx.matching(_GPU_LOST_TEXT) if e.kind not in ("xid", "gpu_fell_off_bus")]
+    if ctx.kinds("gpu_fell_off_bus") or any(xid_code(e) == 79 for e in ctx.kinds("xid")):
+        return []  # the fallen-off-bus rule names it more precisely
+    if not aer and not lost:
+        return []
+    fatal = [e for e in aer if re.search(r"Uncorrect|Fatal", str(e.fields.get("severity_text", "")) + e.raw,
+                                         re.IGNORECASE)]
+    evs = sorted(lost + aer, key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    gpu = next((gpu_of(e) for e in lost if gpu_of(e)), None) or _gpu_from_text(lost)
+    if fatal:
+        conf, est, how = entity_conf(fatal[0].host, gpu), True, "uncorrectable PCIe errors"
+    elif lost and aer:
+        conf, est, how = CONF_INFERRED + 0.05, True, "a GPU that no longer answers plus PCIe link errors"
+    elif lost:
+        conf, est, how = CONF_INFERRED - 0.05, True, "a GPU that no longer answers (no Xid line seen)"
+    else:
+        conf, est, how = CONF_PRIOR - 0.1, False, "corrected PCIe errors only (not fatal by themselves)"
+    return [finding(ctx, "GPU_LOST_PCIE", "pcie_aer", Tier.HARDWARE, conf, evs, established=est, gpu=gpu,
+                    note=f"GPU lost on the PCIe side: {how}.")]
+

@@ -1,0 +1,103 @@
+"""Host rules (tier 2): host OOM kill, /dev/shm exhaustion, rendezvous, launch skew.
+
+Exit-code meanings follow triage.md 2.9: -9 SIGKILL (host OOM killer, scheduler, NVRx monitor),
+-6 SIGABRT (watchdog teardown), -11 SIGSEGV, 1 Python exception.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
+from gpufield.triage.events import Event
+
+_SIGKILL = re.compile(r"SIGKILL|signal 9\b|Signal 9\b|exitcode\s*:\s*-9\b", re.IGNORECASE)
+_SHM_FULL = re.compile(r"out of shared memory|shared memory limit|No space left on device", re.IGNORECASE)
+_RDZV_CONNECT = re.compile(r"connect|unreachable|resolve|refused|Name or service not known", re.IGNORECASE)
+_JOB_SOURCES = frozenset({"nccl", "torch", "torchrun", "train", "cuda"})  # the job's own output, not the kernel
+LAUNCH_SKEW_S = 120.0  # host start times further apart than this are a staggered launch
+
+
+def is_sigkill(e: Event) -> bool:
+    """A torchrun failure / signal death that reports SIGKILL (exit code -9)."""
+    f = e.fields
+    if as_int(f.get("exitcode", e.code if e.kind == "child_failed" else None)) == -9:
+        return True
+    if as_int(f.get("signal")) == 9 or str(f.get("signal_name", "")).upper() == "SIGKILL":
+        return True
+    return bool(_SIGKILL.search(e.raw))
+
+
+def host_oom_rule(ctx: RuleContext) -> list[Finding]:
+    """Kernel OOM-killer lines (deterministic) or SIGKILL'd ranks without one (prior).
+
+    A rank killed with SIGKILL and no OOM line in the logs is most often the host OOM killer
+    (triage.md 1.11, INDEX case 29), but a scheduler or a monitor may also send it: the finding is
+    then marked not established and asks for the kernel log of that host.
+    """
+    ooms = ctx.kinds("host_oom_kill")
+    kills = [e for e in ctx.kinds("child_failed", "signal_death") if is_sigkill(e)]
+    out = []
+    if ooms:
+        for host, group in group_by(ooms, lambda e: e.host).items():
+            related = [k for k in kills if k.host in (host, None)]
+            out.append(finding(ctx, "HOST_OOM_KILL", "host_oom", Tier.HOST, 0.9 if host else 0.8, group + related,
+                               note=f"The kernel OOM killer killed a process on {host or 'the host'} "
+                                    f"({len(group)} kill(s)); ranks died with SIGKILL."))
+        return out
+    for host, group in group_by(kills, lambda e: e.host).items():
+        out.append(finding(ctx, "HOST_OOM_KILL", "sigkill_prior", Tier.HOST, CONF_PRIOR + 0.05, group,
+                           established=False,
+                           note=f"Rank(s) on {host or 'a host'} received SIGKILL (exit -9) with no kernel OOM "
+                                "line in the input: most often the host OOM killer."))
+    return out
+
+
+def shm_exhausted_rule(ctx: RuleContext) -> list[Finding]:
+    """DataLoader worker bus errors / shared-memory limit messages -> ``SHM_EXHAUSTED``."""
+    evs = ctx.kinds("bus_error") + [e for e in ctx.kinds("python_exception", "cuda_error")
+                                   if "DataLoader" in e.raw and _SHM_FULL.search(text(e))]
+    if not evs:
+        return []
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    return [finding(ctx, "SHM_EXHAUSTED", "shm_exhausted", Tier.HOST, 0.85, evs,
+                    note="DataLoader workers died with a bus error: /dev/shm is too small for them.")]
+
+
+def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
+    """torchrun / c10d store connection failures -> ``RENDEZVOUS_UNREACHABLE``."""
+    evs = ctx.kinds("rendezvous_error")
+    if not evs:
+        return []
+    conf = 0.85 if any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
+    endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), "-")
+    return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs, facts={"endpoint": endpoint},
+                    note=f"Workers could not reach the rendezvous endpoint {endpoint}.")]
+
+
+def launch_skew_rule(ctx: RuleContext) -> list[Finding]:
+    """Hosts whose first log record is > 120 s apart, with an init-phase timeout -> ``LAUNCH_SKEW``.
+
+    The timeout must be a heartbeat timeout or a watchdog timeout at a low SeqNum (init collectives):
+    early ranks waited for late ones (INDEX case 05 diagnosis).
+    """
+    timeouts = [e for e in ctx.kinds("heartbeat_timeout", "watchdog_timeout")
+                if e.kind == "heartbeat_timeout" or (as_int(e.fields.get("seq")) or 10**9) <= 8]
+    if not timeouts:
+        return []
+    first: dict[str, int] = {}
+    for e in ctx.events:
+        t = ctx.t(e)
+        if e.host and t is not None and e.source in _JOB_SOURCES:
+            first[e.host] = min(first.get(e.host, t), t)
+    if len(first) < 2:
+        return []
+    late = max(first, key=first.__getitem__)
+    spread_s = (first[late] - min(first.values())) / 1e9
+    if spread_s <= LAUNCH_SKEW_S:
+        return []
+    return [finding(ctx, "LAUNCH_SKEW", "launch_skew", Tier.HOST, CONF_INFERRED, timeouts, host=late,
+                    facts={"spread_s": f"{spread_s:.0f}"},
+                    note=f"Hosts started {spread_s:.0f} s apart ({late} last) and init-phase collectives "
+                         "timed out: a staggered launch, not a hardware fault.")]

@@ -1,0 +1,219 @@
+"""Process rules (tier 3): one rank's fault - CUDA errors, CUDA OOM, numerics, restarts, stragglers.
+
+OOM sub-classes follow triage.md 2.10: *checkpoint gather* when the allocation failed while a
+FULL_STATE_DICT was gathered for saving; *init* when it failed before any training step while the
+model was being built or sharded; *fragmentation* when the reserved-but-unallocated pool alone could
+have served the request and is a large share of the device ("reserved >> allocated", PyTorch's own
+hint); otherwise *capacity*. Numerics follow 2.11.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.phases import PhaseMark
+from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
+from gpufield.triage.events import Event
+
+_ILLEGAL = re.compile(r"illegal memory access|illegal address|cudaErrorIllegalAddress|misaligned address",
+                      re.IGNORECASE)
+_INIT_CONTEXT = re.compile(r"from_pretrained|fully_shard|_init_|__init__|\.to\(|materializ|load_state_dict|"
+                           r"init_process_group|model = ", re.IGNORECASE)
+#: reserved-but-unallocated memory at least this share of device capacity counts as "reserved >> allocated"
+FRAG_SHARE = 0.15
+LOSS_SCALE_FLOOR = 1.0
+OVERFLOW_STREAK = 5
+
+
+def cuda_illegal_rule(ctx: RuleContext) -> list[Finding]:
+    """Illegal memory access (CUDA error text or Xid 13/31) -> ``CUDA_ILLEGAL_ADDRESS``.
+
+    The class is certain; the root (kernel bug vs. hardware) is established only when the driver's
+    Xid 13/31 for the same host corroborates it, otherwise evidence is requested (INDEX case 22).
+    """
+    evs = [e for e in ctx.kinds("cuda_illegal_address")]
+    evs += [e for e in ctx.kinds("watchdog_blocked", "python_exception", "cuda_error", "nccl_internal_error")
+            if _ILLEGAL.search(text(e))]
+    xids = [e for e in ctx.kinds("xid") if str(e.code or e.fields.get("xid")) in ("13", "31")]
+    if not evs and not xids:
+        return []
+    out = []
+    keyed = group_by(sorted(evs + xids, key=lambda e: (ctx.t(e) or 0, e.file, e.line)), lambda e: e.host)
+    for host, group in keyed.items():
+        has_xid = any(e.kind == "xid" for e in group)
+        out.append(finding(ctx, "CUDA_ILLEGAL_ADDRESS", "cuda_illegal_address", Tier.PROCESS,
+                           0.85 if has_xid else 0.75, group, established=has_xid,
+                           note="A kernel made an illegal memory access"
+                                + (" (driver Xid 13/31 corroborates)." if has_xid else
+                                   "; no driver Xid in the input to tell a code bug from hardware.")))
+    return out
+
+
+def _bytes(e: Event, key: str) -> float | None:
+    return as_float(e.fields.get(key))
+
+
+def _phase_before(ctx: RuleContext, e: Event) -> PhaseMark | None:
+    """The last phase mark at or before ``e`` in the same file."""
+    marks = [m for m in ctx.phases if m.file == e.file and m.line <= e.line + e.raw.count("\n")]
+    return marks[-1] if marks else None
+
+
+def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
+    """(class, reason) of one ``cuda_oom`` event."""
+    mark = _phase_before(ctx, e)
+    if mark is not None and mark.phase == "checkpoint_save":
+        return "CUDA_OOM_CHECKPOINT_GATHER", f"during checkpoint save ({mark.file}:{mark.line})"
+    tried, cap = _bytes(e, "tried_bytes"), _bytes(e, "capacity_bytes")
+    alloc, resv = _bytes(e, "allocated_bytes"), _bytes(e, "reserved_bytes")
+    unalloc = _bytes(e, "reserved_unallocated_bytes")
+    if unalloc is None and resv is not None and alloc is not None and resv >= alloc:
+        unalloc = resv - alloc
+    if tried and cap and unalloc is not None and unalloc >= tried and unalloc >= FRAG_SHARE * cap:
+        return "CUDA_OOM_FRAGMENTATION", (f"{unalloc / 2**30:.2f} GiB reserved but unallocated "
+                                          f">= request {tried / 2**30:.2f} GiB")
+    started = ctx.progress_before(e) or bool(ctx.kinds("loss"))
+    if not started and (_INIT_CONTEXT.search(e.raw) or (mark is not None and mark.phase == "setup")):
+        return "CUDA_OOM_INIT", "before the first training step, while building/sharding the model"
+    if tried and cap:
+        return "CUDA_OOM_CAPACITY", f"request {tried / 2**30:.2f} GiB on a {cap / 2**30:.2f} GiB device that is full"
+    return "CUDA_OOM_CAPACITY", "allocation failed"
+
+
+def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
+    """CUDA out-of-memory messages (all three message generations) by phase and pool state."""
+    tagged = [(oom_class(ctx, e), e) for e in ctx.kinds("cuda_oom")]
+    out = []
+    for (cls, host), items in group_by(tagged, lambda ce: (ce[0][0], ce[1].host)).items():
+        (_, why), first = items[0]
+        evs = [e for _, e in items]
+        gpu = f"GPU {first.gpu_index}" if first.gpu_index is not None else None
+        out.append(finding(ctx, cls, "cuda_oom", Tier.PROCESS, 0.85, evs, gpu=gpu,
+                           note=f"CUDA out of memory {why}."))
+    return out
+
+
+def nan_rule(ctx: RuleContext) -> list[Finding]:
+    """Non-finite loss -> ``NAN_LOSS``; notes whether it started right after the first optimizer step."""
+    evs = ctx.kinds("nan_loss")
+    if not evs:
+        return []
+    step = as_int(evs[0].fields.get("step"))
+    early = step is not None and step <= 2
+    note = (f"Loss became NaN/Inf at step {step}" if step is not None else "Loss became NaN/Inf") + (
+        " right after the first optimizer step: numerics/configuration, not hardware." if early else ".")
+    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, evs, note=note,
+                    facts={"step": str(step) if step is not None else "-"})]
+
+
+def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
+    """fp16 overflow skips -> ``LOSS_SCALE_COLLAPSE``.
+
+    Established when the scale fell to <= 1, when >= 5 overflow skips are seen, or when the loss
+    then became NaN; a few skips alone are normal loss-scale calibration, so they give the class
+    with prior confidence only.
+    """
+    evs = ctx.kinds("loss_scale_overflow")
+    if not evs:
+        return []
+    scales = [s for s in (as_float(e.fields.get("new_loss_scale")) for e in evs) if s is not None]
+    floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR
+    nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss"))
+    strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
+    scale_txt = f"{min(scales):g}" if scales else "?"
+    return [finding(ctx, "LOSS_SCALE_COLLAPSE", "loss_scale", Tier.PROCESS, 0.85 if strong else CONF_PRIOR + 0.05,
+                    evs, established=strong, facts={"min_scale": scale_txt},
+                    note=f"{len(evs)} fp16 overflow skip(s); loss scale down to {scale_txt}"
+                         + (" - collapsed." if strong else " (a few skips are normal calibration)."))]
+
+
+def silent_skip_rule(ctx: RuleContext) -> list[Finding]:
+    """Optimizer steps skipped with no overflow message (bf16 ZeRO) -> ``SILENT_SKIPPED_STEPS``."""
+    skips = ctx.kinds("skipped_step")
+    if not skips or ctx.kinds("loss_scale_overflow"):
+        return []
+    return [finding(ctx, "SILENT_SKIPPED_STEPS", "silent_skip", Tier.PROCESS, CONF_INFERRED, skips,
+                    note=f"{len(skips)} skipped optimizer step(s) without any overflow message.")]
+
+
+def restart_loop_rule(ctx: RuleContext) -> list[Finding]:
+    """Repeated restarts from the same state -> ``RESTART_LOOP``."""
+    loops = ctx.kinds("restart_loop")
+    restarts = ctx.kinds("elastic_restart")
+    count = max([as_int(e.fields.get("count")) or 1 for e in loops] + [len(loops), len(restarts)], default=0)
+    if not loops and len(restarts) < 3:
+        return []
+    evs = loops + restarts
+    return [finding(ctx, "RESTART_LOOP", "restart_loop", Tier.PROCESS, 0.85 if count >= 3 else CONF_INFERRED, evs,
+                    facts={"count": str(count)},
+                    note=f"The job was restarted {count} time(s) from the same state without progress.")]
+
+
+_RANK_IN_TEXT = re.compile(r"\b[Rr]ank\s*r?(\d+)|\br(\d+)\b")
+
+
+def straggler_rule(ctx: RuleContext) -> list[Finding]:
+    """Straggler findings and clock-event reasons -> ``STRAGGLER_{INPUT,COMPUTE,THERMAL}``, ``INPUT_STALL``.
+
+    Per-rank wall times that are all within 5 % of each other while the step is compute-bound are
+    *not* evidence that nobody straggles: the all-reduce barrier equalises them (traceml #252); the
+    compute straggler is then reported as suspected and unattributed, with arrival skew requested.
+    """
+    out = []
+    rows = ctx.kinds("straggler_finding")
+    named = [e for e in rows if e.fields.get("finding")]
+    table = [e for e in rows if not e.fields.get("finding") and as_float(e.fields.get("step_ms")) is not None]
+    for e in named:
+        kind = str(e.fields["finding"]).upper()
+        m = _RANK_IN_TEXT.search(e.raw.split(":", 1)[-1])
+        rank = e.rank if e.rank is not None else (int(m.group(1) or m.group(2)) if m else None)
+        if "INPUT" in kind and "STALL" not in kind:
+            out.append(finding(ctx, "STRAGGLER_INPUT", "straggler", Tier.PROCESS, 0.8, [e], rank=rank,
+                               note=f"Rank {rank} waits on input far longer than the median rank."))
+        elif "STALL" in kind:
+            out.append(finding(ctx, "INPUT_STALL", "straggler", Tier.PROCESS, CONF_INFERRED, [e], rank=rank,
+                               note="Periodic input stalls on all ranks (dataloader/storage)."))
+        elif "CHECKPOINT" in kind:
+            out.append(finding(ctx, "CHECKPOINT_IO_SLOW", "straggler", Tier.PROCESS, CONF_INFERRED, [e],
+                               note="Checkpoint writes are slow."))
+        elif "COMPUTE" in kind and rank is not None and "BOUND" not in kind:
+            out.append(finding(ctx, "STRAGGLER_COMPUTE", "straggler", Tier.PROCESS, 0.8, [e], rank=rank,
+                               note=f"Rank {rank} is a compute straggler."))
+        elif "COMPUTE" in kind:
+            vals = [as_float(t.fields.get("step_ms")) for t in table]
+            vals = [v for v in vals if v is not None]
+            flat = len(vals) >= 2 and (max(vals) - min(vals)) <= 0.05 * statistics.median(vals)
+            out.append(finding(ctx, "STRAGGLER_COMPUTE", "straggler_masked", Tier.PROCESS, CONF_CASCADE_ONLY,
+                               [e] + table, established=False, rank=None,
+                               note="Compute-bound steps" + (
+                                   " with per-rank wall times equal within 5 %: a barrier inside the measured "
+                                   "region masks any compute straggler; wall time cannot name it." if flat else ".")))
+    hot = [e for e in ctx.kinds("clock_event")
+           if str(e.fields.get("active", "")).lower() in ("active", "true", "1", "yes")
+           and re.search(r"HW|Thermal|Power Brake", str(e.fields.get("reason", "")), re.IGNORECASE)]
+    for (host, gpu), group in group_by(hot, lambda e: (e.host, e.gpu_bdf or e.gpu_uuid or e.gpu_index)).items():
+        out.append(finding(ctx, "STRAGGLER_THERMAL", "clock_events", Tier.HARDWARE, CONF_INFERRED, group,
+                           note=f"HW slowdown/thermal clock events active on GPU {gpu} of {host or 'the host'}."))
+    return out
+
+
+def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
+    """A Python exception or CUDA error no other rule explains -> ``UNKNOWN`` (process tier).
+
+    Exceptions of the distributed machinery (NCCL, DistBackendError, ChildFailedError) are
+    cascades and are left to the teardown rule.
+    """
+    cascade = re.compile(r"NCCL|DistBackendError|ChildFailedError|ProcessGroup|watchdog|c10d|Rendezvous|"
+                         r"SignalException|KeyboardInterrupt", re.IGNORECASE)
+    evs = [e for e in ctx.kinds("python_exception", "cuda_error")
+           if not cascade.search(text(e)) and not ctx.is_cited(e)]
+    if not evs:
+        return []
+    first = evs[0]
+    exc = str(first.fields.get("exc_type") or first.kind)
+    return [finding(ctx, "UNKNOWN", "python_exception", Tier.PROCESS, CONF_CASCADE_ONLY, evs, established=False,
+                    facts={"exception": exc},
+                    note=f"{exc} on {('rank ' + str(first.rank)) if first.rank is not None else 'a rank'} "
+                         "matches no failure class; it is the earliest process fault in the input.")]

@@ -1,0 +1,49 @@
+"""Rich rendering of a corpus evaluation: per-class accuracy, confusion summary, calibration."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from gpufield.triage.evaluate import EvalReport
+
+
+def render_eval(report: EvalReport, console: Console | None = None, *, cases: bool = True) -> None:
+    """Print per-case results (optional), per-class accuracy, confusion and calibration tables."""
+    console = console or Console()
+    if cases:
+        t = Table(title=f"cases of {report.directory}", title_justify="left")
+        for col in ("#", "expected", "predicted", "ok", "strict", "root", "conf"):
+            t.add_column(col)
+        for r in report.results:
+            exp = (" → " if r.case.mode == "chain" else " + ").join(r.case.classes)
+            root = "" if r.root_ok is None else ("UNKNOWN ok" if r.root_ok else "root wrong")
+            t.add_row(r.case.number, exp, r.predicted if not r.error else f"ERROR: {r.error[:40]}",
+                      "[green]yes[/]" if r.correct else "[red]no[/]", "yes" if r.strict else "no", root,
+                      f"{r.confidence:.2f}")
+        console.print(t)
+    pc = Table(title="per-class accuracy (by first expected class)", title_justify="left")
+    pc.add_column("class")
+    pc.add_column("correct", justify="right")
+    pc.add_column("total", justify="right")
+    for cls, (c, n) in report.per_class().items():
+        pc.add_row(cls, str(c), str(n), style=None if c == n else "red")
+    console.print(pc)
+    conf = report.confusion()
+    if conf:
+        ct = Table(title="confusion (misclassified only)", title_justify="left")
+        for col in ("expected", "predicted", "count"):
+            ct.add_column(col)
+        for (e, p), n in conf.most_common():
+            ct.add_row(e, p, str(n))
+        console.print(ct)
+    cal = Table(title="calibration (confidence vs accuracy)", title_justify="left")
+    for col in ("bin", "cases", "mean conf", "accuracy"):
+        cal.add_column(col)
+    for b, n, c, a in report.calibration():
+        cal.add_row(b, str(n), f"{c:.2f}", f"{a:.2f}")
+    console.print(cal)
+    roots = [r for r in report.results if r.root_ok is not None]
+    console.print(f"accuracy {report.accuracy:.1%} ({sum(r.correct for r in report.results)}/{len(report.results)}, "
+                  f"chain accepted); strict {report.strict_accuracy:.1%}; root check "
+                  f"{sum(bool(r.root_ok) for r in roots)}/{len(roots)}")
