@@ -1,0 +1,57 @@
+"""`gpufield fp64 fft`: run the emulated FFT on random data and report its error next to numpy's.
+
+The reference is a dense long-double DFT (:func:`gpufield.fp64.fft.reference.dft_longdouble`) for
+up to 32^3 points, else numpy.fft in float64 (then the emulated error is reported against numpy only).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def check_fft(*, shape: tuple[int, ...], backend: str = "cpu", variant: str = "crt", seed: int = 0,
+              device: str | None = None) -> dict:
+    """Emulated FFT of complex Gaussian data of ``shape``; errors and time.
+
+    Args:
+        shape: 1-3 power-of-two sides <= 1024.
+        backend: ``"cpu"``, ``"int8"`` or ``"fp8"``.
+        variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
+        seed: RNG seed.
+        device: torch device for the transform (default CUDA for int8/fp8 when available, else CPU).
+
+    Returns:
+        dict with shape, backend, variant, num_moduli, time_s, rel_l2_emulated, rel_l2_numpy (both
+        against the reference), reference name and the round-trip error.
+
+    Raises:
+        InputError: bad shape/backend/variant.
+    """
+    import torch
+
+    from gpufield.fp64.fft.reference import dft_longdouble, rel_l2
+    from gpufield.fp64.fft.sixstep import _check, fftn_fp64_emulated, ifftn_fp64_emulated
+    from gpufield.fp64.fft.stage import EmulatedFftPlan
+
+    plan = EmulatedFftPlan(backend=backend, variant=variant)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+    _check(torch.from_numpy(x))
+    if device is None:
+        device = "cuda" if backend != "cpu" and torch.cuda.is_available() else "cpu"
+    xt = torch.from_numpy(x).to(device)
+    t0 = time.perf_counter()
+    y = fftn_fp64_emulated(xt, plan).cpu().numpy()
+    dt = time.perf_counter() - t0
+    small = x.size <= 32**3
+    ref = dft_longdouble(x) if small else np.fft.fftn(x)
+    back = ifftn_fp64_emulated(torch.from_numpy(y).to(device), plan).cpu().numpy()
+    return {
+        "shape": list(shape), "backend": backend, "variant": variant,
+        "num_moduli": plan.resolved_num_moduli, "moduli": plan.moduli_kind, "device": device,
+        "time_s": dt, "reference": "long-double DFT" if small else "numpy.fft (float64)",
+        "rel_l2_emulated": rel_l2(y, ref), "rel_l2_numpy": rel_l2(np.fft.fftn(x), ref) if small else 0.0,
+        "round_trip_rel_l2": rel_l2(back, x),
+    }
