@@ -62,13 +62,13 @@ class ModularBackend(Protocol):
         ...
 
     def reconstruct(
-        self, res_LMN: "torch.Tensor", shift_MN: "torch.Tensor", table: "ModuliTable"
+        self, res_LMN: "torch.Tensor", s_M: "torch.Tensor", t_N: "torch.Tensor", table: "ModuliTable"
     ) -> "torch.Tensor":
         """CRT with the symmetric lift and one rounding of X * 2**-shift (fp64.md 2.1 steps 4-5).
 
         Args:
             res_LMN: integers congruent to the residues of the exact product [L, M, N].
-            shift_MN: int64 [M, N] total shifts s_i + t_j.
+            s_M: int64 [M] row shifts of A; t_N: int64 [N] column shifts of B (X_ij is scaled by 2**-(s_i+t_j)).
             table: the moduli table.
 
         Returns:

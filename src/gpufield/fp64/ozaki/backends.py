@@ -34,12 +34,24 @@ INT8_K_CHUNK = 2**16
 """k * 128 * 128 < 2**31 for k <= 2**16 (INT32 accumulation of _int_mm is exact)."""
 
 
-def _fast_reconstruct(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: ModuliTable) -> torch.Tensor:
-    if res_LMN.is_cuda:
-        from gpufield.fp64.kernels.crt import crt_triton
+KERNEL_MODES = ("auto", "triton", "torch")
+"""Where the fused passes run: ``auto`` = Triton on CUDA tensors, torch reference elsewhere;
+``triton`` = always Triton (interpreter on CPU, for tests); ``torch`` = always the torch reference."""
 
-        return crt_triton(res_LMN, shift_MN, table)
-    return crt_limbs_torch(res_LMN, shift_MN, table)
+
+def use_triton(kernels: str, device: torch.device) -> bool:
+    """Whether the fused passes should run in Triton for this kernel mode and device."""
+    if kernels not in KERNEL_MODES:
+        raise InputError(f"kernels must be one of {KERNEL_MODES}, got {kernels!r}")
+    return kernels == "triton" or (kernels == "auto" and device.type == "cuda")
+
+
+def _fast_reconstruct(res_LMN, s_M, t_N, table: ModuliTable, kernels: str = "auto") -> torch.Tensor:
+    if use_triton(kernels, res_LMN.device):
+        from gpufield.fp64.kernels.crt import crt_triton_rows_cols
+
+        return crt_triton_rows_cols(res_LMN, s_M, t_N, table)
+    return crt_limbs_torch(res_LMN, s_M[:, None] + t_N[None, :], table)
 
 
 def _pad_to(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -64,13 +76,13 @@ class CpuExactBackend:
     """
 
     name = "cpu-exact"
-    bound_ufp = 6
 
     def __init__(self, moduli_kind: str = "int8") -> None:
         if moduli_kind not in ("int8", "fp8"):
             raise InputError(f"moduli_kind must be 'int8' or 'fp8', got {moduli_kind!r}")
         self.moduli_kind = moduli_kind
         self.residue_dtype = torch.int8 if moduli_kind == "int8" else torch.int16
+        self.bound_ufp = 6 if moduli_kind == "int8" else 4  # same scalings as the int8 / fp8 backend
 
     def modular_matmul(self, resA_LMK, resB_LNK, table):
         """int64 [L, M, N] = resA[l] @ resB[l].T, exact (|r| <= 544, so any K < 2**43 fits)."""
@@ -82,18 +94,26 @@ class CpuExactBackend:
         """int64 exact hiA @ hiB.T."""
         return (hiA_MK.to(torch.int64).cpu() @ hiB_NK.to(torch.int64).cpu().T).to(hiA_MK.device)
 
-    def reconstruct(self, res_LMN, shift_MN, table):
+    def reconstruct(self, res_LMN, s_M, t_N, table):
         """Python-integer CRT and Fraction rounding (the oracle)."""
-        return crt_exact_python(res_LMN, shift_MN, table).to(res_LMN.device)
+        return crt_exact_python(res_LMN, s_M[:, None] + t_N[None, :], table).to(res_LMN.device)
 
 
 class Int8Backend:
-    """INT8 tensor cores through ``torch._int_mm`` (one GEMM per modulus; also runs on CPU tensors)."""
+    """INT8 tensor cores through ``torch._int_mm`` (one GEMM per modulus; also runs on CPU tensors).
+
+    Args:
+        kernels: ``"auto"`` | ``"triton"`` | ``"torch"``, see :data:`KERNEL_MODES`.
+    """
 
     name = "int8"
     moduli_kind = "int8"
     residue_dtype = torch.int8
     bound_ufp = 6
+
+    def __init__(self, kernels: str = "auto") -> None:
+        use_triton(kernels, torch.device("cpu"))  # validates
+        self.kernels = kernels
 
     @staticmethod
     def _int_mm(A_MK: torch.Tensor, B_NK: torch.Tensor) -> torch.Tensor:
@@ -128,9 +148,9 @@ class Int8Backend:
             acc += self._int_mm(a, b).to(torch.int64)
         return acc
 
-    def reconstruct(self, res_LMN, shift_MN, table):
+    def reconstruct(self, res_LMN, s_M, t_N, table):
         """Triton CRT on CUDA, int64-limb CRT elsewhere (bit-identical)."""
-        return _fast_reconstruct(res_LMN, shift_MN, table)
+        return _fast_reconstruct(res_LMN, s_M, t_N, table, self.kernels)
 
 
 class Fp8Backend:
@@ -139,6 +159,7 @@ class Fp8Backend:
     Args:
         k_chunk: K of every ``_scaled_mm`` call; the default :data:`FP8_K_CHUNK` guarantees exactness on
             Hopper. Larger values are refused unless ``allow_unsafe_chunk`` (for the accumulation experiment).
+        kernels: ``"auto"`` | ``"triton"`` | ``"torch"``, see :data:`KERNEL_MODES`.
     """
 
     name = "fp8"
@@ -146,7 +167,11 @@ class Fp8Backend:
     residue_dtype = torch.int16
     bound_ufp = 4
 
-    def __init__(self, k_chunk: int = FP8_K_CHUNK, *, allow_unsafe_chunk: bool = False) -> None:
+    def __init__(
+        self, k_chunk: int = FP8_K_CHUNK, *, allow_unsafe_chunk: bool = False, kernels: str = "auto"
+    ) -> None:
+        use_triton(kernels, torch.device("cpu"))  # validates
+        self.kernels = kernels
         if k_chunk % 16 or k_chunk <= 0:
             raise InputError(f"k_chunk must be a positive multiple of 16, got {k_chunk}")
         if k_chunk * FP8_MAX_DIGIT**2 >= HOPPER_FP8_EXACT_PARTIAL_SUM and not allow_unsafe_chunk:
@@ -196,9 +221,9 @@ class Fp8Backend:
         """Exact hiA @ hiB.T with entries <= 16 in FP8 (same K chunking)."""
         return self._mm(self.to_fp8(hiA_MK.to(torch.int8)), self.to_fp8(hiB_NK.to(torch.int8)))
 
-    def reconstruct(self, res_LMN, shift_MN, table):
+    def reconstruct(self, res_LMN, s_M, t_N, table):
         """Triton CRT on CUDA, int64-limb CRT elsewhere (bit-identical)."""
-        return _fast_reconstruct(res_LMN, shift_MN, table)
+        return _fast_reconstruct(res_LMN, s_M, t_N, table, self.kernels)
 
 
 BACKENDS = {"cpu-exact": CpuExactBackend, "int8": Int8Backend, "fp8": Fp8Backend}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from gpufield.errors import InputError, NumericsError
-from gpufield.fp64.ozaki.backends import get_backend
+from gpufield.fp64.ozaki.backends import get_backend, use_triton
 from gpufield.fp64.ozaki.moduli import ModuliTable, moduli_table
 from gpufield.fp64.ozaki.residues import pow2, residues_from_scaled, scale_trunc, sym_mod_tensor
 from gpufield.fp64.ozaki.scaling import accurate_shifts_from_bound, bound_operand, fast_shifts
@@ -29,7 +29,9 @@ OUT_BLOCK_BYTES = 2**31
 """Row-block budget for the [L, M_block, N] intermediate products (keeps the FFT-shaped case in memory)."""
 
 
-def scale_residues(X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype) -> torch.Tensor:
+def scale_residues(
+    X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype, kernels: str = "auto"
+) -> torch.Tensor:
     """Fused scaling + truncation + symmetric residues of the rows of a real operand.
 
     Args:
@@ -37,11 +39,12 @@ def scale_residues(X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable
         shift_R: int64 [R].
         table: moduli table.
         dtype: residue dtype (int8 / int16).
+        kernels: ``"auto"`` (Triton on CUDA), ``"triton"`` or ``"torch"``.
 
     Returns:
-        [L, R, K] residues. Triton kernel on CUDA, torch reference elsewhere (bit-identical).
+        [L, R, K] residues. Triton kernel or torch reference (bit-identical).
     """
-    if X_RK.is_cuda:
+    if use_triton(kernels, X_RK.device):
         from gpufield.fp64.kernels.residue import scale_residues_triton
 
         return scale_residues_triton(X_RK, shift_R, table, dtype)
@@ -74,29 +77,30 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
     L = table.num_moduli
     out = torch.empty((M, N), dtype=A_MK.dtype, device=A_MK.device)
     dt = be.residue_dtype
+    kn = getattr(be, "kernels", "torch")
     if not cplx:
-        rB = scale_residues(BT_NK.contiguous(), t_N, table, dt)
+        rB = scale_residues(BT_NK.contiguous(), t_N, table, dt, kn)
     else:
-        rBr = scale_residues(BT_NK.real.contiguous(), t_N, table, dt)
-        rBi = scale_residues(BT_NK.imag.contiguous(), t_N, table, dt)
+        rBr = scale_residues(BT_NK.real.contiguous(), t_N, table, dt, kn)
+        rBi = scale_residues(BT_NK.imag.contiguous(), t_N, table, dt, kn)
         rBs = _sym_sum(rBr, rBi, table, dt)
     for m0, m1 in _row_blocks(M, L * N * 8 * (3 if cplx else 1)):
         if m1 <= m0:
             break
-        sh = s_M[m0:m1, None] + t_N[None, :]
+        sb = s_M[m0:m1]
         if not cplx:
-            rA = scale_residues(A_MK[m0:m1].contiguous(), s_M[m0:m1], table, dt)
-            out[m0:m1] = be.reconstruct(be.modular_matmul(rA, rB, table), sh, table)
+            rA = scale_residues(A_MK[m0:m1].contiguous(), s_M[m0:m1], table, dt, kn)
+            out[m0:m1] = be.reconstruct(be.modular_matmul(rA, rB, table), sb, t_N, table)
             continue
         Ab = A_MK[m0:m1]
-        rAr = scale_residues(Ab.real.contiguous(), s_M[m0:m1], table, dt)
-        rAi = scale_residues(Ab.imag.contiguous(), s_M[m0:m1], table, dt)
+        rAr = scale_residues(Ab.real.contiguous(), s_M[m0:m1], table, dt, kn)
+        rAi = scale_residues(Ab.imag.contiguous(), s_M[m0:m1], table, dt, kn)
         rAs = _sym_sum(rAr, rAi, table, dt)
         T1 = be.modular_matmul(rAr, rBr, table).to(torch.int64)
         T2 = be.modular_matmul(rAi, rBi, table).to(torch.int64)
         T3 = be.modular_matmul(rAs, rBs, table).to(torch.int64)
-        re = be.reconstruct(T1 - T2, sh, table)
-        im = be.reconstruct(T3 - T1 - T2, sh, table)
+        re = be.reconstruct(T1 - T2, sb, t_N, table)
+        im = be.reconstruct(T3 - T1 - T2, sb, t_N, table)
         out[m0:m1] = torch.complex(re, im)
     return out
 

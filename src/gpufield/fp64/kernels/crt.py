@@ -1,0 +1,200 @@
+"""Triton kernel: mod-p reduction + exact CRT (31-bit limbs) + symmetric lift + one rounding (fp64.md 1.6, 4.1).
+
+Per output (i, j): reads the L raw products (int32/int64, congruent mod p_l), reduces each to the symmetric
+range, accumulates the quotient estimate q = rint(sum r_l q_l/p_l) in float64 and J = 6 limb sums
+s_j = sum_l r_l C_lj - q M_j in int64 (|s_j| < 2**46), propagates carries, takes sign and magnitude, and
+rounds |X| * 2**-(s_i + t_j) to the nearest float64 (ties to even, subnormals exact) from the top 55 bits
+and a sticky bit. Integer-only apart from the quotient estimate (the "Kulisch" CRT of Parts 2-3).
+Bit-identical to ``gpufield.fp64.ozaki.crt.crt_limbs_torch``.
+
+Shape legend: L moduli, M rows, N columns; J = 6 limbs (M <= 2**186).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpufield.errors import NumericsError
+from gpufield.fp64.ozaki.moduli import LIMB_BITS, ModuliTable
+
+J_MAX = 6
+_MASK31 = (1 << LIMB_BITS) - 1
+
+
+@triton.jit
+def _pow2(e):
+    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _norm6(s0, s1, s2, s3, s4, s5):
+    v = s0
+    t0 = v & 0x7FFFFFFF
+    v = s1 + (v >> 31)
+    t1 = v & 0x7FFFFFFF
+    v = s2 + (v >> 31)
+    t2 = v & 0x7FFFFFFF
+    v = s3 + (v >> 31)
+    t3 = v & 0x7FFFFFFF
+    v = s4 + (v >> 31)
+    t4 = v & 0x7FFFFFFF
+    t5 = s5 + (v >> 31)
+    return t0, t1, t2, t3, t4, t5
+
+
+@triton.jit
+def _bitlen(u, j: tl.constexpr):
+    ex = ((u.to(tl.float64).to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022  # bit length for u >= 1
+    return tl.where(u > 0, ex + 31 * j, 0)
+
+
+@triton.jit
+def _take(u, j: tl.constexpr, pos, kept, sticky):
+    sft = 31 * j - pos + 1
+    left = (sft >= 0) & (sft < 62)
+    kept += tl.where(left, u << tl.minimum(tl.maximum(sft, 0), 61), 0)
+    right = (sft < 0) & (sft > -63)
+    rs = tl.minimum(tl.maximum(-sft, 0), 62)
+    kept += tl.where(right, u >> rs, 0)
+    lost = u & ((tl.full(u.shape, 1, tl.int64) << rs) - 1)
+    sticky = sticky | (right & (lost != 0)) | ((sft <= -63) & (u != 0))
+    return kept, sticky
+
+
+@triton.jit
+def _rint(x):
+    """Round half to even of |x| < 2**51 with float64 arithmetic (the 2**52 trick), as torch.round."""
+    big = 4503599627370496.0  # 2**52
+    ax = tl.abs(x)
+    r = (ax + big) - big
+    return tl.where(x < 0, -r, r).to(tl.int64)
+
+
+@triton.jit
+def _crt_kernel(
+    res_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
+    L: tl.constexpr, BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    i = offs // N
+    j = offs - i * N
+    sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
+    qf = tl.zeros((BLOCK,), dtype=tl.float64)
+    a0 = tl.zeros((BLOCK,), dtype=tl.int64)
+    a1 = tl.zeros((BLOCK,), dtype=tl.int64)
+    a2 = tl.zeros((BLOCK,), dtype=tl.int64)
+    a3 = tl.zeros((BLOCK,), dtype=tl.int64)
+    a4 = tl.zeros((BLOCK,), dtype=tl.int64)
+    a5 = tl.zeros((BLOCK,), dtype=tl.int64)
+    for l in tl.static_range(L):
+        p = tl.load(mod_ptr + l)
+        x = tl.load(res_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+        r = x % p
+        r = tl.where(r < 0, r + p, r)
+        r = tl.where(r >= (p + 1) // 2, r - p, r)
+        qf += r.to(tl.float64) * tl.load(qp_ptr + l)
+        a0 += r * tl.load(climb_ptr + l * 6 + 0)
+        a1 += r * tl.load(climb_ptr + l * 6 + 1)
+        a2 += r * tl.load(climb_ptr + l * 6 + 2)
+        a3 += r * tl.load(climb_ptr + l * 6 + 3)
+        a4 += r * tl.load(climb_ptr + l * 6 + 4)
+        a5 += r * tl.load(climb_ptr + l * 6 + 5)
+    q = _rint(qf)  # half to even, as torch.round in the reference
+    a0 -= q * tl.load(mlimb_ptr + 0)
+    a1 -= q * tl.load(mlimb_ptr + 1)
+    a2 -= q * tl.load(mlimb_ptr + 2)
+    a3 -= q * tl.load(mlimb_ptr + 3)
+    a4 -= q * tl.load(mlimb_ptr + 4)
+    a5 -= q * tl.load(mlimb_ptr + 5)
+    t0, t1, t2, t3, t4, t5 = _norm6(a0, a1, a2, a3, a4, a5)
+    neg = t5 < 0
+    sg = tl.where(neg, -1, 1).to(tl.int64)
+    u0, u1, u2, u3, u4, u5 = _norm6(a0 * sg, a1 * sg, a2 * sg, a3 * sg, a4 * sg, a5 * sg)
+    nb = tl.maximum(tl.maximum(tl.maximum(_bitlen(u0, 0), _bitlen(u1, 1)), tl.maximum(_bitlen(u2, 2), _bitlen(u3, 3))),
+                    tl.maximum(_bitlen(u4, 4), _bitlen(u5, 5)))
+    pos = tl.maximum(tl.maximum(nb - 53, sh - 1074), 0)
+    kept = tl.zeros((BLOCK,), dtype=tl.int64)
+    sticky = tl.zeros((BLOCK,), dtype=tl.int1)
+    kept, sticky = _take(u0, 0, pos, kept, sticky)
+    kept, sticky = _take(u1, 1, pos, kept, sticky)
+    kept, sticky = _take(u2, 2, pos, kept, sticky)
+    kept, sticky = _take(u3, 3, pos, kept, sticky)
+    kept, sticky = _take(u4, 4, pos, kept, sticky)
+    kept, sticky = _take(u5, 5, pos, kept, sticky)
+    guard = (kept & 1) == 1
+    kept = kept >> 1
+    up = guard & (sticky | ((kept & 1) == 1))
+    kept = kept + up.to(tl.int64)
+    e = pos - sh
+    e1 = tl.where(e < -1022, e + 600, tl.minimum(e, 1023))
+    e2 = tl.minimum(e - e1, 1023)
+    mag = kept.to(tl.float64) * _pow2(e1)
+    mag = mag * _pow2(e2)
+    tl.store(out_ptr + offs, tl.where(neg, -mag, mag), mask=mask)
+
+
+_CONST_CACHE: dict = {}
+
+
+def _consts(table: ModuliTable, device):
+    key = (table.kind, table.num_moduli, str(device))
+    if key not in _CONST_CACHE:
+        if table.num_limbs > J_MAX:
+            raise NumericsError(f"M needs {table.num_limbs} limbs; the CRT kernel supports {J_MAX}")
+        cl = [list(row) + [0] * (J_MAX - len(row)) for row in table.C_limbs_LJ]
+        ml = list(table.M_limbs_J) + [0] * (J_MAX - table.num_limbs)
+        _CONST_CACHE[key] = (
+            torch.tensor(table.moduli, dtype=torch.int64, device=device),
+            torch.tensor(table.q_over_p, dtype=torch.float64, device=device),
+            torch.tensor(cl, dtype=torch.int64, device=device),
+            torch.tensor(ml, dtype=torch.int64, device=device),
+        )
+    return _CONST_CACHE[key]
+
+
+def crt_triton_rows_cols(
+    res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable
+) -> torch.Tensor:
+    """Launch the CRT kernel with separate row and column shifts (no [M, N] shift tensor in memory).
+
+    Args:
+        res_LMN: int32/int64 [L, M, N] contiguous products, congruent to the residues.
+        s_M: int64 [M]; t_N: int64 [N].
+        table: moduli table.
+
+    Returns:
+        float64 [M, N].
+    """
+    L, M, N = res_LMN.shape
+    res = res_LMN.contiguous()
+    mods, qp, cl, ml = _consts(table, res.device)
+    out = torch.empty((M, N), dtype=torch.float64, device=res.device)
+    if M * N == 0:
+        return out
+    BLOCK = 256
+    _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
+        res, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
+        mods, qp, cl, ml, out, L=L, BLOCK=BLOCK,
+    )
+    return out
+
+
+def crt_triton(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: ModuliTable) -> torch.Tensor:
+    """CRT kernel for an explicit [M, N] shift tensor (ModularBackend.reconstruct signature).
+
+    Args:
+        res_LMN: int32/int64 [L, M, N].
+        shift_MN: int64 [M, N] (any tensor broadcastable from s_i + t_j; it is read as given).
+        table: moduli table.
+
+    Returns:
+        float64 [M, N].
+    """
+    L = res_LMN.shape[0]
+    flat = res_LMN.reshape(L, 1, -1)
+    zeros = torch.zeros(1, dtype=torch.int64, device=res_LMN.device)
+    out = crt_triton_rows_cols(flat, zeros, shift_MN.reshape(-1), table)
+    return out.reshape(shift_MN.shape)

@@ -1,0 +1,114 @@
+"""Triton kernel: fused scaling -> truncation -> symmetric residues (Ozaki-II steps 1-2, fp64.md 2.1, 4.1).
+
+One read of the float64 operand, L narrow writes; no float64 or int64 intermediate ever reaches memory.
+Per element: y = x * 2**s1 * 2**s2 (two exact power-of-two multiplications, s = s1 + s2 the row shift),
+y -> int64 by truncation when |y| < 2**62, otherwise y = +-mant * 2**e and r = (mant mod p)(2**e mod p) mod p
+from a [L, 2048] table of 2**e mod p. Bit-identical to
+``residues_from_scaled(scale_trunc(X, shift), moduli)``.
+
+Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from gpufield.fp64.ozaki.moduli import ModuliTable
+
+POW2_TABLE_LEN = 2048
+
+
+@triton.jit
+def _pow2(e):
+    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _scale_residue_kernel(
+    x_ptr, stride_r, stride_k, shift_ptr, mod_ptr, tab_ptr, out_ptr, R, K,
+    L: tl.constexpr, OUT_INT8: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = (pid_k * BLOCK_K + tl.arange(0, BLOCK_K)).to(tl.int64)
+    rmask = rows < R
+    mask = rmask[:, None] & (cols[None, :] < K)
+    x = tl.load(x_ptr + rows[:, None] * stride_r + cols[None, :] * stride_k, mask=mask, other=0.0)
+    s = tl.load(shift_ptr + rows, mask=rmask, other=0).to(tl.int64)
+    s = tl.minimum(tl.maximum(s, -1022), 2046)
+    s1 = tl.minimum(tl.maximum(s, -1022), 1023)
+    s2 = s - s1
+    y = x * _pow2(s1)[:, None]
+    y = y * _pow2(s2)[:, None]
+    small = tl.abs(y) < 4611686018427387904.0  # 2**62
+    yi = tl.where(small, y, 0.0).to(tl.int64)  # fptosi truncates toward zero
+    bits = y.to(tl.int64, bitcast=True)
+    e = ((bits >> 52) & 0x7FF) - 1075
+    e = tl.where(small, 0, e)
+    e = tl.minimum(tl.maximum(e, 0), 2047)
+    mant = (bits & 0xFFFFFFFFFFFFF) | 0x10000000000000
+    neg = bits < 0
+    out_off = rows[:, None] * K + cols[None, :]
+    plane = R * K
+    for l in tl.static_range(L):
+        p = tl.load(mod_ptr + l)
+        r = yi % p
+        r = tl.where(r < 0, r + p, r)
+        mm = mant % p
+        mm = tl.where(mm < 0, mm + p, mm)
+        t = tl.load(tab_ptr + l * 2048 + e)
+        rb = (mm * t) % p
+        rb = tl.where(neg & (rb != 0), p - rb, rb)
+        r = tl.where(small, r, rb)
+        r = tl.where(r >= (p + 1) // 2, r - p, r)
+        if OUT_INT8:
+            tl.store(out_ptr + l * plane + out_off, r.to(tl.int8), mask=mask)
+        else:
+            tl.store(out_ptr + l * plane + out_off, r.to(tl.int16), mask=mask)
+
+
+_TABLE_CACHE: dict = {}
+
+
+def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor]:
+    key = (table.kind, table.num_moduli, str(device))
+    if key not in _TABLE_CACHE:
+        mods = torch.tensor(table.moduli, dtype=torch.int64, device=device)
+        tab = torch.tensor([[pow(2, e, p) for e in range(POW2_TABLE_LEN)] for p in table.moduli],
+                           dtype=torch.int64, device=device)
+        _TABLE_CACHE[key] = (mods, tab)
+    return _TABLE_CACHE[key]
+
+
+def scale_residues_triton(
+    X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8,
+    out_LRK: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Launch the fused scaling/residue kernel.
+
+    Args:
+        X_RK: float64 [R, K], finite, any strides.
+        shift_R: int64 [R] row shifts.
+        table: moduli table.
+        dtype: torch.int8 (INT8 table) or torch.int16 (FP8 table).
+        out_LRK: optional preallocated contiguous output.
+
+    Returns:
+        [L, R, K] symmetric residues of trunc(X * 2**shift).
+    """
+    R, K = X_RK.shape
+    L = table.num_moduli
+    mods, tab = _tables(table, X_RK.device)
+    out = out_LRK if out_LRK is not None else torch.empty((L, R, K), dtype=dtype, device=X_RK.device)
+    if R == 0 or K == 0:
+        return out
+    BR, BK = 32, 32
+    grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
+    _scale_residue_kernel[grid](
+        X_RK, X_RK.stride(0), X_RK.stride(1), shift_R.to(torch.int64).contiguous(), mods, tab, out, R, K,
+        L=L, OUT_INT8=(dtype == torch.int8), BLOCK_R=BR, BLOCK_K=BK,
+    )
+    return out
