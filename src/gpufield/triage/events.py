@@ -6,6 +6,21 @@ them: a parser emits only the ``kind`` values of :data:`KINDS`, with the ``field
 
 Design follows ``../shared/reference/triage.md`` section 5.3 (``events`` table: ts_ns, host,
 rank, gpu_uuid, pci_bdf, source, kind, code, severity, fields_json, raw).
+
+Conventions the parsers follow (``gpufield.triage.parsers``):
+
+* ``rank`` is a *global* rank: from a ``[rankN]:`` prefix, ``[Rank N]`` / ``[PG 0 Rank N]``, a
+  ChildFailedError ``rank : N`` entry or ``rank=N``. A rank inside a non-default process group
+  (``[PG 3 Rank 7]``) goes to ``fields["pg_rank"]`` only. torchrun's ``[default0]:`` log prefix is a
+  *local* rank and goes to ``fields["local_rank"]``.
+* The ``[N]`` after an NCCL ``host:pid:tid`` prefix is NCCL's ``cudaDev``: it lands in
+  ``gpu_index``, never in ``rank``.
+* ``fields["level"]`` keeps a glog / PyTorch severity letter (``I W E F``) where the line had one.
+* Fields added after the first contract (all optional, documented in :data:`KINDS`): Xid
+  ``gpu_instance subcode fatal phys_addr link``; ``pcie_aer`` status bits; ``nccl_return``,
+  ``pg_teardown``, ``gpu_handle_error``, ``p2p_access``, ``nic_link_state`` kinds; ``wrapped`` on a
+  watchdog timeout re-raised inside "watchdog thread terminated with exception" (a duplicate of an
+  earlier event, keep it for evidence, do not count it twice).
 """
 
 from __future__ import annotations
@@ -32,52 +47,57 @@ SOURCES = (
 #: ``code`` holds the primary code as a string (Xid number, IB status, NCCL retcode, exit code).
 KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # kernel
-    "xid": ("kernel", "NVRM Xid", ("xid", "pid", "name", "message", "rst", "d_rst", "mnemonic")),
-    "sxid": ("kernel", "NVSwitch SXid", ("sxid", "message", "fatal")),
+    "xid": ("kernel", "NVRM Xid", ("xid", "pid", "name", "message", "rst", "d_rst", "mnemonic", "gpu_instance", "subcode", "fatal", "phys_addr", "link")),
+    "sxid": ("kernel", "NVSwitch SXid", ("sxid", "message", "fatal", "link", "switch")),
     "gpu_fell_off_bus": ("kernel", "GPU has fallen off the bus (with or without Xid 79)", ("message",)),
-    "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message",)),
+    "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message", "status")),
     "gpu_map": ("kernel", "NVRM: GPU at PCI:<bdf>: GPU-<uuid> join line", ()),
-    "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device")),
-    "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb")),
-    "nvrm_other": ("kernel", "other NVRM error line", ("message",)),
+    "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source")),
+    "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup")),
+    "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
+    "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state")),
     # nccl
-    "nccl_warn": ("nccl", "NCCL WARN line", ("message",)),
+    "nccl_warn": ("nccl", "NCCL WARN line", ("message", "site", "retcode")),
+    "nccl_return": ("nccl", "NCCL INFO error-return chain line 'file.cc:N -> R' (R = ncclResult_t)", ("site", "retcode")),
     "ib_completion_error": ("nccl", "NET/IB completion with error", ("status", "status_text", "opcode", "vendor_err", "peer", "qp")),
     "ib_async_event": ("nccl", "NET/IB async event (e.g. port error)", ("event",)),
-    "nccl_system_error": ("nccl", "unhandled system error / ncclSystemError", ("message", "errno")),
-    "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message",)),
-    "nccl_internal_error": ("nccl", "ncclInternalError / unhandled cuda error", ("message",)),
-    "nccl_error": ("nccl", "other NCCL error (NCCL error ... / ncclInvalidUsage)", ("message",)),
+    "nccl_system_error": ("nccl", "unhandled system error / ncclSystemError", ("message", "errno", "nccl_version")),
+    "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message", "peer", "nccl_version")),
+    "nccl_internal_error": ("nccl", "ncclInternalError / unhandled cuda error", ("message", "nccl_version")),
+    "nccl_error": ("nccl", "other NCCL error (NCCL error ... / ncclInvalidUsage)", ("message", "nccl_version")),
     # torch
-    "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg")),
-    "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s",)),
+    "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg", "wrapped")),
+    "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s", "pg", "message")),
     "desync": ("torch", "desync debug report / collective sequence mismatch", ("seq", "op_type", "message")),
-    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks")),
-    "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started")),
-    "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message",)),
-    "python_exception": ("torch", "uncaught Python exception line (RuntimeError: ... etc.)", ("exc_type", "message")),
+    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks", "seq", "pg")),
+    "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started", "seq", "pg")),
+    "pg_teardown": ("torch", "'Some NCCL operations have failed or timed out' / 'taking the entire process down'", ("message",)),
+    "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message", "pg")),
+    "python_exception": ("torch", "uncaught Python exception line (RuntimeError: ... etc.)", ("exc_type", "message", "errno")),
     # torchrun
-    "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file")),
+    "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file", "root_cause", "time", "traceback", "script", "entry")),
     "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message")),
-    "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count",)),
-    "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name")),
+    "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count", "attempts_left", "message")),
+    "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name", "message")),
     # cuda
-    "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message",)),
-    "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation")),
-    "cuda_error": ("cuda", "other CUDA runtime error", ("message",)),
+    "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message", "via")),
+    "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation", "process_bytes", "phase")),
+    "cuda_error": ("cuda", "other CUDA runtime error", ("message", "cuda_error", "cuda_code")),
     "bus_error": ("cuda", "DataLoader worker bus error / shm exhausted", ("message",)),
+    "gpu_handle_error": ("smi", "nvidia-smi / NVML cannot reach a GPU (Unable to determine the device handle, NVMLError)", ("message",)),
     # train
-    "loss": ("train", "a training-progress line with a loss value", ("step", "loss")),
-    "nan_loss": ("train", "loss or grad is NaN/Inf", ("step", "value")),
+    "loss": ("train", "a training-progress line with a loss value (only with IngestOptions(with_loss=True))", ("step", "loss", "iter")),
+    "nan_loss": ("train", "loss or grad is NaN/Inf", ("step", "value", "iter", "metric")),
     "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced", ("step", "loss_scale", "new_loss_scale")),
-    "skipped_step": ("train", "optimizer step skipped", ("step",)),
-    "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count",)),
-    "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms")),
+    "skipped_step": ("train", "optimizer step skipped", ("step", "skipped")),
+    "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count", "message")),
+    "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms", "metric", "value_ms", "median_ms", "median_rank", "total_ms", "message")),
     # smi / dcgm
-    "clock_event": ("smi", "active clock-event (throttle) reason", ("reason", "active")),
-    "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile")),
+    "clock_event": ("smi", "active clock-event (throttle) reason", ("reason", "active", "reasons", "mask", "counter_us")),
+    "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile", "location")),
     "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure")),
-    "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s")),
+    "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes")),
+    "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }
 

@@ -1,0 +1,311 @@
+"""Ingestion: any mix of log files and directories (plain, gzip, bzip2, xz) -> :class:`Event` stream.
+
+>>> from gpufield.triage.ingest import ingest
+>>> result = ingest(["/var/log/kern.log", "job-logs/"])        # doctest: +SKIP
+>>> result.stats.files_read, len(result.events)                  # doctest: +SKIP
+>>> result.raise_if_nothing_read()                               # CLI: exit non-zero only then
+
+Streaming: :func:`iter_events` is a generator with memory bounded by one read block (8 MiB) plus
+the longest multi-line record; :func:`ingest` with ``sink=`` hands every event to a callback (for
+example a DuckDB store) without keeping a list. See ``gpufield.triage.parsers._scan`` for how
+ordinary lines are rejected before any parser runs.
+
+What is skipped, with a per-file warning naming ``file:line``: in a directory walk, hidden files and
+documentation / code / image / checkpoint files (:data:`SKIP_SUFFIXES`); missing paths, unreadable files,
+binary files (a NUL byte in the first 8 KiB after decompression), empty files, unsupported
+compression (zstd), a truncated compressed stream (events before the cut are kept), directories
+without files. Timestamps without a year take ``IngestOptions.year``, else the year of the file's
+modification time (UTC); zone-less timestamps are read as UTC unless ``utc_offset_s`` is given.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+
+from gpufield.errors import LogFormatError
+from gpufield.triage.events import Event
+from gpufield.triage.parsers import LOSS_PARSER, PARSERS
+from gpufield.triage.parsers._scan import BLOCK_BYTES, ScanCounters, Table, scan
+
+__all__ = ["IngestOptions", "IngestWarning", "FileStats", "IngestStats", "IngestResult", "iter_events", "ingest"]
+
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
+_OPENERS = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
+_SNIFF_BYTES = 8192
+#: file name suffixes a directory walk skips (documentation, code, images); a file named
+#: explicitly is always read
+SKIP_SUFFIXES = (".md", ".rst", ".html", ".htm", ".py", ".ipynb", ".png", ".jpg", ".jpeg", ".gif",
+                 ".svg", ".pdf", ".pkl", ".pt", ".pth", ".safetensors", ".whl", ".so")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class IngestOptions:
+    """How to read the inputs.
+
+    Attributes:
+        year: year assumed for timestamps without one; None = each file's mtime year (UTC).
+        utc_offset_s: offset east of UTC of the clocks that wrote zone-less timestamps.
+        with_loss: also emit a ``loss`` event for every finite training-loss line (off by
+            default: on a long run that is one event per step).
+        block_bytes: read size in bytes (>= 4096).
+    """
+
+    year: int | None = None
+    utc_offset_s: int = 0
+    with_loss: bool = False
+    block_bytes: int = BLOCK_BYTES
+
+    def __post_init__(self) -> None:
+        if self.block_bytes < 4096:
+            raise ValueError(f"block_bytes must be >= 4096, got {self.block_bytes}")
+        if not -14 * 3600 <= self.utc_offset_s <= 14 * 3600:
+            raise ValueError(f"utc_offset_s must be within +-14 h, got {self.utc_offset_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class IngestWarning:
+    """A problem with one input, located as precisely as known."""
+
+    path: str
+    line: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        return f"{where}: {self.message}"
+
+
+@dataclass(slots=True)
+class FileStats:
+    """Per-file counters: ``bytes`` after decompression, ``bytes_on_disk`` as stored."""
+
+    path: str
+    compression: str | None = None
+    bytes_on_disk: int = 0
+    bytes: int = 0
+    lines: int = 0
+    candidates: int = 0
+    events: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class IngestStats:
+    """How much was read. ``nothing_read`` is the CLI's "exit non-zero" condition."""
+
+    files_seen: int = 0
+    files_read: int = 0
+    files_skipped: int = 0
+    bytes: int = 0
+    bytes_on_disk: int = 0
+    lines: int = 0
+    candidates: int = 0
+    events: int = 0
+    seconds: float = 0.0
+    files: list[FileStats] = field(default_factory=list)
+    warnings: list[IngestWarning] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+
+    @property
+    def nothing_read(self) -> bool:
+        """True when not a single line of any input could be read."""
+        return self.lines == 0
+
+    @property
+    def mb_per_s(self) -> float:
+        """Decompressed MB (1e6 bytes) per second of wall time."""
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass(slots=True)
+class IngestResult:
+    """Events (unless a sink took them) and the statistics of one :func:`ingest` call."""
+
+    events: list[Event]
+    stats: IngestStats
+
+    def raise_if_nothing_read(self) -> None:
+        """Raise :class:`~gpufield.errors.LogFormatError` when no input yielded a single line.
+
+        The message lists every per-file warning (``file:line: problem``).
+        """
+        if self.stats.nothing_read:
+            detail = "; ".join(str(w) for w in self.stats.warnings) or "no input paths given"
+            raise LogFormatError(f"nothing could be read from the given logs: {detail}")
+
+
+def _walk(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> Iterator[str]:
+    for p in paths:
+        path = os.fspath(p)
+        if os.path.isdir(path):
+            found = False
+            for root, dirs, files in os.walk(path):
+                dirs.sort()
+                for name in sorted(files):
+                    found = True
+                    if name.lower().endswith(SKIP_SUFFIXES) or name.startswith("."):
+                        stats.warnings.append(IngestWarning(os.path.join(root, name), None,
+                                                            "skipped in directory walk (not a log file type)"))
+                        continue
+                    yield os.path.join(root, name)
+            if not found:
+                stats.warnings.append(IngestWarning(path, None, "directory contains no files"))
+        elif os.path.exists(path):
+            yield path
+        else:
+            stats.warnings.append(IngestWarning(path, None, "no such file or directory"))
+            stats.unreadable.append(path)
+
+
+def _open(path: str, stats: IngestStats) -> tuple[object, str | None] | None:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        stats.warnings.append(IngestWarning(path, None, f"cannot read: {e.strerror or e}"))
+        stats.unreadable.append(path)
+        return None
+    kind = next((k for m, k in _MAGIC.items() if head.startswith(m)), None)
+    if kind == "zstd":
+        stats.warnings.append(IngestWarning(path, None, "zstd-compressed: not supported, decompress it first "
+                                                        "(zstd -d)"))
+        stats.unreadable.append(path)
+        return None
+    opener = _OPENERS.get(kind, open)
+    try:
+        return opener(path, "rb"), kind
+    except OSError as e:
+        stats.warnings.append(IngestWarning(path, None, f"cannot open: {e}"))
+        stats.unreadable.append(path)
+        return None
+
+
+class _Sniffed:
+    """A binary stream whose first bytes were read to test for binary content, then replayed."""
+
+    def __init__(self, stream, head: bytes) -> None:
+        self._s, self._head = stream, head
+
+    def read(self, n: int) -> bytes:
+        if self._head:
+            out, self._head = self._head, b""
+            if len(out) < n:
+                out += self._s.read(n - len(out))
+            return out
+        return self._s.read(n)
+
+
+def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
+                options: IngestOptions | None = None, stats: IngestStats | None = None) -> Iterator[Event]:
+    """Stream the events of every file under ``paths``, file by file in sorted walk order.
+
+    Args:
+        paths: a file, a directory, or an iterable of them (plain, ``.gz``, ``.bz2``, ``.xz``;
+            compression is detected by magic bytes, not by name).
+        options: reading options (:class:`IngestOptions`).
+        stats: if given, filled in as the generator runs (read it after exhausting the
+            generator); warnings about skipped inputs land in ``stats.warnings``.
+
+    Yields:
+        :class:`~gpufield.triage.events.Event` objects in file order.
+
+    Raises:
+        Nothing for bad inputs: each problem becomes an :class:`IngestWarning`.
+    """
+    opts = options or IngestOptions()
+    st = stats if stats is not None else IngestStats()
+    table = Table(PARSERS + ((LOSS_PARSER,) if opts.with_loss else ()))
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    t0 = time.perf_counter()
+    for path in _walk(paths, st):
+        st.files_seen += 1
+        opened = _open(path, st)
+        if opened is None:
+            st.files_skipped += 1
+            continue
+        stream, kind = opened
+        fs = FileStats(path=path, compression=kind, bytes_on_disk=os.path.getsize(path))
+        t1 = time.perf_counter()
+        try:
+            yield from _scan_file(stream, path, kind, fs, table, opts, st)
+        finally:
+            stream.close()  # type: ignore[attr-defined]
+            fs.seconds = time.perf_counter() - t1
+            st.files.append(fs)
+            st.bytes += fs.bytes
+            st.bytes_on_disk += fs.bytes_on_disk
+            st.lines += fs.lines
+            st.candidates += fs.candidates
+            st.events += fs.events
+            st.seconds = time.perf_counter() - t0
+    st.seconds = time.perf_counter() - t0
+
+
+def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table, opts: IngestOptions,
+               st: IngestStats) -> Iterator[Event]:
+    try:
+        head = stream.read(_SNIFF_BYTES)
+    except (EOFError, OSError) as e:
+        st.warnings.append(IngestWarning(path, None, f"corrupt {kind or 'file'}: {e}"))
+        st.unreadable.append(path)
+        st.files_skipped += 1
+        return
+    if not head:
+        st.warnings.append(IngestWarning(path, None, "empty file"))
+        st.files_skipped += 1
+        return
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        st.warnings.append(IngestWarning(path, None, f"binary file (NUL byte at offset {nul}), skipped"))
+        st.files_skipped += 1
+        return
+    year = opts.year or time.gmtime(os.path.getmtime(path)).tm_year
+    counters = ScanCounters()
+
+    def on_error(e: Exception, lines: int) -> None:
+        st.warnings.append(IngestWarning(path, lines or None, f"{kind or 'file'} stream truncated or corrupt after "
+                                                              f"line {lines} ({type(e).__name__}: {e}); kept what was read"))
+
+    try:
+        yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
+                        opts.block_bytes, on_error)
+    finally:
+        fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
+        st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
+    st.files_read += 1
+    if counters.events == 0:
+        st.warnings.append(IngestWarning(path, None, f"no recognised log records in {counters.lines} lines "
+                                                     f"(known: {', '.join(p.name for p in table.parsers)})"))
+
+
+def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
+           options: IngestOptions | None = None, sink: Callable[[Event], None] | None = None) -> IngestResult:
+    """Read every input and collect its events (or pass them to ``sink``).
+
+    Args:
+        paths: files and/or directories (see :func:`iter_events`).
+        options: reading options.
+        sink: if given, called once per event and ``IngestResult.events`` stays empty, so memory
+            stays flat on multi-GB inputs.
+
+    Returns:
+        :class:`IngestResult` with the events and :class:`IngestStats` (files read/skipped, bytes,
+        lines, events, per-file warnings with ``file:line``). Call
+        :meth:`IngestResult.raise_if_nothing_read` to turn "nothing readable" into an error.
+    """
+    stats = IngestStats()
+    events: list[Event] = []
+    put = sink if sink is not None else events.append
+    for e in iter_events(paths, options=options, stats=stats):
+        put(e)
+    return IngestResult(events=events, stats=stats)
+
+

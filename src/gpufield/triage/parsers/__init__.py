@@ -1,0 +1,52 @@
+"""Log parsers of the triage wing: the explicit table :data:`PARSERS`, in evaluation order.
+
+Each entry implements :class:`gpufield.triage.protocols.LogParser` (and optionally
+:class:`~gpufield.triage.protocols.RecordParser`). Order matters: a candidate line goes to the
+first parser whose prefilter matches and that returns an event, so specific parsers come before
+the generic Python-exception fallback.
+
+=============  ==========  ====================================================================
+parser         source      formats
+=============  ==========  ====================================================================
+kernel         kernel      NVRM Xid (all variants), fallen off the bus (multi-line), reset
+                           required, GPU map, NVSwitch SXid, PCIe AER (multi-line), OOM killer,
+                           mlx5 link state
+nccl           nccl        NCCL WARN / INFO ``-> N``, IB completion errors, async events,
+                           ``NCCL error in:``, ``ncclSystemError`` ...
+torch          torch       ProcessGroupNCCL watchdog / heartbeat / last enqueued / teardown,
+                           desync, Flight Recorder
+torchrun       torchrun    ChildFailedError block, ``failed (exitcode``, signals, rendezvous
+cuda           cuda        CUDA errors, OOM (3 generations), DataLoader bus error
+train          train/tool  NaN/Inf loss, loss-scale overflow, skipped steps, restart loop,
+                           straggler table and findings
+smi            smi         ``nvidia-smi -q`` sections, p2p matrices, device-handle errors
+dcgm           dcgm        dcgm-exporter samples
+python         torch       any other ``SomeError: message`` line
+=============  ==========  ====================================================================
+"""
+
+from __future__ import annotations
+
+from gpufield.triage.parsers.cuda import CudaParser
+from gpufield.triage.parsers.dcgm import DcgmParser
+from gpufield.triage.parsers.kernel import KernelParser
+from gpufield.triage.parsers.nccl import NcclParser
+from gpufield.triage.parsers.python import PythonExceptionParser
+from gpufield.triage.parsers.smi import SmiParser
+from gpufield.triage.parsers.torch import TorchParser
+from gpufield.triage.parsers.torchrun import TorchrunParser
+from gpufield.triage.parsers.train import LossParser, TrainParser
+
+__all__ = [
+    "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
+    "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser",
+]
+
+#: the default parser table, in evaluation order
+PARSERS = (
+    KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
+    SmiParser(), DcgmParser(), PythonExceptionParser(),
+)
+
+#: finite-loss parser, appended by ``IngestOptions(with_loss=True)``
+LOSS_PARSER = LossParser()

@@ -1,0 +1,224 @@
+"""Line prefixes: timestamps, host, rank and pid in front of a log record (internal).
+
+Formats stripped, in any nesting order (``../shared/reference/triage.md`` §2.2, §2.7-2.9, §5.5)::
+
+    May 18 19:02:39 host kernel: [16450076.435595] NVRM: ...        # syslog (+ kernel monotonic)
+    May 18 19:02:39.123456 host kernel: ...                          # journalctl -o short-precise
+    2026-05-18T19:02:39.123456+0200 host kernel: ...                 # journalctl -o short-iso(-precise)
+    [ 1843.308145] NVRM: ...                                         # dmesg
+    [  +0.000316] pcieport ...                                       # dmesg --reltime/-d delta
+    [Fri Mar  3 04:27:08 2023] NVRM: ...                             # dmesg -T
+    kernel: [16450076.435595] NVRM: ...
+    [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ...   # torch rank prefix + glog
+    [default0]:...                                                   # torchrun --tee (local rank)
+    E1129 11:57:07.249000 29471 torch/distributed/elastic/multiprocessing/api.py:869] ...
+    [E ProcessGroupNCCL.cpp:737] ...                                 # old torch, no time
+    [2022-02-16 01:23:00,852] [INFO] ...                             # python logging / DeepSpeed
+    host:946:988 [0] transport/net_ib.cc:839 NCCL WARN ...           # NCCL (the [0] is cudaDev)
+
+Timestamps without a year take :attr:`LineContext.year`; timestamps without a zone are read as
+local time ``LineContext.utc_offset_s`` away from UTC (default: UTC). ``dmesg -T`` is derived by
+dmesg from boot time + monotonic seconds and can drift; it is kept as given.
+"""
+
+from __future__ import annotations
+
+import re
+from calendar import timegm
+from dataclasses import dataclass
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+
+# [rank0]:   [rank144]:   [default0]:   [trainer3]:  (torch TORCH_LOGS rank / torchrun --tee role prefix)
+RANK_PREFIX_RE = re.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
+# May 18 19:02:39 host kernel: / Aug 29 16:58:38 <host-A> kernel: / Dec  2 10:43:35.123 h kernel:
+SYSLOG_RE = re.compile(
+    r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
+    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>\S+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+# 2026-05-18T19:02:39.123456+02:00 host kernel:  /  2022-02-16 01:23:00,852  /  [2025-06-12 22:45:44]
+ISO_RE = re.compile(
+    r"\[?(?P<date>\d{4}-\d\d-\d\d)[T _](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
+    r"(?P<tz>Z|[+-]\d\d:?\d\d)?\]? ?")
+# ... host kernel:   (after an ISO time with a zone or a 'T': journalctl -o short-iso)
+ISO_HOST_RE = re.compile(r"(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+# [Fri Mar  3 04:27:08 2023]   (dmesg -T)
+DMESG_T_RE = re.compile(
+    r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\] ?")
+# [ 1843.308145]   kernel: [16450076.435595]   [  +0.000316]
+MONO_RE = re.compile(r"(?:kernel: )?\[\s*(?P<delta>\+)?(?P<mono>\d+\.\d+)\] ?")
+# E1218 20:27:21.426415540 1234 file.cc:12]   [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]   [E ProcessGroupNCCL.cpp:737]
+GLOG_RE = re.compile(
+    r"(?P<br>\[)?(?P<lvl>[IWEF])(?:(?P<mm>\d{1,2})(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+))?"
+    r"(?: +(?P<tid>\d+))? (?P<src>[\w./<>-]+:\d+)\] ?")
+# host:946:988 [0]    (NCCL debug prefix; [N] = cudaDev)
+NCCL_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+# [Rank 0]  [PG 1 Rank 0]  [PG ID 0 PG GUID 0(default_pg) Rank 1]
+TORCH_RANK_RE = re.compile(
+    r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>\S+) )?)?Rank (?P<rank>\d+)\]")
+# rank=3  rank: 3
+KV_RANK_RE = re.compile(r"\brank[=:] ?(?P<rank>\d+)\b")
+# 0000:3b:00  0000:b3:00.0  00000000:1B:00.0  (PCI bus id)
+BDF_RE = re.compile(r"(?P<dom>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
+UUID_RE = re.compile(r"\bGPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\bGPU-<[\w-]+>")
+
+
+@dataclass(slots=True)
+class Prefix:
+    """What the leading prefixes of a line said.
+
+    Attributes:
+        body: the line after the recognised prefixes.
+        ts_ns: absolute UTC time in ns, or None.
+        mono_s: kernel monotonic seconds, or None.
+        host, pid, rank, local_rank, gpu_index, level: as found, else None.
+    """
+
+    body: str
+    ts_ns: int | None = None
+    mono_s: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    rank: int | None = None
+    local_rank: int | None = None
+    gpu_index: int | None = None
+    level: str | None = None
+
+
+def _ns(year: int, mon: int, day: int, hms: str, frac: str | None, offset_s: int) -> int | None:
+    try:
+        h, m, s = (int(x) for x in hms.split(":"))
+        secs = timegm((year, mon, day, h, m, s, 0, 0, 0)) - offset_s
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= mon <= 12 and 1 <= day <= 31 and h < 24 and m < 60 and s < 61):
+        return None
+    ns = 0
+    if frac:
+        ns = int(frac[:9].ljust(9, "0"))
+    return secs * 1_000_000_000 + ns
+
+
+def _tz_seconds(tz: str | None, default: int) -> int:
+    if not tz:
+        return default
+    if tz == "Z":
+        return 0
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+
+
+def split_prefix(line: str, year: int, utc_offset_s: int = 0) -> Prefix:
+    """Strip the known prefixes from the start of ``line`` (in any order, up to 6 of them).
+
+    Args:
+        line: raw line without newline.
+        year: year for timestamps that lack one.
+        utc_offset_s: writer's UTC offset for zone-less timestamps (seconds east of UTC).
+
+    Returns:
+        A :class:`Prefix`; ``body`` is ``line`` itself when nothing was recognised.
+    """
+    p = Prefix(body=line)
+    pos = 0
+    for _ in range(6):
+        if pos >= len(line):
+            break
+        m = RANK_PREFIX_RE.match(line, pos)
+        if m:
+            if m["rank"]:
+                p.rank = int(m["n"])
+            else:
+                p.local_rank = int(m["n"])
+            pos = m.end()
+            continue
+        m = SYSLOG_RE.match(line, pos)
+        if m:
+            p.ts_ns = _ns(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s)
+            p.host = m["host"]
+            if m["pid"] and m["tag"] != "kernel":
+                p.pid = int(m["pid"])
+            pos = m.end()
+            continue
+        m = DMESG_T_RE.match(line, pos)
+        if m and m["mon"] in _MONTHS:
+            p.ts_ns = _ns(int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"], None, utc_offset_s)
+            pos = m.end()
+            continue
+        m = MONO_RE.match(line, pos)
+        if m:
+            if not m["delta"]:
+                p.mono_s = float(m["mono"])
+            pos = m.end()
+            continue
+        m = ISO_RE.match(line, pos)
+        if m:
+            y, mo, d = (int(x) for x in m["date"].split("-"))
+            p.ts_ns = _ns(y, mo, d, m["hms"], m["frac"], _tz_seconds(m["tz"], utc_offset_s))
+            pos = m.end()
+            if m["tz"] or "T" in m.group(0):
+                h = ISO_HOST_RE.match(line, pos)
+                if h:
+                    p.host = h["host"]
+                    if h["pid"] and h["tag"] != "kernel":
+                        p.pid = int(h["pid"])
+                    pos = h.end()
+            continue
+        m = GLOG_RE.match(line, pos)
+        if m:
+            p.level = m["lvl"]
+            if m["mm"]:
+                p.ts_ns = _ns(year, int(m["mm"]), int(m["dd"]), m["hms"], m["frac"], utc_offset_s)
+            if m["tid"] and not m["br"]:
+                p.pid = int(m["tid"])  # glog's field is the thread id; torchrun writes the pid there
+            pos = m.end()
+            continue
+        m = NCCL_PREFIX_RE.match(line, pos)
+        if m:
+            p.host, p.pid, p.gpu_index = m["host"], int(m["pid"]), int(m["dev"])
+            pos = m.end()
+            continue
+        break
+    p.body = line[pos:] if pos else line
+    if p.rank is None:
+        m = TORCH_RANK_RE.search(line)
+        if m and (m["pg"] is None or m["pg"] == "0"):
+            p.rank = int(m["rank"])
+    return p
+
+
+def torch_pg(line: str) -> tuple[int | None, int | None]:
+    """``(pg, rank_in_pg)`` from a ``[PG 1 Rank 0]`` tag, or ``(None, rank)`` from ``[Rank 0]``."""
+    m = TORCH_RANK_RE.search(line)
+    if not m:
+        return None, None
+    return (int(m["pg"]) if m["pg"] is not None else None), int(m["rank"])
+
+
+def norm_bdf(text: str) -> str | None:
+    """Normalise a PCI bus id to ``dddd:bb:dd.f`` lower-case (``.0`` added when missing).
+
+    ``00000000:1B:00.0`` (nvidia-smi / DCGM, 8-digit domain) becomes ``0000:1b:00.0``.
+    Returns None when ``text`` holds no bus id.
+    """
+    m = BDF_RE.search(text)
+    if not m:
+        return None
+    dom = m["dom"][-4:].lower()
+    return f"{dom}:{m['bus'].lower()}:{m['dev'].lower()}.{m['fn'] or '0'}"
+
+
+def find_uuid(text: str) -> str | None:
+    """The first ``GPU-<uuid>`` in ``text`` (also the corpus' redacted ``GPU-<uuid-N>``)."""
+    m = UUID_RE.search(text)
+    return m.group(0) if m else None
+
+
+def parse_date_time(text: str, utc_offset_s: int = 0) -> int | None:
+    """UTC ns from ``2023-09-14_01:45:50`` / ``2023-09-14 01:45:50,123`` / ISO 8601, else None."""
+    m = ISO_RE.match(text.strip())
+    if not m:
+        return None
+    y, mo, d = (int(x) for x in m["date"].split("-"))
+    return _ns(y, mo, d, m["hms"], m["frac"], _tz_seconds(m["tz"], utc_offset_s))

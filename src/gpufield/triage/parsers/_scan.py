@@ -1,0 +1,185 @@
+"""Block scanner: the streaming core of ingestion (internal).
+
+A file is read in large binary blocks cut at the last newline. For each block:
+
+1. line offsets come from ``numpy.flatnonzero(block == b"\\n")``;
+2. the block becomes a zero-copy Arrow ``binary`` array (one element per line) and the union of
+   all parsers' prefilters is matched in one vectorised call
+   (``pyarrow.compute.match_substring_regex``, RE2);
+3. only candidate lines are decoded (UTF-8, bad bytes replaced) and offered to the parsers;
+   a record parser's continuation lines are read directly, and a record still open at the end of
+   a block carries over into the next one.
+
+Memory is O(block size + longest record), independent of file size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpufield.triage.events import Event
+from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
+
+#: bytes read per block
+BLOCK_BYTES = 8 << 20
+#: a line longer than this is cut (the rest is counted, not parsed)
+MAX_LINE_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class ScanCounters:
+    """What one file scan saw (filled in while the generator runs)."""
+
+    bytes: int = 0
+    lines: int = 0
+    candidates: int = 0
+    events: int = 0
+    warnings: list[tuple[int | None, str]] = field(default_factory=list)
+
+
+class Table:
+    """Parsers plus their compiled prefilters (Python ``re`` per parser, one RE2 union)."""
+
+    def __init__(self, parsers: Sequence[LogParser]) -> None:
+        self.parsers = tuple(parsers)
+        self.rx = tuple(re.compile(p.prefilter) for p in self.parsers)
+        self.union = "|".join(f"(?:{p.prefilter})" for p in self.parsers)
+        self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
+
+
+def _line(block: bytes, starts: np.ndarray, i: int) -> str:
+    s, e = int(starts[i]), int(starts[i + 1])
+    b = block[s:e]
+    if len(b) > MAX_LINE_BYTES:
+        b = b[:MAX_LINE_BYTES]
+    return b.rstrip(b"\r\n").decode("utf-8", "replace")
+
+
+def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int,
+         counters: ScanCounters, block_bytes: int = BLOCK_BYTES,
+         on_error: Callable[[Exception, int], None] | None = None) -> Iterator[Event]:
+    """Yield the events of one (already opened, decompressed) byte stream.
+
+    Args:
+        stream: binary file object positioned at the start.
+        path: name used in ``Event.file`` and warnings.
+        table: parser table.
+        year: year for timestamps without one.
+        utc_offset_s: UTC offset of zone-less timestamps.
+        counters: updated in place (bytes, lines, candidates, events, warnings).
+        block_bytes: read size.
+        on_error: called with (exception, lines read so far) when reading fails mid-stream
+            (truncated gzip); the scan then ends after flushing what was read. None = re-raise.
+
+    Yields:
+        Events in file order.
+    """
+    carry = b""
+    base = 0  # lines before the current block
+    pending: tuple[int, list[str], int] | None = None  # (parser index, lines, first line number)
+    eof = False
+    while not eof:
+        try:
+            chunk = stream.read(block_bytes)
+        except (EOFError, OSError, ValueError) as e:  # truncated / corrupt compressed stream
+            if on_error is None:
+                raise
+            on_error(e, base + carry.count(b"\n"))
+            chunk = b""
+        if not chunk:
+            eof = True
+        counters.bytes += len(chunk)
+        data = carry + chunk if carry else chunk
+        if eof:
+            block, carry = data, b""
+        else:
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                if len(data) <= MAX_LINE_BYTES * 4:
+                    carry = data
+                    continue
+                counters.warnings.append((base + 1, f"line longer than {len(data)} bytes without a newline: split"))
+                cut = len(data) - 1
+            block, carry = data[: cut + 1], data[cut + 1:]
+        if not block:
+            break
+        nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        ends_nl = block.endswith(b"\n")
+        n = len(nl) + (0 if ends_nl else 1)
+        starts = np.empty(n + 1, dtype=np.int32)
+        starts[0] = 0
+        starts[1:len(nl) + 1] = nl + 1
+        if not ends_nl:
+            starts[n] = len(block)
+        arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(block)])
+        mask = pc.match_substring_regex(arr, table.union).to_numpy(zero_copy_only=False)
+        cand = np.flatnonzero(mask)
+        counters.candidates += len(cand)
+        nxt = 0
+        if pending is not None:
+            pi, lines, first = pending
+            p = table.parsers[pi]
+            j = 0
+            while j < n and len(lines) < MAX_RECORD_LINES and p.continues_record(lines, _line(block, starts, j)):
+                lines.append(_line(block, starts, j))
+                j += 1
+            if j == n and not eof and len(lines) < MAX_RECORD_LINES:
+                base += n
+                counters.lines = base
+                continue
+            pending = None
+            yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s)), counters)
+            nxt = j
+        for i in cand.tolist():
+            if i < nxt:
+                continue
+            line = _line(block, starts, i)
+            lineno = base + i + 1
+            for k, p in enumerate(table.parsers):
+                if not table.rx[k].search(line):
+                    continue
+                if table.is_record[k] and p.opens_record(line):  # type: ignore[attr-defined]
+                    lines = [line]
+                    j = i + 1
+                    while j < n and len(lines) < MAX_RECORD_LINES and \
+                            p.continues_record(lines, _line(block, starts, j)):  # type: ignore[attr-defined]
+                        lines.append(_line(block, starts, j))
+                        j += 1
+                    if len(lines) >= MAX_RECORD_LINES:
+                        counters.warnings.append((lineno, f"{p.name} record cut at {MAX_RECORD_LINES} lines"))
+                    if j == n and not eof and len(lines) < MAX_RECORD_LINES:
+                        pending = (k, lines, lineno)
+                        nxt = n
+                        break
+                    nxt = j
+                    yield from _emit(p.parse_record(lines, _ctx(path, lineno, year, utc_offset_s)),  # type: ignore[attr-defined]
+                                     counters)
+                    break
+                ev = p.parse_line(line, _ctx(path, lineno, year, utc_offset_s))
+                if ev is not None:
+                    counters.events += 1
+                    yield ev
+                    break
+            if pending is not None:
+                break
+        base += n
+        counters.lines = base
+    if pending is not None:
+        pi, lines, first = pending
+        yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s)), counters)  # type: ignore[attr-defined]
+
+
+def _ctx(path: str, line: int, year: int, off: int) -> LineContext:
+    return LineContext(file=path, line=line, year=year, utc_offset_s=off)
+
+
+def _emit(events: list[Event], counters: ScanCounters) -> Iterator[Event]:
+    counters.events += len(events)
+    yield from events

@@ -1,0 +1,147 @@
+"""NCCL parser: WARN lines, IB completion errors, async events, error-return chains and the NCCL
+error strings that PyTorch re-raises.
+
+Line format from NVIDIA/nccl ``src/debug.cc`` (``ncclDebugLog``): ``host:pid:tid [cudaDev]
+file.cc:line NCCL WARN msg``; IB messages from ``src/transport/net_ib*.cc``; result strings from
+``ncclGetErrorString`` (``src/init.cc``). Reference: ``../shared/reference/triage.md`` §2.7.
+Docs: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpufield.triage.catalog import ib_status, nccl_result
+from gpufield.triage.events import Event
+from gpufield.triage.parsers._common import event, prefix_of, to_int
+from gpufield.triage.protocols import LineContext
+
+# NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129
+# NCCL WARN NET/IB : Got completion from peer fe80::<gid-1>%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)
+# NCCL WARN NET/IB : Got completion from peer <ip><port> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid <gid> remoteGids<gid> [hca mlx5_10]
+# NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4242> with status=transport retry counter exceeded(12) opcode=RDMA_WRITE(1) ... vendor_err=129 ... hca mlx5_0
+IB_COMPL_RE = re.compile(
+    r"NET/IB ?: Got completion(?: from peer (?P<peer>\S+))? with "
+    r"(?:error (?P<err>\d+)|status=(?:(?P<stext>[^()=]*?)\((?P<sn1>\d+)\)|(?P<sn2>\d+)))")
+IB_OPCODE_RE = re.compile(r"opcode[ =](?:(?P<otext>[A-Za-z_]\w*)\((?P<on1>\d+)\)|(?P<on2>\d+))")
+IB_VENDOR_RE = re.compile(r"vendor[ _]err[ =](?P<vendor>\d+)")
+IB_LEN_RE = re.compile(r"\blen[ =](?P<len>\d+)")
+IB_DIR_RE = re.compile(r"\((?P<dir>Send|Recv)\)")
+IB_HCA_RE = re.compile(r"\bhca (?P<hca>[\w.-]+)")
+IB_QP_RE = re.compile(r"\bqp(?:n|_num)?[ =:]+(?P<qp>\d+)")
+# NCCL WARN NET/IB : Got async event : port error
+# NCCL WARN NET/IB : mlx5_0:1 Got async error event: local catastrophic error
+IB_ASYNC_RE = re.compile(r"NET/IB ?: (?:(?P<dev>[\w.]+):(?P<port>\d+) )?(?:Got async (?:error )?event ?: ?|async fatal event ?: ?)(?P<event>.+?)\s*$")
+# host:183006:183220 [1] NCCL INFO misc/socket.cc:535 -> 6
+# host:19989:20082 [1] NCCL INFO proxy.cc:858 -> 6 [Proxy Thread]
+RETURN_RE = re.compile(r"NCCL INFO (?P<site>[\w./-]+\.(?:cc|h|cu|cpp|c):\d+) -> (?P<ret>\d+)")
+# host:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : ...   |  (newer)  file.cc:12 (func) NCCL WARN msg
+WARN_RE = re.compile(r"(?:(?P<site>[\w./-]+:\d+)(?: \((?P<func>\w+)\))? )?NCCL WARN (?P<msg>.*?)\s*$")
+RETCODE_RE = re.compile(r"retcode (?P<ret>\d+)")
+# misc/socket.cc:518 NCCL WARN Net : Call to recv from <ip-B><58355> failed : Broken pipe
+# misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer <host-A-fqdn><47861>
+REMOTE_RE = re.compile(
+    r"Call to \w+ from (?P<peer>\S+) failed ?: ?(?:Broken pipe|Connection reset by peer|Connection refused)"
+    r"|Connection closed by remote peer (?P<peer2>\S+)|remote process exited|Connection reset by peer")
+# RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8
+# torch.distributed.DistBackendError: NCCL error in: .../ProcessGroupNCCL.cpp:1333, remote process exited or there was a network error, NCCL version 2.18.6
+NCCL_ERROR_IN_RE = re.compile(
+    r"(?:(?P<exc>[\w.:]+(?:Error|Exception)): )?NCCL error in: (?P<where>[^,]+), (?P<msg>.*?)(?:, NCCL [Vv]ersion (?P<ver>[\w.+-]+))?\s*$")
+# ncclSystemError: System call (socket, malloc, munmap, etc) failed.
+# ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.
+NCCL_ENUM_RE = re.compile(r"\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError|Timeout))\b:?\s*(?P<msg>.*)$")
+ERRNO_RE = re.compile(r"[Ee]rrno:? ?(?P<errno>\d+)")
+
+#: ncclResult_t -> event kind
+_KIND_OF_RESULT = {1: "nccl_internal_error", 2: "nccl_system_error", 3: "nccl_internal_error",
+                   4: "nccl_error", 5: "nccl_error", 6: "nccl_remote_error", 8: "nccl_error"}
+_TEXT_TO_RESULT = (("unhandled cuda error", 1), ("unhandled system error", 2), ("internal error", 3),
+                   ("invalid argument", 4), ("invalid usage", 5), ("remote process exited", 6),
+                   ("network error", 6), ("timeout", 8))
+
+
+def _result_of_text(msg: str) -> int | None:
+    low = msg.lower()
+    for text, code in _TEXT_TO_RESULT:
+        if text in low:
+            return code
+    return None
+
+
+class NcclParser:
+    """NCCL debug output (``NCCL_DEBUG=WARN|INFO``) and NCCL errors surfaced by PyTorch."""
+
+    name = "nccl"
+    source = "nccl"
+    prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|"
+                 r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout")
+
+    def parse_line(self, line: str, ctx: LineContext) -> Event | None:
+        """Parse one NCCL line (see module docstring)."""
+        m = IB_COMPL_RE.search(line)
+        if m:
+            return self._ib(m, line, ctx)
+        m = IB_ASYNC_RE.search(line)
+        if m:
+            ev = m["event"]
+            return event("nccl", "ib_async_event", ctx, line, prefix_of(line, ctx), code=ev,
+                         severity="error", fields={"event": ev, "hca": m["dev"], "port": to_int(m["port"])})
+        m = RETURN_RE.search(line)
+        if m:
+            ret = int(m["ret"])
+            return event("nccl", "nccl_return", ctx, line, prefix_of(line, ctx), code=ret, severity="warning",
+                         fields={"site": m["site"], "retcode": ret, "result": nccl_result(ret).name})
+        m = NCCL_ERROR_IN_RE.search(line)
+        if m:
+            code = _result_of_text(m["msg"])
+            kind = _KIND_OF_RESULT.get(code or 0, "nccl_error")
+            return event("nccl", kind, ctx, line, prefix_of(line, ctx), code=code, severity="error",
+                         fields={"message": m["msg"], "nccl_version": m["ver"], "where": m["where"],
+                                 "exc_type": m["exc"], "errno": to_int(_g(ERRNO_RE.search(line), "errno"))})
+        m = WARN_RE.search(line)
+        if m:
+            return self._warn(m, line, ctx)
+        m = NCCL_ENUM_RE.search(line)
+        if m:
+            info = next((c for c in range(9) if nccl_result(c).name == m["name"]), None)
+            kind = _KIND_OF_RESULT.get(info or 0, "nccl_error")
+            return event("nccl", kind, ctx, line, prefix_of(line, ctx), code=info, severity="error",
+                         fields={"message": m["msg"].strip(), "result": m["name"],
+                                 "errno": to_int(_g(ERRNO_RE.search(line), "errno"))})
+        return None
+
+    def _ib(self, m: re.Match, line: str, ctx: LineContext) -> Event:
+        status = int(m["err"] or m["sn1"] or m["sn2"])
+        o = IB_OPCODE_RE.search(line, m.end())
+        v = IB_VENDOR_RE.search(line, m.end())
+        f = {"status": status, "status_text": ib_status(status).name,
+             "opcode": to_int(o and (o["on1"] or o["on2"])), "opcode_text": o and o["otext"],
+             "vendor_err": to_int(v and v["vendor"]), "peer": m["peer"],
+             "len": to_int(_g(IB_LEN_RE.search(line, m.end()), "len")),
+             "direction": _g(IB_DIR_RE.search(line, m.end()), "dir"),
+             "hca": _g(IB_HCA_RE.search(line), "hca"), "qp": to_int(_g(IB_QP_RE.search(line), "qp"))}
+        return event("nccl", "ib_completion_error", ctx, line, prefix_of(line, ctx), code=status,
+                     severity="error", fields=f)
+
+    def _warn(self, m: re.Match, line: str, ctx: LineContext) -> Event:
+        msg = m["msg"]
+        pre = prefix_of(line, ctx)
+        site = m["site"]
+        r = REMOTE_RE.search(msg)
+        if r:
+            return event("nccl", "nccl_remote_error", ctx, line, pre, code=6, severity="error",
+                         fields={"message": msg, "peer": r["peer"] or r["peer2"], "site": site})
+        code = _result_of_text(msg) if "unhandled" in msg or "remote process" in msg else None
+        if code in (1, 2, 3, 6):
+            return event("nccl", _KIND_OF_RESULT[code], ctx, line, pre, code=code, severity="error",
+                         fields={"message": msg, "site": site,
+                                 "errno": to_int(_g(ERRNO_RE.search(msg), "errno"))})
+        rc = RETCODE_RE.search(msg)
+        ret = int(rc["ret"]) if rc else None
+        return event("nccl", "nccl_warn", ctx, line, pre, code=ret, severity="warning" if ret is None else "error",
+                     fields={"message": msg, "site": site, "retcode": ret,
+                             "result": nccl_result(ret).name if ret is not None else None})
+
+
+def _g(m: re.Match | None, group: str) -> str | None:
+    return m[group] if m else None

@@ -1,0 +1,194 @@
+"""torchrun / torch.distributed.elastic parser: the ``ChildFailedError`` block, worker failures,
+signals, rendezvous and store-connection errors, worker-group restarts.
+
+Formats from ``torch/distributed/elastic/multiprocessing/errors/__init__.py`` (``ChildFailedError.
+format_msg``: ``[N]:`` entries with ``time``, ``host``, ``rank (local_rank: L)``, ``exitcode (pid:
+P)``, ``error_file``, ``traceback``), ``.../multiprocessing/api.py`` and ``.../agent/server/api.py``.
+Reference: ``../shared/reference/triage.md`` §2.9. Docs: https://docs.pytorch.org/docs/stable/elastic/errors.html
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from collections.abc import Sequence
+
+from gpufield.triage.events import Event
+from gpufield.triage.parsers._common import event, prefix_of, to_int
+from gpufield.triage.parsers._prefix import parse_date_time
+from gpufield.triage.protocols import LineContext
+
+# torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+CHILD_OPEN_RE = re.compile(r"ChildFailedError:?\s*$")
+# experiments/<script>.py FAILED     ------     ====     Failures:     <NO_OTHER_FAILURES>     Root Cause (first observed failure):
+BLOCK_LINE_RE = re.compile(
+    r"^\s*(?:[=-]{8,}|\S.* FAILED|Failures:|<NO_OTHER_FAILURES>|Root Cause \(first observed failure\):|\[\d+\]:"
+    r"|\s*(?:time|host|rank|exitcode|error_file|traceback)\s*: .*|\s+\S.*)\s*$")
+SEP_RE = re.compile(r"^\s*[=-]{8,}\s*$")
+# [0]:
+ENTRY_RE = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
+#   time      : 2023-09-14_01:45:50
+FIELD_RE = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*?)\s*$")
+#   rank      : 2 (local_rank: 2)
+RANK_RE = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
+#   exitcode  : -9 (pid: 36071)
+EXIT_RE = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+#   traceback : Signal 9 (SIGKILL) received by PID 79468      (older: "signal 9 (SIGKILL) received by PID")
+SIGNAL_RE = re.compile(r"[Ss]ignal (?P<n>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
+# ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 3 (pid: 429) of binary: /usr/bin/python
+# E1129 11:57:07.249000 29471 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 3 (pid: 29577) of binary: <python>
+FAILED_RE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)(?: of binary: (?P<bin>\S+))?")
+# WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 426 closing signal SIGTERM
+CLOSING_RE = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<name>SIG\w+)")
+# torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. ...
+# torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError
+RDZV_RE = re.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.*))?")
+# [E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to <ip-A>:1234
+SOCKET_RE = re.compile(r"client socket has timed out after (?P<secs>\d+)s while trying to connect to \(?(?P<ep>[^)\s]+?)\)?\.?\s*$")
+# ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
+STORE_RE = re.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
+# [default] Worker group FAILED. 3/3 attempts left; will restart worker group
+RESTART_RE = re.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
+
+
+def _signal_name(exitcode: int | None) -> tuple[int | None, str | None]:
+    if exitcode is None or exitcode >= 0:
+        return None, None
+    try:
+        return -exitcode, _signal.Signals(-exitcode).name
+    except ValueError:
+        return -exitcode, None
+
+
+class TorchrunParser:
+    """torchrun / elastic agent output."""
+
+    name = "torchrun"
+    source = "torchrun"
+    prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
+                 r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED")
+
+    def parse_line(self, line: str, ctx: LineContext) -> Event | None:
+        """Parse one torchrun / elastic line (see module docstring)."""
+        pre = prefix_of(line, ctx)
+        m = FAILED_RE.search(line)
+        if m:
+            code = int(m["code"])
+            sig, name = _signal_name(code)
+            return event("torchrun", "child_failed", ctx, line, pre, code=code, severity="error",
+                         pid=int(m["pid"]),
+                         fields={"exitcode": code, "signal": sig, "signal_name": name,
+                                 "local_rank": int(m["lr"]), "binary": m["bin"]})
+        m = SIGNAL_RE.search(line)
+        if m:
+            return event("torchrun", "signal_death", ctx, line, pre, code=-int(m["n"]), severity="error",
+                         pid=int(m["pid"]), fields={"signal": int(m["n"]), "signal_name": m["name"],
+                                                     "message": line[m.start():]})
+        m = CLOSING_RE.search(line)
+        if m:
+            return event("torchrun", "signal_death", ctx, line, pre, code=m["name"], severity="info",
+                         pid=int(m["pid"]), fields={"signal_name": m["name"], "sent_by_agent": True,
+                                                     "message": line[m.start():]})
+        m = SOCKET_RE.search(line)
+        if m:
+            return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
+                         fields={"endpoint": m["ep"], "timeout_s": int(m["secs"]), "message": line[m.start():]})
+        m = RDZV_RE.search(line)
+        if m:
+            return event("torchrun", "rendezvous_error", ctx, line, pre, code=m["exc"], severity="error",
+                         fields={"exc_type": m["exc"], "message": (m["msg"] or "").strip() or None})
+        m = STORE_RE.search(line)
+        if m:
+            return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
+                         fields={"message": (m["err"] or m.group(0)).strip()})
+        m = RESTART_RE.search(line)
+        if m:
+            left, mx = int(m["left"]), int(m["max"])
+            return event("torchrun", "elastic_restart", ctx, line, pre, severity="warning",
+                         fields={"restart_count": mx - left + 1, "attempts_left": left, "message": line[m.start():]})
+        if CHILD_OPEN_RE.search(line):  # block header seen alone (the block itself was cut off)
+            return event("torchrun", "child_failed", ctx, line, pre, severity="error",
+                         fields={"truncated": True})
+        return None
+
+    # --- the ChildFailedError block ---------------------------------------------------------
+    def opens_record(self, line: str) -> bool:
+        """The ``...ChildFailedError:`` header line."""
+        return bool(CHILD_OPEN_RE.search(line))
+
+    def continues_record(self, lines: Sequence[str], line: str) -> bool:
+        """Lines of the block up to the separator that closes the Root Cause section."""
+        if SEP_RE.match(lines[-1]):
+            root = next((i for i, x in enumerate(lines) if "Root Cause" in x), None)
+            if root is not None and any(ENTRY_RE.match(x) for x in lines[root:]):
+                return False
+        return bool(line.strip()) and bool(BLOCK_LINE_RE.match(line))
+
+    def parse_record(self, lines: Sequence[str], ctx: LineContext) -> list[Event]:
+        """One ``child_failed`` event per ``[N]:`` entry (Root Cause entry: ``root_cause=True``)."""
+        pre = prefix_of(lines[0], ctx)
+        script = next((x.strip()[:-len(" FAILED")] for x in lines if x.rstrip().endswith(" FAILED")), None)
+        out: list[Event] = []
+        entry: dict | None = None
+        root = False
+        start = 0
+
+        def flush() -> None:
+            if entry is None:
+                return
+            e = dict(entry)
+            code = to_int(e.get("exitcode"))
+            sig, name = _signal_name(code)
+            s = SIGNAL_RE.search(e.get("traceback") or "")
+            if s:
+                sig, name = int(s["n"]), s["name"]
+            line_ctx = LineContext(ctx.file, ctx.line + start, ctx.year, ctx.utc_offset_s)
+            raw = "\n".join(lines[start:end])
+            ts = parse_date_time(e["time"], ctx.utc_offset_s) if e.get("time") else None
+            err_file = e.get("error_file")
+            out.append(event("torchrun", "child_failed", line_ctx, raw, pre, code=code,
+                             severity="fatal" if e["root"] else "error", host=e.get("host"),
+                             rank=to_int(e.get("rank")), pid=to_int(e.get("pid")), ts_ns=ts,
+                             fields={"exitcode": code, "signal": sig, "signal_name": name,
+                                     "local_rank": to_int(e.get("local_rank")),
+                                     "error_file": None if err_file in (None, "<N/A>") else err_file,
+                                     "root_cause": e["root"], "time": e.get("time"),
+                                     "traceback": e.get("traceback"), "script": script,
+                                     "entry": e["n"], "block_line": ctx.line}))
+
+        end = 0
+        for i, x in enumerate(lines):
+            if "Root Cause" in x:
+                end = i
+                flush()
+                entry, root = None, True
+                continue
+            m = ENTRY_RE.match(x)
+            if m or SEP_RE.match(x):
+                end = i
+                flush()
+                entry = None
+                if m:
+                    entry, start = {"n": int(m["n"]), "root": root}, i
+                continue
+            if entry is None:
+                continue
+            f = FIELD_RE.match(x)
+            if f:
+                k, v = f["k"], f["v"]
+                if k == "rank":
+                    r = RANK_RE.search(v)
+                    entry["rank"], entry["local_rank"] = (r["rank"], r["lr"]) if r else (v, None)
+                elif k == "exitcode":
+                    r = EXIT_RE.search(v)
+                    entry["exitcode"], entry["pid"] = (r["code"], r["pid"]) if r else (v, None)
+                else:
+                    entry[k] = v
+            elif entry.get("traceback") is not None and x.startswith(" "):
+                entry["traceback"] += "\n" + x.strip()
+        end = len(lines)
+        flush()
+        if not out:
+            out.append(event("torchrun", "child_failed", ctx, "\n".join(lines), pre, severity="error",
+                             fields={"script": script, "truncated": True}))
+        return out

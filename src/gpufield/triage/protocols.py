@@ -1,0 +1,111 @@
+"""Extension points of the triage wing.
+
+A new log format is one class implementing :class:`LogParser` (and, when its records span several
+lines, :class:`RecordParser` as well), added to the explicit table
+``gpufield.triage.parsers.PARSERS``. Nothing else branches on formats.
+
+How ingestion drives a parser (``gpufield.triage.ingest``):
+
+1. Every line of a file is tested against the union of all parsers' :attr:`LogParser.prefilter`
+   patterns in one vectorised pass (Arrow's RE2 over a block of lines). A line matching no
+   prefilter is never decoded: this is what keeps ingestion above 100 MB/s.
+2. A candidate line is offered, in table order, to each parser whose own prefilter matches it.
+   If the parser is a :class:`RecordParser` and :meth:`RecordParser.opens_record` is true, the
+   following lines (prefilter or not) are collected while :meth:`RecordParser.continues_record`
+   says so, then :meth:`RecordParser.parse_record` turns the whole record into events. Otherwise
+   :meth:`LogParser.parse_line` is called. The first parser that returns something wins.
+
+Parsers are pure: no file IO, no clocks, no global state; everything they need about where the
+line came from is in :class:`LineContext`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from gpufield.triage.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class LineContext:
+    """Where a line came from, handed to every parser call.
+
+    Attributes:
+        file: path of the input file as the user gave it (a member of a directory walk is
+            the joined path).
+        line: 1-based number of the (first) line in ``file``.
+        year: year assumed for timestamps without one (syslog ``May 18 19:02:39``, glog
+            ``E1218 20:27:21.4``). Ingestion takes it from
+            ``IngestOptions.year``, else from the file's modification time (UTC).
+        utc_offset_s: offset of the writer's local clock from UTC, applied to timestamps that
+            carry no zone (syslog, glog, ``dmesg -T``, python logging). 0 = assume UTC.
+    """
+
+    file: str
+    line: int
+    year: int
+    utc_offset_s: int = 0
+
+
+@runtime_checkable
+class LogParser(Protocol):
+    """One log family (kernel, NCCL, torch, ...): lines in, :class:`Event` out.
+
+    Attributes:
+        name: short identifier, unique in the parser table (``"kernel"``).
+        source: the :data:`gpufield.triage.events.SOURCES` value of most events it emits.
+        prefilter: regular expression, in the common subset of Python ``re`` and RE2 (no
+            look-around, no back-references), that every line this parser can turn into an
+            event (or that opens one of its records) matches. It is searched (not anchored)
+            in the raw line; ``^`` anchors at the line start. Keep it selective: ordinary
+            training output must not match.
+    """
+
+    name: str
+    source: str
+    prefilter: str
+
+    def parse_line(self, line: str, ctx: LineContext) -> Event | None:
+        """Parse one line.
+
+        Args:
+            line: the line without its trailing newline, decoded as UTF-8 (bad bytes replaced).
+            ctx: file, line number and clock assumptions.
+
+        Returns:
+            The event, or None when the line is not one of this parser's records.
+        """
+        ...
+
+
+@runtime_checkable
+class RecordParser(Protocol):
+    """Optional capability of a :class:`LogParser`: records that span several lines.
+
+    Examples: the fallen-off-the-bus kernel message (continuation lines indented), the torchrun
+    ``ChildFailedError`` block with its ``[N]:`` entries, a PCIe AER report, an
+    ``nvidia-smi -q`` GPU section, a p2p bandwidth matrix.
+    """
+
+    def opens_record(self, line: str) -> bool:
+        """True when ``line`` is the first line of a multi-line record of this parser."""
+        ...
+
+    def continues_record(self, lines: Sequence[str], line: str) -> bool:
+        """True when ``line`` belongs to the record whose lines so far are ``lines``.
+
+        Called for each following line until it returns False; that line is then offered to
+        the parsers on its own. Ingestion also stops a record at ``MAX_RECORD_LINES`` lines.
+        """
+        ...
+
+    def parse_record(self, lines: Sequence[str], ctx: LineContext) -> list[Event]:
+        """Turn a whole record (first line at ``ctx.line``) into zero or more events."""
+        ...
+
+
+#: longest record ingestion joins before it closes it anyway (an nvidia-smi -q GPU section of
+#: a current driver is ~350 lines).
+MAX_RECORD_LINES = 2000
