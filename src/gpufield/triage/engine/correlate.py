@@ -71,6 +71,8 @@ class Timeline:
         offsets_ns: estimated clock offset per host (host clock minus reference clock), ns.
         skew_tolerance_ns: events on different hosts closer than this are treated as concurrent.
         gpu_uuid: ``(host, bdf) -> GPU-uuid`` from NVRM map lines.
+        gpu_rank: ``(host, bdf) -> rank`` from events that carry both (e.g. NCCL ``Init COMPLETE``
+            lines with ``busId``): the join between host-side and job-side evidence.
     """
 
     events: list[Event]
@@ -78,6 +80,7 @@ class Timeline:
     offsets_ns: dict[str, int]
     skew_tolerance_ns: int
     gpu_uuid: dict[tuple[str | None, str], str] = field(default_factory=dict)
+    gpu_rank: dict[tuple[str | None, str], int] = field(default_factory=dict)
 
     def t(self, e: Event) -> int | None:
         """Corrected time of ``e`` in ns since the epoch, or None."""
@@ -169,14 +172,17 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -
         t = t_ns[id(e)]
         keyed.append((0 if t is not None else 1, t if t is not None else 0, e.file, e.line, order, e))
     keyed.sort(key=lambda k: k[:5])
-    gpu_uuid = {}
+    gpu_uuid, gpu_rank = {}, {}
     for e in events:
         if e.kind == "gpu_map" and e.gpu_bdf and e.gpu_uuid:
             gpu_uuid[(e.host, e.gpu_bdf)] = e.gpu_uuid
+        if e.gpu_bdf and e.rank is not None and e.host:
+            gpu_rank.setdefault((e.host, e.gpu_bdf), e.rank)
     return Timeline(
         events=[k[-1] for k in keyed],
         t_ns=t_ns,
         offsets_ns=offsets,
         skew_tolerance_ns=int(skew_tolerance_s * 1e9),
         gpu_uuid=gpu_uuid,
+        gpu_rank=gpu_rank,
     )

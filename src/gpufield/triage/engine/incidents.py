@@ -80,7 +80,7 @@ def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequ
         else:
             roots.append((f, []))
     incidents = [_incident(root, cascades, tl, progress) for root, cascades in roots]
-    lemon = _lemon(incidents)
+    lemon = _lemon(incidents, [r for r, _ in roots])
     return lemon + incidents
 
 
@@ -111,14 +111,16 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
     )
 
 
-def _lemon(incidents: list[Incident]) -> list[Incident]:
+def _lemon(incidents: list[Incident], roots: list[Finding]) -> list[Incident]:
     per_host: dict[str, list[Incident]] = {}
-    for inc in incidents:
+    files_of: dict[str, set[str]] = {}
+    for inc, root in zip(incidents, roots, strict=True):
         if inc.cls in HARDWARE_NODE and inc.established and inc.host:
             per_host.setdefault(inc.host, []).append(inc)
+            files_of.setdefault(inc.host, set()).update(e.file for e in root.evidence if e.kind != "gpu_map")
     out = []
     for host, incs in per_host.items():
-        files = {i.root.file for i in incs}
+        files = files_of[host]
         if len(files) >= LEMON_MIN:
             kind, action, nxt = action_for("LEMON_NODE", {"host": host, "count": len(files)})
             first = incs[0]

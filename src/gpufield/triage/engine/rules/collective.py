@@ -133,9 +133,15 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
     ranks = sorted({e.rank for e in w if e.rank is not None})
     facts = {"seq": str(seq) if seq is not None else "-", "op": str(op or "-"),
              "ranks": ",".join(map(str, ranks)) or "-", "missing": ",".join(map(str, miss)) or "-"}
+    if not miss and len(ranks) >= 2:
+        world = max((e.rank for e in ctx.events if e.rank is not None), default=-1) + 1
+        silent = sorted(set(range(world)) - set(ranks))
+        if world > len(ranks) and len(silent) <= max(1, world // 8):
+            miss = silent  # every other rank of the job timed out; these never reported
+            facts["missing"] = ",".join(map(str, miss))
     rank = as_int(miss[0]) if len(miss) == 1 else None
     note = (f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
-            + (f"; Flight Recorder: rank(s) {facts['missing']} never joined." if miss else
+            + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
                "; no rank in the input explains why (some rank never joined or a link stalled)."))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
                     evs, established=False, rank=rank, facts=facts, note=note)]

@@ -135,8 +135,9 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
             facts["uuid"] = uuid
         note = _NOTES[cls].format(n=len(evs), gpu=gpu_id or "an unidentified GPU", host=host or "the host",
                                   xid=facts.get("xid", "-"))
+        rank = ctx.timeline.gpu_rank.get((host, gpu_id)) if gpu_id else None
         out.append(finding(ctx, cls, "xid_catalog", Tier.HARDWARE, entity_conf(host, gpu_id), evs + maps,
-                           note=note, gpu=gpu_id, facts=facts))
+                           note=note, gpu=gpu_id, rank=rank, facts=facts))
     return _merge_same_gpu(out)
 
 
