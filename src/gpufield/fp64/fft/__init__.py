@@ -3,7 +3,7 @@
 Internal package of :mod:`gpufield.fp64`; the public names are re-exported there.
 
 * :mod:`.twiddles`: exact integer twiddles from exact angle indices, verified at import;
-* :mod:`.backends`: modular 3M GEMMs (exact CPU reference, torch._int_mm INT8, torch._scaled_mm FP8);
+* modular GEMMs: the Ozaki-II backends of :mod:`gpufield.fp64.ozaki.backends` (exact CPU, INT8, FP8);
 * :mod:`.epilogue`: mod reduction + Karatsuba combine + CRT (Garner / fixed-point CRT / tensor-core
   bulk + Kulisch remainder) + one rounding, in torch ops (the reference for the Triton kernel in
   :mod:`gpufield.fp64.kernels.fft_epilogue`);

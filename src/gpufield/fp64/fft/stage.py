@@ -8,7 +8,9 @@ stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
    excluded), s_b = b_x - e_b; X' = round(X * 2^s_b) as int64, |X'| <= 2^b_x (exact for every
    element within b_x - 53 binades of the row maximum);
 2. exact twiddle integers W' = round(W * 2^b_w) from :mod:`gpufield.fp64.fft.twiddles`;
-3. per modulus p: symmetric residues and the three 3M GEMMs on the chosen backend;
+3. symmetric residues for every modulus and the three residue-domain Karatsuba (3M) products
+   T1 = xr.wr, T2 = xi.wi, T3 = ((xr+xi) mod p).((wr+wi) mod p), each one modular GEMM per modulus
+   on the chosen Ozaki-II backend (``ModularBackend.modular_matmul``, fp64.md 2.4 "Complex");
 4. the epilogue (mod reduction, 3M combine, exact CRT, one rounding) on torch ops or the fused
    Triton kernel, Y = Y' * 2^-(s_b + b_w).
 
@@ -26,10 +28,14 @@ import numpy as np
 import torch
 
 from gpufield.errors import InputError, NumericsError
-from gpufield.fp64.fft.backends import BACKENDS, products_3m
 from gpufield.fp64.fft.epilogue import VARIANTS, epilogue_tables, epilogue_torch, sym_mod
 from gpufield.fp64.fft.twiddles import twiddle_table
 from gpufield.fp64.ozaki.moduli import RAW_MODULI, moduli_table
+
+BACKENDS = ("cpu", "int8", "fp8")
+"""Backend names: the Ozaki-II modular GEMM backends of :mod:`gpufield.fp64.ozaki.backends`
+(``cpu`` = ``CpuExactBackend``, exact int64 products; ``int8`` = ``torch._int_mm``; ``fp8`` =
+``torch._scaled_mm`` on E4M3 digits, 3 GEMMs per modulus, exact on Hopper for k = 32)."""
 
 MAX_STAGE = 32
 """Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
@@ -170,6 +176,23 @@ def twiddle_ints(idx_GKN: np.ndarray, bits: int, device: torch.device, inverse: 
     return wr, (wi if inverse else -wi)
 
 
+def _backend(plan: EmulatedFftPlan):
+    from gpufield.fp64.ozaki.backends import CpuExactBackend, Fp8Backend, Int8Backend
+
+    if plan.backend == "cpu":
+        return CpuExactBackend(plan.moduli_kind)
+    return Int8Backend(kernels="torch") if plan.backend == "int8" else Fp8Backend(kernels="torch")
+
+
+def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
+    """Symmetric residues [L, ...] of the 3M operands ar, ai and (ar + ai) for every modulus."""
+    p_L = p_L.reshape((-1,) + (1,) * ar.ndim)
+    rr = sym_mod(ar[None], p_L)
+    ri = sym_mod(ai[None], p_L)
+    rs = sym_mod(rr + ri, p_L)
+    return [t.to(dtype) for t in (rr, ri, rs)]
+
+
 def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -> torch.Tensor:
     """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
 
@@ -196,7 +219,9 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -
     table = moduli_table(plan.moduli_kind, r)
     tab = epilogue_tables(plan.moduli_kind, r)
     wr_int, wi_int = twiddle_ints(idx_GKN, plan.twiddle_bits, dev)
-    w_res = [(sym_mod(wr_int, p), sym_mod(wi_int, p)) for p in table.moduli]
+    p_L = tab.tensors(str(dev))["p"]
+    bk = _backend(plan)
+    wres = _residues3(wr_int, wi_int, p_L, bk.residue_dtype)  # 3 x [L, G, K, N]
     y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
     rows = max(1, plan.chunk_outputs // K)
     if plan.epilogue == "triton":
@@ -205,14 +230,14 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -
         run_epi = epilogue_torch
     for g in range(G):
         for r0 in range(0, R, rows):
-            xc = x_GRN[g:g + 1, r0:r0 + rows]
+            xc = x_GRN[g, r0:r0 + rows]
             xr, xi, s = quantize_rows(xc, plan.input_bits)
-            Rc = xc.shape[1]
-            T = torch.empty((r, 3, 1, Rc, K), dtype=torch.int32, device=dev)
-            for l, p in enumerate(table.moduli):
-                wr, wi = w_res[l]
-                T[l] = products_3m(plan.backend, sym_mod(xr, p), sym_mod(xi, p), wr[g:g + 1], wi[g:g + 1],
-                                   p, table, l)
-            shift = (s + plan.twiddle_bits)[..., None].expand(1, Rc, K).reshape(-1)
+            Rc = xc.shape[0]
+            xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
+            T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
+            for comp in range(3):
+                T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)
+            del xres
+            shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
             y[g, r0:r0 + Rc] = run_epi(T.view(r, 3, -1), shift, tab, plan.variant).view(Rc, K)
     return y
