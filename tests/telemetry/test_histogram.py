@@ -11,7 +11,12 @@ import pytest
 
 from gpufield.errors import InputError, TelemetryError
 from gpufield.telemetry import (
-    HistogramSeries, histogram_delta, histogram_quantile, histogram_series, parse_file, parse_text,
+    HistogramSeries,
+    histogram_delta,
+    histogram_quantile,
+    histogram_series,
+    parse_file,
+    parse_text,
     windowed_quantile,
 )
 

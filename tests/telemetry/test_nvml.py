@@ -7,7 +7,11 @@ import pytest
 
 from gpufield.errors import InputError, NvmlUnavailableError, TelemetryError
 from gpufield.telemetry import (
-    NvmlReader, clock_event_reason_table, decode_clock_event_reasons, normalize_bdf, nvml_status,
+    NvmlReader,
+    clock_event_reason_table,
+    decode_clock_event_reasons,
+    normalize_bdf,
+    nvml_status,
 )
 from gpufield.testing import FakeNvml, b200, h100, h200
 

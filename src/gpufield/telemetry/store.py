@@ -294,4 +294,4 @@ class Store:
 
     def query_arrow(self, sql: str, params: list[Any] | None = None) -> Any:
         """Run SQL and return a ``pyarrow.Table``."""
-        return self._con.execute(sql, params or []).to_arrow_table()
+        return self._con.sql(sql, params=params or None).to_arrow_table()

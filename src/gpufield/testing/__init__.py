@@ -13,6 +13,14 @@ Example::
     nvml.nvmlDeviceGetPowerUsage(h)          # 80400 (mW, idle)
 """
 
-from gpufield.testing.fake_nvml import SETTER_PREFIXES, FakeGpu, FakeHandle, FakeNvml, b200, h100, h200
+from gpufield.testing.fake_nvml import (
+    SETTER_PREFIXES,
+    FakeGpu,
+    FakeHandle,
+    FakeNvml,
+    b200,
+    h100,
+    h200,
+)
 
 __all__ = ["FakeGpu", "FakeHandle", "FakeNvml", "SETTER_PREFIXES", "b200", "h100", "h200"]
