@@ -3,9 +3,10 @@
 A file is read in large binary blocks cut at the last newline. For each block:
 
 1. line offsets come from ``numpy.flatnonzero(block == b"\\n")``;
-2. the block becomes a zero-copy Arrow ``binary`` array (one element per line) and the union of
-   all parsers' prefilters is matched in one vectorised call
-   (``pyarrow.compute.match_substring_regex``, RE2);
+2. the block becomes zero-copy Arrow ``binary`` arrays. First the literal keywords of all parsers
+   are searched in chunks of 32 lines (one ``pyarrow.compute.match_substring_regex`` call, RE2
+   on a literal alternation: GB/s); then, for the lines of the chunks that hit, the union of the
+   parsers' prefilter regexes is matched line by line in one more vectorised call;
 3. only candidate lines are decoded (UTF-8, bad bytes replaced) and offered to the parsers;
    a record parser's continuation lines are read directly, and a record still open at the end of
    a block carries over into the next one.
@@ -29,6 +30,8 @@ from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, 
 
 #: bytes read per block
 BLOCK_BYTES = 8 << 20
+#: lines per chunk of the first (keyword) prefilter pass
+CHUNK_LINES = 32
 #: a line longer than this is cut (the rest is counted, not parsed)
 MAX_LINE_BYTES = 1 << 20
 
@@ -51,7 +54,16 @@ class Table:
         self.parsers = tuple(parsers)
         self.rx = tuple(re.compile(p.prefilter) for p in self.parsers)
         self.union = "|".join(f"(?:{p.prefilter})" for p in self.parsers)
+        self.keyword_union = "|".join(_literal(k) for p in self.parsers for k in p.keywords)
         self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
+
+
+_SPECIAL = set("\\.^$|?*+()[]{}")
+
+
+def _literal(text: str) -> str:
+    """Escape ``text`` for RE2 and Python ``re`` alike (only metacharacters get a backslash)."""
+    return "".join("\\" + c if c in _SPECIAL else c for c in text)
 
 
 def _line(block: bytes, starts: np.ndarray, i: int) -> str:
@@ -118,9 +130,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         starts[1:len(nl) + 1] = nl + 1
         if not ends_nl:
             starts[n] = len(block)
-        arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), pa.py_buffer(block)])
-        mask = pc.match_substring_regex(arr, table.union).to_numpy(zero_copy_only=False)
-        cand = np.flatnonzero(mask)
+        cand = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
         if pending is not None:
@@ -174,6 +184,28 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
     if pending is not None:
         pi, lines, first = pending
         yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s)), counters)  # type: ignore[attr-defined]
+
+
+def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> np.ndarray:
+    """Indices of the lines of ``block`` that match the union of the parsers' prefilters.
+
+    Two vectorised passes: the literal keywords on chunks of :data:`CHUNK_LINES` lines (RE2 on a
+    literal alternation runs at GB/s), then the exact prefilter union on the lines of the chunks
+    that hit.
+    """
+    buf = pa.py_buffer(block)
+    chunk_starts = np.ascontiguousarray(starts[0:n:CHUNK_LINES])
+    chunk_offsets = np.append(chunk_starts, starts[n]).astype(np.int32)
+    chunks = pa.BinaryArray.from_buffers(pa.binary(), len(chunk_offsets) - 1, [None, pa.py_buffer(chunk_offsets), buf])
+    hit = np.flatnonzero(pc.match_substring_regex(chunks, table.keyword_union).to_numpy(zero_copy_only=False))
+    if len(hit) == 0:
+        return hit
+    lines = (hit[:, None] * CHUNK_LINES + np.arange(CHUNK_LINES)[None, :]).ravel()
+    lines = lines[lines < n]
+    arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), buf])
+    sub = arr.take(pa.array(lines))
+    mask = pc.match_substring_regex(sub, table.union).to_numpy(zero_copy_only=False)
+    return lines[mask]
 
 
 def _ctx(path: str, line: int, year: int, off: int) -> LineContext:

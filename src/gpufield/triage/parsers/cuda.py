@@ -76,6 +76,7 @@ class CudaParser:
     source = "cuda"
     prefilter = (r"CUDA out of memory|CUDA error|CUDA failure|Cuda failure|cudaError|CUDA-capable device|"
                  r"illegal memory access|\(error code |DataLoader worker \(pid \d+\) is killed")
+    keywords = ("CUDA", "Cuda failure", "cudaError", "illegal memory access", "(error code ", "DataLoader worker")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one CUDA error line (see module docstring)."""

@@ -49,6 +49,7 @@ class DcgmParser:
     name = "dcgm"
     source = "dcgm"
     prefilter = r"^DCGM_\w+(?:\{|\s)"
+    keywords = ("DCGM_",)
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one ``DCGM_...{labels} value [ts]`` sample; a malformed one returns None."""

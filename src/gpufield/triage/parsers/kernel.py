@@ -93,6 +93,7 @@ class KernelParser:
     name = "kernel"
     source = "kernel"
     prefilter = r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|mlx5_core \S+ \S+ Port: \d+ Link"
+    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "mlx5_core")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one kernel-log line (see module docstring for the formats)."""

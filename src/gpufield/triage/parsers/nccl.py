@@ -75,6 +75,7 @@ class NcclParser:
     source = "nccl"
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout")
+    keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", "NET/IB", "NCCL error", "nccl")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""

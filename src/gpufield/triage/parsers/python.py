@@ -27,6 +27,7 @@ class PythonExceptionParser:
     name = "python"
     source = "torch"
     prefilter = r"(?:Error|Exception|Interrupt|Exit|Failure)(?::|\s*$)"
+    keywords = ("Error", "Exception", "Interrupt", "Exit", "Failure")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """``<Type>: <message>`` at the start of the (prefix-stripped) line, else None."""

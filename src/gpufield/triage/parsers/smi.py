@@ -45,8 +45,9 @@ class SmiParser:
 
     name = "smi"
     source = "smi"
-    prefilter = (r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$|P2P=(?:En|Dis)abled [BL]|"
+    prefilter = (r"^GPU 0[0-9A-Fa-f]{3,7}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$|P2P=(?:En|Dis)abled [BL]|"
                  r"Access Peer Device|Unable to determine the device handle|NVMLError_|NVML_ERROR_GPU_IS_LOST|GPU is lost")
+    keywords = ("GPU 0", "P2P=", "Access Peer Device", "device handle", "NVML", "GPU is lost")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Single-line records: p2p access, NVML lost-GPU errors (sections go through records)."""

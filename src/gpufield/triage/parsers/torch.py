@@ -66,6 +66,11 @@ class TorchParser:
                  r"terminate called after|dump debug info|Flight ?Recorder|Not all ranks joining|missing ranks:|"
                  r"[Dd]umping (?:nccl|NCCL) trace|[Dd]esync|mismatch between collectives|CollectiveFingerPrint|"
                  r"has started on rank")
+    keywords = ("Watchdog caught", "ast enqueued", "Heartbeat monitor", "watchdog got stuck", "no heartbeat",
+                "Some NCCL operations", "entire process down", "terminated with exception", "terminate called",
+                "dump debug info", "Recorder", "Not all ranks joining", "missing ranks:", "umping nccl trace",
+                "umping NCCL trace", "esync", "mismatch between collectives", "CollectiveFingerPrint",
+                "has started on rank")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one PyTorch distributed line (see module docstring)."""

@@ -67,6 +67,8 @@ class TorchrunParser:
     source = "torchrun"
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED")
+    keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "ignal ", "Rendezvous",
+                "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one torchrun / elastic line (see module docstring)."""

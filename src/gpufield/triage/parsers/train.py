@@ -29,7 +29,7 @@ SKIPPED_RE = re.compile(r"\bstep=(?P<step>\d+), skipped=(?P<skipped>\d+)")
 # iter 16 step 1: loss nan, train time: 1405.01ms    /   'loss': nan   /   loss=inf   /  Loss is NaN
 NAN_RE = re.compile(
     r"\b(?P<metric>(?:\w+_)?loss|grad_norm|grad norm|Loss)\b['\"]?\s*(?:[:=]|is)?\s*(?:tensor\()?"
-    r"(?P<val>[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity))\b")
+    r"(?P<val>[-+]?(?:nan|NaN|NAN|inf|Inf|Infinity))\b")
 STEP_RE = re.compile(r"\b(?:global_step|steps?)\b[\s:=]*(?P<step>\d+)")
 ITER_RE = re.compile(r"\biter(?:ation)?\b[\s:=]*(?P<iter>\d+)")
 # steps: 1 loss: 11.4926 iter time (s): 36.217     /    iter 13 step 0: loss 1.9210, train time: 1410.36ms
@@ -51,9 +51,12 @@ class TrainParser:
 
     name = "train"
     source = "train"
-    prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|INF|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
+    prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
                  r"skipped=[1-9]|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
                  r"same checkpoint|_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*: |^rank,\w+_ms\s*$")
+    keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow", "skipped=",
+                "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
+                "rank,")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one training-loop line (see module docstring)."""
@@ -127,6 +130,7 @@ class LossParser:
     name = "loss"
     source = "train"
     prefilter = r"\b(?:\w+_)?loss\b"
+    keywords = ("loss",)
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse ``loss 1.92`` / ``loss: 11.49`` / ``'loss': 0.5`` into a ``loss`` event."""
