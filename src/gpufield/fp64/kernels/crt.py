@@ -82,13 +82,13 @@ def _crt_kernel(
     i = offs // N
     j = offs - i * N
     sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
-    qf = tl.zeros((BLOCK,), dtype=tl.float64)
-    a0 = tl.zeros((BLOCK,), dtype=tl.int64)
-    a1 = tl.zeros((BLOCK,), dtype=tl.int64)
-    a2 = tl.zeros((BLOCK,), dtype=tl.int64)
-    a3 = tl.zeros((BLOCK,), dtype=tl.int64)
-    a4 = tl.zeros((BLOCK,), dtype=tl.int64)
-    a5 = tl.zeros((BLOCK,), dtype=tl.int64)
+    qf = tl.full((BLOCK,), 0.0, tl.float64)
+    a0 = tl.full((BLOCK,), 0, tl.int64)
+    a1 = tl.full((BLOCK,), 0, tl.int64)
+    a2 = tl.full((BLOCK,), 0, tl.int64)
+    a3 = tl.full((BLOCK,), 0, tl.int64)
+    a4 = tl.full((BLOCK,), 0, tl.int64)
+    a5 = tl.full((BLOCK,), 0, tl.int64)
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
         x = tl.load(res_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
@@ -116,8 +116,8 @@ def _crt_kernel(
     nb = tl.maximum(tl.maximum(tl.maximum(_bitlen(u0, 0), _bitlen(u1, 1)), tl.maximum(_bitlen(u2, 2), _bitlen(u3, 3))),
                     tl.maximum(_bitlen(u4, 4), _bitlen(u5, 5)))
     pos = tl.maximum(tl.maximum(nb - 53, sh - 1074), 0)
-    kept = tl.zeros((BLOCK,), dtype=tl.int64)
-    sticky = tl.zeros((BLOCK,), dtype=tl.int1)
+    kept = tl.full((BLOCK,), 0, tl.int64)
+    sticky = tl.full((BLOCK,), 0, tl.int1)
     kept, sticky = _take(u0, 0, pos, kept, sticky)
     kept, sticky = _take(u1, 1, pos, kept, sticky)
     kept, sticky = _take(u2, 2, pos, kept, sticky)

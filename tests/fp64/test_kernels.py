@@ -1,0 +1,98 @@
+"""Triton kernels (run by the Triton interpreter on CPU) against the torch references and Python integers.
+
+``gpufield.fp64.kernels`` sets TRITON_INTERPRET=1 itself when there is no CUDA device, so these tests run
+in CI; on a GPU machine the same tests exercise the compiled kernels.
+
+Shape legend: R rows, K inner, L moduli, M rows, N columns.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the first import of triton in this process
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+
+from gpufield.fp64 import ozaki_matmul  # noqa: E402
+from gpufield.fp64.kernels.crt import crt_triton, crt_triton_rows_cols  # noqa: E402
+from gpufield.fp64.kernels.residue import scale_residues_triton  # noqa: E402
+from gpufield.fp64.ozaki.backends import CpuExactBackend, Fp8Backend, Int8Backend  # noqa: E402
+from gpufield.fp64.ozaki.crt import crt_exact_python  # noqa: E402
+from gpufield.fp64.ozaki.moduli import moduli_table, sym_mod  # noqa: E402
+from gpufield.fp64.ozaki.residues import residues_from_scaled, scale_trunc  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _operand(R, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(R, K, dtype=torch.float64, generator=g) * torch.exp(4 * torch.randn(R, K, dtype=torch.float64, generator=g))
+    X[0] = 5e-324 * torch.arange(K)
+    X[1] = 1.7e308 * torch.linspace(-1, 1, K, dtype=torch.float64)
+    X[2] = 0.0
+    s = torch.randint(-60, 140, (R,), generator=g)
+    s[0], s[1] = 1130, -960
+    return X, s
+
+
+@pytest.mark.parametrize("kind,n,dtype", [("int8", 9, torch.int8), ("int8", 18, torch.int8), ("fp8", 13, torch.int16)])
+def test_residue_kernel_bit_identical(kind, n, dtype):
+    X, s = _operand(37, 45, n)
+    t = moduli_table(kind, n)
+    got = scale_residues_triton(X.to(DEV), s.to(DEV), t, dtype).cpu()
+    want = residues_from_scaled(scale_trunc(X, s), t.moduli, dtype)
+    assert torch.equal(got, want)
+    # independent oracle on a few entries: Python ints
+    Y = scale_trunc(X, s)
+    for i, k in [(0, 44), (1, 0), (5, 7), (36, 44)]:
+        assert [int(got[l, i, k]) for l in range(n)] == [sym_mod(int(Y[i, k].item()), p) for p in t.moduli]
+
+
+def test_residue_kernel_strided_input():
+    X, s = _operand(20, 33, 5)
+    t = moduli_table("int8", 12)
+    XT = X.T  # non-contiguous view
+    got = scale_residues_triton(XT.to(DEV), s[:1].repeat(33).to(DEV), t, torch.int8).cpu()
+    want = residues_from_scaled(scale_trunc(XT.contiguous(), s[:1].repeat(33)), t.moduli, torch.int8)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("kind,n", [("int8", 2), ("int8", 15), ("int8", 20), ("fp8", 8), ("fp8", 20)])
+def test_crt_kernel_bit_identical_to_python_oracle(kind, n):
+    t = moduli_table(kind, n)
+    rng = random.Random(n)
+    lim = t.M // 2 - (t.M >> 11)
+    Xs = [rng.randrange(-lim, lim) for _ in range(100)] + [0, 1, -1, 2**53 + 1, -(2**53) - 3]
+    Xs += [rng.choice([1, -1]) * ((1 << rng.randrange(1, t.M.bit_length() - 2)) + rng.choice([0, 1, 3]))
+           for _ in range(95)]
+    res = torch.tensor([[sym_mod(X, p) + p * rng.randrange(-2, 3) for X in Xs] for p in t.moduli])
+    sh = torch.tensor([rng.choice([0, 7, -30, 1074, 1080, 1130, 2100, -1000, rng.randrange(-1100, 2200)])
+                       for _ in Xs])
+    got = crt_triton(res.to(DEV), sh.to(DEV), t).cpu()
+    assert torch.equal(got, crt_exact_python(res, sh, t))
+    # separate row/column shifts, int32 input as _int_mm produces
+    res32 = torch.tensor([[sym_mod(X, p) for X in Xs[:200]] for p in t.moduli], dtype=torch.int32).reshape(n, 10, 20)
+    s_M = torch.tensor([rng.randrange(-500, 1200) for _ in range(10)])
+    t_N = torch.tensor([rng.randrange(-500, 900) for _ in range(20)])
+    got2 = crt_triton_rows_cols(res32.to(DEV), s_M.to(DEV), t_N.to(DEV), t).cpu()
+    assert torch.equal(got2, crt_exact_python(res32, s_M[:, None] + t_N[None, :], t))
+
+
+@pytest.mark.parametrize("complex_", [False, True])
+def test_end_to_end_triton_paths_match_cpu_exact(complex_):
+    g = torch.Generator().manual_seed(9)
+    A = torch.randn(24, 40, dtype=torch.float64, generator=g) * torch.exp(2 * torch.randn(24, 40, dtype=torch.float64, generator=g))
+    B = torch.randn(40, 16, dtype=torch.float64, generator=g)
+    if complex_:
+        A = torch.complex(A, torch.randn(24, 40, dtype=torch.float64, generator=g))
+        B = torch.complex(B, torch.randn(40, 16, dtype=torch.float64, generator=g))
+    for be, ref in [(Int8Backend(kernels="triton"), CpuExactBackend("int8")),
+                    (Fp8Backend(kernels="triton"), CpuExactBackend("fp8"))]:
+        for mode in ("fast", "accurate"):
+            got = ozaki_matmul(A.to(DEV), B.to(DEV), num_moduli=14, backend=be, mode=mode).cpu()
+            assert torch.equal(got, ozaki_matmul(A, B, num_moduli=14, backend=ref, mode=mode))
