@@ -153,3 +153,26 @@ def test_decode_reasons():
     assert decode_clock_event_reasons(0) == ()
     assert decode_clock_event_reasons(0x4 | 0x40) == ("sw_power_cap", "hw_thermal_slowdown")
     assert decode_clock_event_reasons(0x1 | 0x1000) == ("gpu_idle", "unknown_0x1000")
+
+
+def test_lost_gpu_is_skipped_and_listed():
+    lost = h200(1, errors={"nvmlDeviceGetHandleByIndex": pynvml.NVML_ERROR_GPU_IS_LOST})
+    with NvmlReader(FakeNvml([h200(0), lost, h200(2)])) as r:
+        assert [g.index for g in r.gpus] == [0, 2]
+        assert r.unavailable == [(1, "NVMLError_GpuIsLost")]
+        assert [s.index for s in r.sample()] == [0, 2]
+    with pytest.raises(NvmlUnavailableError, match="GPU 0: NVMLError_GpuIsLost"):
+        with NvmlReader(FakeNvml([h200(0, errors={"nvmlDeviceGetHandleByIndex": pynvml.NVML_ERROR_GPU_IS_LOST})])):
+            pass
+
+
+def test_reader_is_read_only_under_the_spy():
+    n = FakeNvml.spy([h200(0, load=0.7), b200(1)])
+    with NvmlReader(n) as r:
+        r.sample()
+        r.sample()
+    names = {c[0] for c in n.calls}
+    assert n.setter_calls == [] and "nvmlDeviceGetTotalEnergyConsumption" in names
+    with pytest.raises(AssertionError):
+        n.nvmlInit()
+        n.nvmlDeviceSetPersistenceMode(n.nvmlDeviceGetHandleByIndex(0), 1)

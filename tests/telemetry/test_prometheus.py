@@ -129,3 +129,26 @@ def test_parse_file_error_names_the_file(tmp_path):
 def test_family_without_samples_keeps_metadata():
     fams = parse_text("# HELP z Zed.\n# TYPE z counter\n")
     assert fams["z"].type == "counter" and fams["z"].help == "Zed." and fams["z"].samples == []
+
+
+def test_round_trip_of_prometheus_client_output_property():
+    """Labels with any text and any float survive prometheus_client's writer and our parser."""
+    pc = pytest.importorskip("prometheus_client")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.text(max_size=12), st.floats(allow_nan=True, allow_infinity=True)),
+                    min_size=1, max_size=5, unique_by=lambda t: t[0]))
+    def check(rows):
+        reg = pc.CollectorRegistry()
+        g = pc.Gauge("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", ["err_msg"], registry=reg)
+        for label, value in rows:
+            g.labels(err_msg=label).set(value)
+        fam = parse_text(pc.generate_latest(reg).decode())["DCGM_FI_DEV_POWER_USAGE"]
+        got = {s.labels["err_msg"]: s.value for s in fam.samples}
+        assert got.keys() == {lab for lab, _ in rows}
+        for label, value in rows:
+            assert got[label] == value or (math.isnan(value) and math.isnan(got[label]))
+
+    check()

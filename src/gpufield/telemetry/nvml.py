@@ -149,8 +149,12 @@ class NvmlReader:
         indices: only these device indices (default all).
         clock_ns: wall clock for sample timestamps (default ``time.time_ns``).
 
+    A GPU that NVML counts but cannot open (``NVML_ERROR_GPU_IS_LOST``, ...) is skipped and listed in
+    :attr:`unavailable`, so one lost GPU does not hide the others (triage.md section 5.4).
+
     Raises:
-        NvmlUnavailableError: on enter, when there is no driver, no library, no permission or no GPU.
+        NvmlUnavailableError: on enter, when there is no driver, no library, no permission, no GPU,
+            or no GPU could be opened.
         DependencyError: nvidia-ml-py is not installed.
     """
 
@@ -162,6 +166,8 @@ class NvmlReader:
         self._handles: list[tuple[GpuInfo, Any]] = []
         self._open = False
         self.driver_version: str | None = None
+        #: ``(index, NVML error name)`` of GPUs NVML counts but could not open (e.g. ``NVMLError_GpuIsLost``)
+        self.unavailable: list[tuple[int, str]] = []
 
     def __enter__(self) -> NvmlReader:
         nv = self._nvml if self._nvml is not None else _import_pynvml()
@@ -181,11 +187,20 @@ class NvmlReader:
             for i in wanted:
                 if not 0 <= i < count:
                     raise NvmlUnavailableError(f"GPU index {i} requested but NVML sees {count} GPU(s)")
-                h = nv.nvmlDeviceGetHandleByIndex(i)
-                bdf = normalize_bdf(_text(nv.nvmlDeviceGetPciInfo(h).busId))
-                info = GpuInfo(index=i, uuid=_text(nv.nvmlDeviceGetUUID(h)), name=_text(nv.nvmlDeviceGetName(h)),
-                               pci_bdf=bdf)
+                try:
+                    h = nv.nvmlDeviceGetHandleByIndex(i)
+                    bdf = normalize_bdf(_text(nv.nvmlDeviceGetPciInfo(h).busId))
+                    info = GpuInfo(index=i, uuid=_text(nv.nvmlDeviceGetUUID(h)),
+                                   name=_text(nv.nvmlDeviceGetName(h)), pci_bdf=bdf)
+                except nv.NVMLError as e:  # one lost/unreachable GPU must not hide the others
+                    if isinstance(e, nv.NVMLError_Uninitialized):
+                        raise
+                    self.unavailable.append((i, type(e).__name__))
+                    continue
                 self._handles.append((info, h))
+            if not self._handles:
+                lost = ", ".join(f"GPU {i}: {err}" for i, err in self.unavailable)
+                raise NvmlUnavailableError(f"no GPU could be opened ({lost})")
         except nv.NVMLError as e:
             self.close()
             raise NvmlUnavailableError(_UNAVAILABLE.get(type(e).__name__, f"enumerating GPUs failed: {e}")) from e

@@ -219,7 +219,8 @@ def iter_samples(lines: Iterable[str], *, path: str | None = None) -> Iterator[P
     """Stream samples from exposition lines.
 
     Args:
-        lines: text lines (a file object works; trailing ``\\n``/``\\r\\n`` are stripped).
+        lines: text lines split on ``\\n`` only (a file object opened with ``newline="\\n"`` works);
+            a trailing ``\\n`` or ``\\r\\n`` is stripped.
         path: shown in error messages.
 
     Yields:
@@ -271,7 +272,7 @@ def parse_text(text: str, *, path: str | None = None) -> dict[str, MetricFamily]
     Raises:
         InputError: a malformed line (see :func:`iter_samples`).
     """
-    return _group(text.splitlines(), path)
+    return _group(text.split("\n"), path)  # only \n ends a line (a label may hold \r or \u2028)
 
 
 def parse_file(path: str) -> dict[str, MetricFamily]:
@@ -287,6 +288,6 @@ def parse_file(path: str) -> dict[str, MetricFamily]:
         InputError: a malformed line, naming ``path:line``.
         OSError: the file cannot be read.
     """
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", newline="\n") as f:
         return _group(f, str(path))
 

@@ -245,6 +245,11 @@ class FakeNvml(DeviceCalls):
         self._last_t = self._clock()
         self._init_count = 0
 
+    @classmethod
+    def spy(cls, gpus: list[FakeGpu] | None = None, **kw: Any) -> FakeNvml:
+        """A read-only fake: any setter call raises ``AssertionError`` (for read-only/dry-run tests)."""
+        return cls(gpus, read_only=True, **kw)
+
     # --- plumbing ------------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
         value = getattr(_pynvml, name)  # constants, error classes, structures: the real ones
