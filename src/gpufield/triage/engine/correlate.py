@@ -19,10 +19,10 @@ import re
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from gpufield.triage.events import Event
 from gpufield.triage.engine.model import EvidenceLine
+from gpufield.triage.events import Event
 
 _NCCL_PREFIX = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?[^\s:]+:\d+:\d+ \[\d+\]\s*")
 _RANK_PREFIX = re.compile(r"\[(?:rank|Rank|PG[^\]]*Rank)\s*\d+\]:?")
@@ -140,8 +140,36 @@ def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:
     return offsets
 
 
+def infer_hosts(events: Sequence[Event]) -> list[Event]:
+    """Fill ``host`` of host-less events from their file.
+
+    A file whose host-bearing events all name one host (NCCL ``host:pid:tid`` prefixes, syslog
+    hostnames, torchrun ``host :`` fields) belongs to that host; otherwise a path component equal
+    to a known hostname (``logs/node-b/train.log``) names it. Other events are left as they are.
+    """
+    per_file: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        if e.host:
+            per_file[e.file].add(e.host)
+    known = set().union(*per_file.values()) if per_file else set()
+    file_host: dict[str, str] = {}
+    for e in events:
+        if e.file in file_host or e.host:
+            continue
+        hosts = per_file.get(e.file, set())
+        if len(hosts) == 1:
+            file_host[e.file] = next(iter(hosts))
+        else:
+            parts = [p for p in re.split(r"[\\/]", e.file) if p in known]
+            if parts and not hosts:
+                file_host[e.file] = parts[-1]
+    return [replace(e, host=file_host[e.file]) if not e.host and e.file in file_host else e for e in events]
+
+
 def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -> Timeline:
     """Order events by skew-corrected time; untimed events inherit the previous time in their file.
+
+    Host-less events first get their file's host (:func:`infer_hosts`).
 
     Args:
         events: parsed events in ingestion order (file by file, line by line).
@@ -156,6 +184,7 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -
     """
     if skew_tolerance_s < 0:
         raise ValueError(f"skew_tolerance_s must be >= 0, got {skew_tolerance_s}")
+    events = infer_hosts(events)
     offsets = estimate_offsets(events)
     t_ns: dict[int, int | None] = {}
     last_in_file: dict[str, int | None] = {}

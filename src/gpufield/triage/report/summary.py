@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -10,11 +11,22 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufield.triage.engine.model import Incident
+from gpufield.triage.events import Event
 
 if TYPE_CHECKING:
     from gpufield.triage.analyze import TriageResult
 
 MAX_EVIDENCE = 8
+#: cascade kinds shown first (closest to the root first); at most one line per kind
+_CASCADE_ORDER = ("ib_completion_error", "ib_async_event", "nic_link_state", "nccl_remote_error", "nccl_system_error",
+                  "nccl_warn", "cuda_error", "cuda_illegal_address", "python_exception", "heartbeat_timeout",
+                  "watchdog_timeout", "watchdog_blocked", "flight_recorder", "last_enqueued", "child_failed",
+                  "signal_death")
+# syslog / journal / dmesg / glog / torch-rank prefixes in front of the message
+_PREFIX = re.compile(
+    r"^(?:\[(?:rank|default)\d+\]:)?(?:\w{3} +\d+ [\d:.]+ \S+ \S+: |\d{4}-\d\d-\d\dT\S+ \S+ \S+: )?"
+    r"(?:\[[^\]]*\d+\.\d+\] ?)?(?:\[?[IWEF]\d{0,4}(?: [\d:.]+)?(?: \d+)? [\w./<>-]+:\d+\] ?)?"
+    r"(?:[^\s:\[\]]+:\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?)?")
 _KIND_STYLE = {"RETRY": "yellow", "EXCLUDE_NODE": "bold red", "RESET_GPU": "bold red", "FIX_CONFIG": "cyan",
                "STOP": "bold magenta"}
 
@@ -29,6 +41,17 @@ def blamed(inc: Incident) -> str:
     if inc.rank is not None:
         parts.append(f"rank {inc.rank}")
     return ", ".join(parts) or "-"
+
+
+def display_line(e: Event) -> str:
+    """A short, readable form of an event for the terminal: the message without log prefixes."""
+    f = e.fields
+    if e.kind == "child_failed":
+        sig = f" ({f['signal_name']})" if f.get("signal_name") else ""
+        return (f"ChildFailedError: host {e.host or '?'} rank {e.rank if e.rank is not None else '?'} "
+                f"exitcode {f.get('exitcode', e.code)}{sig}")
+    first = e.raw.strip().splitlines()[0] if e.raw.strip() else e.kind
+    return _PREFIX.sub("", first).strip() or first
 
 
 def one_line(result: TriageResult) -> str:
@@ -46,15 +69,20 @@ def _evidence_table(inc: Incident, width: int) -> Table:
     t.add_column("where", no_wrap=True)
     t.add_column("n", justify="right", no_wrap=True)
     t.add_column("line", overflow="ellipsis", no_wrap=True, max_width=max(40, width - 45))
-    roots = [x for x in inc.evidence if x.role == "root"]
-    casc = sorted((x for x in inc.evidence if x.role == "cascade"), key=lambda x: -x.count)
-    shown = roots[: max(3, MAX_EVIDENCE - min(len(casc), 4))]
+    roots = [x for x in inc.evidence if x.role == "root" and x.event.kind != "gpu_map"]
+    rank = {k: i for i, k in enumerate(_CASCADE_ORDER)}
+    casc, kinds = [], set()
+    for x in sorted((x for x in inc.evidence if x.role == "cascade"),
+                    key=lambda x: (rank.get(x.event.kind, len(rank)), -x.count)):
+        if x.event.kind not in kinds and x.event.kind not in ("loss", "nccl_return", "pg_teardown"):
+            kinds.add(x.event.kind)
+            casc.append(x)
+    shown = roots[: max(3, MAX_EVIDENCE - min(len(casc), 5))]
     shown += casc[: MAX_EVIDENCE - len(shown)]
     for x in shown:
         e = x.event
         where = f"{e.file.rsplit('/', 1)[-1]}:{e.line}"
-        first = e.raw.strip().splitlines()[0] if e.raw.strip() else e.kind
-        t.add_row(x.role, where, f"x{x.count}" if x.count > 1 else "", first)
+        t.add_row(x.role, Text(where), f"x{x.count}" if x.count > 1 else "", Text(display_line(e)))
     return t
 
 
@@ -65,7 +93,7 @@ def render(result: TriageResult, console: Console | None = None) -> None:
     src = "bundled example incident" if result.example else ", ".join(result.inputs)
     if v is None:
         console.print(Panel(Text(f"No failure signature found in {len(result.events)} events ({src})."),
-                            title="gpufield triage"))
+                            title=Text("gpufield triage")))
         return
     head = Text()
     head.append(v.cls, style="bold")
@@ -84,17 +112,15 @@ def render(result: TriageResult, console: Console | None = None) -> None:
         nxt = Text("collect next: ", style="bold")
         nxt.append("; ".join(v.next_evidence[:3]))
         parts.append(nxt)
-    console.print(Panel(Group(*parts), title=f"gpufield triage: {src}", title_align="left"))
+    console.print(Panel(Group(*parts), title=Text(f"gpufield triage: {src}"), title_align="left"))
     if len(result.incidents) > 1:
         t = Table(title="other incidents (less likely roots)", title_justify="left", box=None)
         for col in ("class", "root cause", "conf", "blamed", "action"):
             t.add_column(col)
         for inc in result.incidents[1:6]:
-            t.add_row(inc.cls, inc.root_cause, f"{inc.confidence:.2f}", blamed(inc), inc.action_kind)
+            t.add_row(inc.cls, inc.root_cause, f"{inc.confidence:.2f}", Text(blamed(inc)), inc.action_kind)
         console.print(t)
-    files = result.stats.get("files", result.stats.get("n_files", "?"))
-    if isinstance(files, list | tuple):
-        files = len(files)
+    files = result.stats.get("files_read", "?")
     offs = ", ".join(f"{h} {o:+.1f}s" for h, o in result.clock_offsets_s.items() if abs(o) >= 0.5)
     console.print(Text(f"{len(result.events)} events from {files} file(s)"
                        + (f"; clock offsets corrected: {offs}" if offs else ""), style="dim"))

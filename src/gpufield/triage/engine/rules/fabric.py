@@ -76,7 +76,7 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
                  "reporters": ",".join(reporters) or "-", "peer": top[0][0] if top else "-"}
         status = facts["status"]
-        out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs, host=host, facts=facts,
+        out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs, host=host, gpu=None, facts=facts,
                            note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
     return out
 

@@ -41,7 +41,7 @@ def cuda_illegal_rule(ctx: RuleContext) -> list[Finding]:
         return []
     out = []
     keyed = group_by(sorted(evs + xids, key=lambda e: (ctx.t(e) or 0, e.file, e.line)), lambda e: e.host)
-    for host, group in keyed.items():
+    for _host, group in keyed.items():
         has_xid = any(e.kind == "xid" for e in group)
         out.append(finding(ctx, "CUDA_ILLEGAL_ADDRESS", "cuda_illegal_address", Tier.PROCESS,
                            0.85 if has_xid else 0.75, group, established=has_xid,
@@ -86,7 +86,7 @@ def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
     """CUDA out-of-memory messages (all three message generations) by phase and pool state."""
     tagged = [(oom_class(ctx, e), e) for e in ctx.kinds("cuda_oom")]
     out = []
-    for (cls, host), items in group_by(tagged, lambda ce: (ce[0][0], ce[1].host)).items():
+    for (cls, _host), items in group_by(tagged, lambda ce: (ce[0][0], ce[1].host)).items():
         (_, why), first = items[0]
         evs = [e for _, e in items]
         gpu = f"GPU {first.gpu_index}" if first.gpu_index is not None else None
