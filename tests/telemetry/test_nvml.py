@@ -176,3 +176,22 @@ def test_reader_is_read_only_under_the_spy():
     with pytest.raises(AssertionError):
         n.nvmlInit()
         n.nvmlDeviceSetPersistenceMode(n.nvmlDeviceGetHandleByIndex(0), 1)
+
+
+def test_reason_catalogue_names_its_upstream_artifact():
+    import hashlib
+    import json
+    from importlib import metadata, resources
+
+    meta = json.loads(resources.files("gpufield.telemetry").joinpath("data", "clock_event_reasons.json").read_text())["_meta"]
+    if metadata.version("nvidia-ml-py") != meta["upstream_version"]:
+        pytest.skip("a different nvidia-ml-py is installed; the bit values are still checked above")
+    assert hashlib.sha256(open(pynvml.__file__, "rb").read()).hexdigest() == meta["upstream_sha256"]
+
+
+def test_samples_and_specs_are_hashable():
+    from gpufield.telemetry import gpu_spec
+
+    with NvmlReader(FakeNvml([h200()])) as r:
+        (s,) = r.sample()
+    assert len({s, s, gpu_spec("H200"), gpu_spec("NVIDIA H200")}) == 2

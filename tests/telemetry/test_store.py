@@ -104,3 +104,21 @@ def test_samples_and_gpu_samples(tmp_path):
 def test_bad_mode():
     with pytest.raises(ValueError, match="mode"):
         Store(":memory:", mode="w")
+
+
+def test_dcgm_scrape_into_samples(tmp_path):
+    from pathlib import Path
+
+    from gpufield.telemetry import iter_samples, parse_text
+
+    text = (Path(__file__).parent / "data" / "dcgm_exporter.prom").read_text()
+    n_lines = sum(1 for line in text.split("\n") if line and not line.startswith("#"))
+    with Store(tmp_path / "d.duckdb") as st:
+        assert st.add_prom_samples(iter_samples(text.split("\n")), ts_ns=123) == n_lines
+        rows = st.query("SELECT host, gpu_index, pci_bdf, gpu_uuid, value, labels_json FROM samples "
+                        "WHERE metric = 'DCGM_FI_DEV_XID_ERRORS' ORDER BY gpu_index")
+        assert [(r["host"], r["gpu_index"], r["pci_bdf"], r["value"]) for r in rows] == [
+            ("node-a", 0, "0000:18:00.0", 0.0), ("node-a", 1, "0000:28:00.0", 79.0)]
+        assert json.loads(rows[1]["labels_json"])["err_msg"] == "GPU has fallen off the bus"
+        with pytest.raises(TelemetryError, match="no timestamp"):
+            st.add_prom_samples(parse_text("a 1\n")["a"].samples)

@@ -113,7 +113,7 @@ class GpuSample:
     pcie_max_gen: int | None = None
     pcie_max_width: int | None = None
     pcie_replay_count: int | None = None
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict, hash=False)
 
     def metrics(self) -> dict[str, float]:
         """The numeric readings as ``{metric: value}`` (None omitted; flags as 0/1), for a store."""

@@ -76,8 +76,8 @@ class GpuSpec:
     min_power_limit_w: float | None
     idle_power_w: float | None
     derived: tuple[str, ...] = ()
-    notes: dict[str, str] = field(default_factory=dict)
-    sources: tuple[dict[str, Any], ...] = ()
+    notes: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    sources: tuple[dict[str, Any], ...] = field(default=(), hash=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.status not in ("shipping", "projected"):

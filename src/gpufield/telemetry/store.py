@@ -31,6 +31,7 @@ from operator import attrgetter
 from typing import Any, Protocol, runtime_checkable
 
 from gpufield.errors import DependencyError, TelemetryError
+from gpufield.telemetry._ids import normalize_bdf
 
 __all__ = ["Store", "EventLike", "SampleRow"]
 
@@ -275,6 +276,37 @@ class Store:
                 for metric, value in s.metrics().items():
                     yield SampleRow(ts_ns=s.ts_ns, metric=metric, value=value, host=host, gpu_index=s.index,
                                     gpu_uuid=s.uuid, pci_bdf=s.pci_bdf)
+        return self.add_samples(rows())
+
+    def add_prom_samples(self, samples: Iterable[Any], *, ts_ns: int | None = None, host: str | None = None) -> int:
+        """Append Prometheus samples (e.g. a dcgm-exporter scrape), one row each.
+
+        dcgm-exporter labels fill the location columns: ``gpu`` -> ``gpu_index``, ``UUID`` -> ``gpu_uuid``,
+        ``pci_bus_id`` -> ``pci_bdf`` (normalised), ``hostname``/``Hostname`` -> ``host``; every label
+        is also kept in ``labels_json``.
+
+        Args:
+            samples: :class:`~gpufield.telemetry.PromSample` objects.
+            ts_ns: scrape time for samples without their own timestamp (ns since the epoch).
+            host: host for samples without a hostname label.
+
+        Returns:
+            Number of rows inserted.
+
+        Raises:
+            TelemetryError: a sample has no timestamp and ``ts_ns`` is not given.
+        """
+        def rows() -> Iterator[SampleRow]:
+            for p in samples:
+                lab = p.labels
+                ts = p.timestamp_ms * 1_000_000 if p.timestamp_ms is not None else ts_ns
+                if ts is None:
+                    raise TelemetryError(f"line {p.line}: sample {p.name} has no timestamp; pass ts_ns=")
+                bdf = lab.get("pci_bus_id")
+                gpu = lab.get("gpu")
+                yield SampleRow(ts_ns=ts, metric=p.name, value=p.value, host=lab.get("hostname") or lab.get("Hostname") or host,
+                                gpu_index=int(gpu) if gpu is not None and gpu.isdigit() else None,
+                                gpu_uuid=lab.get("UUID"), pci_bdf=normalize_bdf(bdf) if bdf else None, labels=lab)
         return self.add_samples(rows())
 
     # --- reads ---------------------------------------------------------------------------------
