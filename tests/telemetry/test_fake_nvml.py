@@ -209,3 +209,19 @@ def test_b200_preset_clock_table():
     assert len(g.graphics_clocks_mhz) == 247  # (1965-120)/7.5 + 1
     with pytest.raises(ValueError):
         FakeGpu(min_limit_mw=500_000, default_limit_mw=400_000)
+
+
+def test_clock_ids_and_application_clocks(nvml):
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    clk = nvml.nvmlDeviceGetClock
+    assert clk(h, pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_ID_CURRENT) == 1980
+    assert clk(h, pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX) == 1980
+    assert clk(h, pynvml.NVML_CLOCK_MEM, pynvml.NVML_CLOCK_ID_APP_CLOCK_DEFAULT) == 3201
+    nvml.nvmlDeviceSetApplicationsClocks(h, 3201, 1410)
+    assert nvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS) == 1410
+    assert clk(h, pynvml.NVML_CLOCK_GRAPHICS, pynvml.NVML_CLOCK_ID_APP_CLOCK_TARGET) == 1410
+    assert nvml.nvmlDeviceGetDefaultApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS) == 1590
+    nvml.nvmlDeviceResetApplicationsClocks(h)
+    assert nvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_GRAPHICS) == 1590
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        clk(h, pynvml.NVML_CLOCK_SM, 99)

@@ -169,6 +169,40 @@ class DeviceCalls:
             return g.mem_clocks_mhz[0]
         raise _err(_p.NVML_ERROR_INVALID_ARGUMENT)
 
+    def _app_clock(self, g: Any, type: int, *, default: bool) -> int:  # noqa: A002
+        if type in (_p.NVML_CLOCK_GRAPHICS, _p.NVML_CLOCK_SM):
+            return g.base_clock_mhz if default or g.app_clocks_mhz is None else g.app_clocks_mhz[1]
+        if type == _p.NVML_CLOCK_MEM:
+            return g.mem_clocks_mhz[0] if default or g.app_clocks_mhz is None else g.app_clocks_mhz[0]
+        raise _err(_p.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetApplicationsClock(self, handle: Any, type: int) -> int:  # noqa: A002
+        """Application clock target in MHz (the default when none is set)."""
+        g = self._enter("nvmlDeviceGetApplicationsClock", (handle, type))
+        return self._app_clock(g, type, default=False)
+
+    def nvmlDeviceGetDefaultApplicationsClock(self, handle: Any, type: int) -> int:  # noqa: A002
+        """Default application clock in MHz (graphics: ``base_clock_mhz``; memory: highest)."""
+        g = self._enter("nvmlDeviceGetDefaultApplicationsClock", (handle, type))
+        return self._app_clock(g, type, default=True)
+
+    def nvmlDeviceGetClock(self, handle: Any, type: int, id: int) -> int:  # noqa: A002
+        """Clock in MHz by ``NVML_CLOCK_ID_*``: CURRENT, APP_CLOCK_TARGET, APP_CLOCK_DEFAULT, CUSTOMER_BOOST_MAX."""
+        g = self._enter("nvmlDeviceGetClock", (handle, type, id))
+        if id == _p.NVML_CLOCK_ID_CURRENT:
+            if type == _p.NVML_CLOCK_MEM:
+                return g.mem_clock_mhz()
+            if type in (_p.NVML_CLOCK_GRAPHICS, _p.NVML_CLOCK_SM, _p.NVML_CLOCK_VIDEO):
+                return g.operating_point()[0]
+        elif id in (_p.NVML_CLOCK_ID_APP_CLOCK_TARGET, _p.NVML_CLOCK_ID_APP_CLOCK_DEFAULT):
+            return self._app_clock(g, type, default=id == _p.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)
+        elif id == _p.NVML_CLOCK_ID_CUSTOMER_BOOST_MAX:
+            if type in (_p.NVML_CLOCK_GRAPHICS, _p.NVML_CLOCK_SM):
+                return g.graphics_clocks_mhz[0]
+            if type == _p.NVML_CLOCK_MEM:
+                return g.mem_clocks_mhz[0]
+        raise _err(_p.NVML_ERROR_INVALID_ARGUMENT)
+
     def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
         """Supported memory clocks in MHz, highest first."""
         return list(self._enter("nvmlDeviceGetSupportedMemoryClocks", (handle,)).mem_clocks_mhz)
