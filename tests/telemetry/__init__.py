@@ -1,0 +1,1 @@
+"""Tests of gpufield.telemetry and gpufield.testing."""
