@@ -74,8 +74,8 @@ def _rint(x):
 
 @triton.jit
 def _crt_kernel(
-    res_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
-    L: tl.constexpr, BLOCK: tl.constexpr,
+    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
+    L: tl.constexpr, COMBINE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
@@ -92,6 +92,11 @@ def _crt_kernel(
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
         x = tl.load(res_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+        if COMBINE == 1:  # complex 3M, real part: T1 - T2
+            x = x - tl.load(res2_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+        if COMBINE == 2:  # complex 3M, imaginary part: T3 - T1 - T2
+            x = tl.load(res3_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64) - x
+            x = x - tl.load(res2_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
         r = x % p
         r = tl.where(r < 0, r + p, r)
         r = tl.where(r >= (p + 1) // 2, r - p, r)
@@ -156,28 +161,33 @@ def _consts(table: ModuliTable, device):
 
 
 def crt_triton_rows_cols(
-    res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable
+    res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable,
+    T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None, combine: int = 0,
 ) -> torch.Tensor:
     """Launch the CRT kernel with separate row and column shifts (no [M, N] shift tensor in memory).
 
     Args:
-        res_LMN: int32/int64 [L, M, N] contiguous products, congruent to the residues.
+        res_LMN: int32/int64 [L, M, N] contiguous products, congruent to the residues (T1 for complex).
         s_M: int64 [M]; t_N: int64 [N].
         table: moduli table.
+        T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same shape and dtype.
+        combine: 0 = real product; 1 = real part T1 - T2; 2 = imaginary part T3 - T1 - T2 (fused).
 
     Returns:
         float64 [M, N].
     """
     L, M, N = res_LMN.shape
     res = res_LMN.contiguous()
+    r2 = res if T2_LMN is None else T2_LMN.contiguous()
+    r3 = res if T3_LMN is None else T3_LMN.contiguous()
     mods, qp, cl, ml = _consts(table, res.device)
     out = torch.empty((M, N), dtype=torch.float64, device=res.device)
     if M * N == 0:
         return out
     BLOCK = 256
     _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
-        res, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
-        mods, qp, cl, ml, out, L=L, BLOCK=BLOCK,
+        res, r2, r3, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
+        mods, qp, cl, ml, out, L=L, COMBINE=combine, BLOCK=BLOCK,
     )
     return out
 

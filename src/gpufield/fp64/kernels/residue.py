@@ -26,21 +26,7 @@ def _pow2(e):
 
 
 @triton.jit
-def _scale_residue_kernel(
-    x_ptr, stride_r, stride_k, shift_ptr, mod_ptr, tab_ptr, out_ptr, R, K,
-    L: tl.constexpr, OUT_INT8: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
-):
-    pid_r = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    cols = (pid_k * BLOCK_K + tl.arange(0, BLOCK_K)).to(tl.int64)
-    rmask = rows < R
-    mask = rmask[:, None] & (cols[None, :] < K)
-    x = tl.load(x_ptr + rows[:, None] * stride_r + cols[None, :] * stride_k, mask=mask, other=0.0)
-    s = tl.load(shift_ptr + rows, mask=rmask, other=0).to(tl.int64)
-    s = tl.minimum(tl.maximum(s, -1022), 2046)
-    s1 = tl.minimum(tl.maximum(s, -1022), 1023)
-    s2 = s - s1
+def _split(x, s1, s2):
     y = x * _pow2(s1)[:, None]
     y = y * _pow2(s2)[:, None]
     small = tl.abs(y) < 4611686018427387904.0  # 2**62
@@ -50,24 +36,64 @@ def _scale_residue_kernel(
     e = tl.where(small, 0, e)
     e = tl.minimum(tl.maximum(e, 0), 2047)
     mant = (bits & 0xFFFFFFFFFFFFF) | 0x10000000000000
-    neg = bits < 0
+    return yi, e, mant, bits < 0, small
+
+
+@triton.jit
+def _residue(yi, e, mant, neg, small, p, tab_row_ptr):
+    r = yi % p
+    r = tl.where(r < 0, r + p, r)
+    mm = mant % p
+    mm = tl.where(mm < 0, mm + p, mm)
+    rb = (mm * tl.load(tab_row_ptr + e)) % p
+    rb = tl.where(neg & (rb != 0), p - rb, rb)
+    return tl.where(small, r, rb)  # in [0, p)
+
+
+@triton.jit
+def _sym(r, p):
+    return tl.where(r >= (p + 1) // 2, r - p, r)
+
+
+@triton.jit
+def _scale_residue_kernel(
+    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, tab_ptr, out_ptr, R, K,
+    L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_r = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = (pid_k * BLOCK_K + tl.arange(0, BLOCK_K)).to(tl.int64)
+    rmask = rows < R
+    mask = rmask[:, None] & (cols[None, :] < K)
+    in_off = rows[:, None] * stride_r + cols[None, :] * stride_k
+    s = tl.load(shift_ptr + rows, mask=rmask, other=0).to(tl.int64)
+    s = tl.minimum(tl.maximum(s, -1022), 2046)
+    s1 = tl.minimum(tl.maximum(s, -1022), 1023)
+    s2 = s - s1
+    yi, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
+    if COMPLEX:
+        yi2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
     out_off = rows[:, None] * K + cols[None, :]
     plane = R * K
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
-        r = yi % p
-        r = tl.where(r < 0, r + p, r)
-        mm = mant % p
-        mm = tl.where(mm < 0, mm + p, mm)
-        t = tl.load(tab_ptr + l * 2048 + e)
-        rb = (mm * t) % p
-        rb = tl.where(neg & (rb != 0), p - rb, rb)
-        r = tl.where(small, r, rb)
-        r = tl.where(r >= (p + 1) // 2, r - p, r)
+        r = _residue(yi, e, mant, neg, small, p, tab_ptr + l * 2048)
+        if COMPLEX:  # planes: re (0..L-1), im (L..2L-1), re+im wrapped (2L..3L-1)
+            r2 = _residue(yi2, e2, mant2, neg2, small2, p, tab_ptr + l * 2048)
+            r3 = r + r2
+            r3 = tl.where(r3 >= p, r3 - p, r3)
+            if OUT_INT8:
+                tl.store(out_ptr + (L + l) * plane + out_off, _sym(r2, p).to(tl.int8), mask=mask)
+                tl.store(out_ptr + (2 * L + l) * plane + out_off, _sym(r3, p).to(tl.int8), mask=mask)
+            else:
+                tl.store(out_ptr + (L + l) * plane + out_off, _sym(r2, p).to(tl.int16), mask=mask)
+                tl.store(out_ptr + (2 * L + l) * plane + out_off, _sym(r3, p).to(tl.int16), mask=mask)
         if OUT_INT8:
-            tl.store(out_ptr + l * plane + out_off, r.to(tl.int8), mask=mask)
+            tl.store(out_ptr + l * plane + out_off, _sym(r, p).to(tl.int8), mask=mask)
         else:
-            tl.store(out_ptr + l * plane + out_off, r.to(tl.int16), mask=mask)
+            tl.store(out_ptr + l * plane + out_off, _sym(r, p).to(tl.int16), mask=mask)
 
 
 _TABLE_CACHE: dict = {}
@@ -85,30 +111,31 @@ def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor]:
 
 def scale_residues_triton(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8,
-    out_LRK: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
 
     Args:
-        X_RK: float64 [R, K], finite, any strides.
+        X_RK: float64 [R, K] (any strides), or complex128 [R, K]: then the real and imaginary parts are
+            read in place and the residues of re, im and re+im (wrapped, the 3M operand) come out together.
         shift_R: int64 [R] row shifts.
         table: moduli table.
         dtype: torch.int8 (INT8 table) or torch.int16 (FP8 table).
-        out_LRK: optional preallocated contiguous output.
 
     Returns:
-        [L, R, K] symmetric residues of trunc(X * 2**shift).
+        [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
     """
     R, K = X_RK.shape
     L = table.num_moduli
+    cplx = X_RK.is_complex()
     mods, tab = _tables(table, X_RK.device)
-    out = out_LRK if out_LRK is not None else torch.empty((L, R, K), dtype=dtype, device=X_RK.device)
+    out = torch.empty(((3 if cplx else 1) * L, R, K), dtype=dtype, device=X_RK.device)
     if R == 0 or K == 0:
         return out
+    x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
     BR, BK = 32, 32
     grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
     _scale_residue_kernel[grid](
-        X_RK, X_RK.stride(0), X_RK.stride(1), shift_R.to(torch.int64).contiguous(), mods, tab, out, R, K,
-        L=L, OUT_INT8=(dtype == torch.int8), BLOCK_R=BR, BLOCK_K=BK,
+        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, tab, out, R, K,
+        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), BLOCK_R=BR, BLOCK_K=BK,
     )
     return out

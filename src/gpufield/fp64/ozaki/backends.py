@@ -54,6 +54,25 @@ def _fast_reconstruct(res_LMN, s_M, t_N, table: ModuliTable, kernels: str = "aut
     return crt_limbs_torch(res_LMN, s_M[:, None] + t_N[None, :], table)
 
 
+def reconstruct_complex(be, T1, T2, T3, s_M, t_N, table) -> torch.Tensor:
+    """CRT of a residue-domain Karatsuba product: re = T1 - T2, im = T3 - T1 - T2 (fp64.md 2.4).
+
+    On the Triton path the combination is fused into the CRT kernel (the int32 products are read once);
+    elsewhere it is formed in int64 and passed to ``be.reconstruct``.
+
+    Returns:
+        complex128 [M, N].
+    """
+    if use_triton(getattr(be, "kernels", "torch"), T1.device):
+        from gpufield.fp64.kernels.crt import crt_triton_rows_cols
+
+        re = crt_triton_rows_cols(T1, s_M, t_N, table, T2, T3, combine=1)
+        im = crt_triton_rows_cols(T1, s_M, t_N, table, T2, T3, combine=2)
+        return torch.complex(re, im)
+    T1, T2, T3 = (T.to(torch.int64) for T in (T1, T2, T3))
+    return torch.complex(be.reconstruct(T1 - T2, s_M, t_N, table), be.reconstruct(T3 - T1 - T2, s_M, t_N, table))
+
+
 def _pad_to(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     r, c = x.shape
     if r == rows and c == cols:

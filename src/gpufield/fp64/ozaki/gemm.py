@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from gpufield.errors import InputError, NumericsError
-from gpufield.fp64.ozaki.backends import get_backend, use_triton
+from gpufield.fp64.ozaki.backends import get_backend, reconstruct_complex, use_triton
 from gpufield.fp64.ozaki.moduli import ModuliTable, moduli_table
 from gpufield.fp64.ozaki.residues import pow2, residues_from_scaled, scale_trunc, sym_mod_tensor
 from gpufield.fp64.ozaki.scaling import accurate_shifts_from_bound, bound_operand, fast_shifts
@@ -51,6 +51,23 @@ def scale_residues(
     return residues_from_scaled(scale_trunc(X_RK, shift_R), table.moduli, dtype)
 
 
+def scale_residues_complex(X_RK, shift_R, table, dtype, kernels="auto"):
+    """Residues of re, im and re+im (wrapped) of a complex128 operand: the 3 operands of the 3M product.
+
+    Returns:
+        three [L, R, K] tensors. One fused Triton pass on the Triton path (no copies of re / im).
+    """
+    L = table.num_moduli
+    if use_triton(kernels, X_RK.device):
+        from gpufield.fp64.kernels.residue import scale_residues_triton
+
+        out = scale_residues_triton(X_RK, shift_R, table, dtype)
+        return out[:L], out[L:2 * L], out[2 * L:]
+    r_re = scale_residues(X_RK.real.contiguous(), shift_R, table, dtype, kernels)
+    r_im = scale_residues(X_RK.imag.contiguous(), shift_R, table, dtype, kernels)
+    return r_re, r_im, _sym_sum(r_re, r_im, table, dtype)
+
+
 def _shifts(A_MK, BT_NK, table, be, mode):
     if mode == "fast":
         return fast_shifts(A_MK, table), fast_shifts(BT_NK, table)
@@ -81,9 +98,7 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
     if not cplx:
         rB = scale_residues(BT_NK.contiguous(), t_N, table, dt, kn)
     else:
-        rBr = scale_residues(BT_NK.real.contiguous(), t_N, table, dt, kn)
-        rBi = scale_residues(BT_NK.imag.contiguous(), t_N, table, dt, kn)
-        rBs = _sym_sum(rBr, rBi, table, dt)
+        rBr, rBi, rBs = scale_residues_complex(BT_NK.contiguous(), t_N, table, dt, kn)
     for m0, m1 in _row_blocks(M, L * N * 8 * (3 if cplx else 1)):
         if m1 <= m0:
             break
@@ -92,16 +107,13 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
             rA = scale_residues(A_MK[m0:m1].contiguous(), s_M[m0:m1], table, dt, kn)
             out[m0:m1] = be.reconstruct(be.modular_matmul(rA, rB, table), sb, t_N, table)
             continue
-        Ab = A_MK[m0:m1]
-        rAr = scale_residues(Ab.real.contiguous(), s_M[m0:m1], table, dt, kn)
-        rAi = scale_residues(Ab.imag.contiguous(), s_M[m0:m1], table, dt, kn)
-        rAs = _sym_sum(rAr, rAi, table, dt)
-        T1 = be.modular_matmul(rAr, rBr, table).to(torch.int64)
-        T2 = be.modular_matmul(rAi, rBi, table).to(torch.int64)
-        T3 = be.modular_matmul(rAs, rBs, table).to(torch.int64)
-        re = be.reconstruct(T1 - T2, sb, t_N, table)
-        im = be.reconstruct(T3 - T1 - T2, sb, t_N, table)
-        out[m0:m1] = torch.complex(re, im)
+        rAr, rAi, rAs = scale_residues_complex(A_MK[m0:m1], s_M[m0:m1], table, dt, kn)
+        T1 = be.modular_matmul(rAr, rBr, table)
+        T2 = be.modular_matmul(rAi, rBi, table)
+        T3 = be.modular_matmul(rAs, rBs, table)
+        if T1.dtype != T2.dtype or T1.dtype != T3.dtype:
+            T1, T2, T3 = (T.to(torch.int64) for T in (T1, T2, T3))
+        out[m0:m1] = reconstruct_complex(be, T1, T2, T3, sb, t_N, table)
     return out
 
 
