@@ -6,7 +6,7 @@ classes retry once after turning on the evidence that will name the root next ti
 texts and evidence requests follow the INDEX.md action notes of the labelled corpus.
 
 Templates may use ``{host}``, ``{gpu}``, ``{rank}`` and any key of the finding's ``facts``; a
-missing value is replaced by a neutral phrase ("the affected node").
+missing value is replaced by a neutral phrase ("<host not named in the logs>").
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ UNKNOWN_EXCEPTION: Final = (STOP, "Stop: {exception} ends the job on one rank; f
 
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
-        return {"host": "the affected node", "gpu": "the affected GPU", "rank": "the slow rank"}.get(key, "?")
+        return {"host": "<host not named in the logs>", "gpu": "<GPU not named in the logs>",
+                "rank": "<rank not named>"}.get(key, "?")
 
 
 def render(template: str, values: dict[str, object]) -> str:

@@ -20,16 +20,20 @@ from pathlib import Path
 SETUP = re.compile(
     r"Generating \w+ split|Running tokenizer|Tokeniz(?:ing|e) |\bMap(?: \(num_proc=\d+\))?:|"
     r"Loading checkpoint shards|Downloading (?:data|shards|builder)|Preprocessing|Filter(?: \(num_proc=\d+\))?:|"
-    r"Loading dataset|Building (?:train|dataset|index)",
+    r"Loading dataset|Building (?:train|dataset|index)|"
+    # model construction / sharding frames of a traceback (transformers, FSDP1/2, torch.nn.Module.to)
+    r"in from_pretrained|in fully_shard|in _init_param|in _materialize|in to_empty|in init_process_group|"
+    r"FullyShardedDataParallel\(|in _init_core_state|in lazy_init",
     re.IGNORECASE,
 )
+# model build/shard frames: '  File ".../modeling_utils.py", line 3850, in from_pretrained'
 # HF Trainer "Saving model checkpoint to out/checkpoint-500"; DeepSpeed "[Torch] Checkpoint global_step500
 # is about to be saved!" / "Saving model checkpoint"; Megatron "saving checkpoint at iteration"; Lightning
 # "Saving checkpoint"; torch.distributed.checkpoint dcp.save / FSDP FULL_STATE_DICT gathers.
 CKPT_SAVE = re.compile(
     r"Saving (?:model )?checkpoint|saving checkpoint at iteration|is about to be saved|"
     r"save_checkpoint|save_pretrained|dcp\.save|FULL_STATE_DICT|full_state_dict|state_dict\(\)|"
-    r"Failed to clone\(\) tensor",
+    r"Failed to clone\(\) tensor|in _save_checkpoint|in save_model|in save_state",
     re.IGNORECASE,
 )
 # "successfully saved checkpoint", "Saved checkpoint", "Checkpoint ... saved in 12.3s"

@@ -65,10 +65,10 @@ def one_line(result: TriageResult) -> str:
 
 def _evidence_table(inc: Incident, width: int) -> Table:
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    t.add_column("role", style="dim", no_wrap=True)
-    t.add_column("where", no_wrap=True)
-    t.add_column("n", justify="right", no_wrap=True)
-    t.add_column("line", overflow="ellipsis", no_wrap=True, max_width=max(40, width - 45))
+    t.add_column("role", style="dim", no_wrap=True, min_width=7)
+    t.add_column("where", no_wrap=True, overflow="ellipsis", max_width=26)
+    t.add_column("n", justify="right", no_wrap=True, min_width=3)
+    t.add_column("line", overflow="ellipsis", no_wrap=True, min_width=30)
     roots = [x for x in inc.evidence if x.role == "root" and x.event.kind != "gpu_map"]
     rank = {k: i for i, k in enumerate(_CASCADE_ORDER)}
     casc, kinds = [], set()

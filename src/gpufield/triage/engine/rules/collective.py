@@ -21,6 +21,7 @@ BLOCKED_FACTOR = 1.5  # "ran for" > 1.5 x timeout (and > timeout + 60 s): the wa
 _PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|"
                         r"Connection reset by peer|ncclRemoteError", re.IGNORECASE)
 _STUCK = re.compile(r"watchdog got stuck|Heartbeat monitor timed out|no heartbeat", re.IGNORECASE)
+_TIMEOUT_TEXT = re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.IGNORECASE)
 _WRAPPED = re.compile(r"CUDA error|NCCL error|illegal|ECC|Watchdog caught collective", re.IGNORECASE)
 
 
@@ -60,24 +61,50 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
     return out
 
 
+TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
+
+
+def _checkpoint_mark(ctx: RuleContext, evs: list[Event]):
+    """A checkpoint-save mark that describes the timeout: the last phase mark before the first
+    timeout of its file (no ``checkpoint_done`` in between), or a save frame of the traceback
+    printed right after a timeout line."""
+    for e in evs:
+        marks = [m for m in ctx.phases if m.file == e.file]
+        before = [m for m in marks if m.line <= e.line]
+        if before and before[-1].phase == "checkpoint_save" and not any(
+                p.file == e.file and before[-1].line < p.line < e.line for p in ctx.kinds("loss")):
+            return before[-1]  # saving, and no training step logged since
+        after = [m for m in marks if e.line < m.line <= e.line + TRACEBACK_LINES]
+        if after and after[0].phase == "checkpoint_save":
+            return after[0]
+    return None
+
+
 def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     """Timeouts during setup or checkpoint save -> ``SETUP_PHASE_TIMEOUT`` / ``CHECKPOINT_SAVE_TIMEOUT``."""
-    evs = ctx.kinds("watchdog_timeout")
+    evs = ctx.kinds("watchdog_timeout") + [e for e in ctx.kinds("python_exception", "nccl_error", "heartbeat_timeout")
+                                           if e.kind == "heartbeat_timeout" or _TIMEOUT_TEXT.search(text(e))]
+    if not evs:
+        return []
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    ck = _checkpoint_mark(ctx, evs)
+    if ck is not None:
+        return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
+                        facts={"marker": f"{ck.file}:{ck.line}"},
+                        note=f"The collective timed out while a checkpoint was being saved ({ck.file}:{ck.line}: "
+                             f"'{ck.text[:60]}').")]
+    evs = [e for e in evs if e.kind == "watchdog_timeout"]
     if not evs:
         return []
     first = evs[0]
     marks = [m for m in ctx.phases if m.file == first.file and m.line <= first.line] or list(ctx.phases)
     last = marks[-1] if marks else None
-    if last is not None and last.phase == "checkpoint_save":
-        return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
-                        facts={"marker": f"{last.file}:{last.line}"},
-                        note=f"The collective timed out while a checkpoint was being saved ({last.file}:{last.line}).")]
     seqs = [s for s in (_seq(e) for e in evs) if s is not None]
     low = bool(seqs) and min(seqs) <= SETUP_MAX_SEQ
     numel = [as_int(e.fields.get("numel_in")) for e in evs]
     barrier = any(n is not None and n <= BARRIER_MAX_NUMEL for n in numel)
     setup_mark = last is not None and last.phase == "setup"
-    if not (low and (barrier or setup_mark)) and not (setup_mark and low):
+    if not (low and (barrier or setup_mark)):
         return []
     conf = 0.75 if (barrier and setup_mark) else CONF_INFERRED
     why = f"SeqNum {min(seqs)}" + (", a 1-element barrier" if barrier else "") + (
@@ -144,19 +171,20 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
             + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
                "; no rank in the input explains why (some rank never joined or a link stalled)."))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
-                    evs, established=False, rank=rank, facts=facts, note=note)]
+                    evs, established=False, host=None, gpu=None, rank=rank, facts=facts, note=note)]
 
 
 def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
     """ncclRemoteError / broken pipe / connection closed by peer -> ``PEER_PROCESS_EXIT`` (victim side)."""
-    evs = ctx.kinds("nccl_remote_error") + [e for e in ctx.kinds("nccl_warn", "nccl_error", "python_exception")
-                                            if _PEER_GONE.search(text(e))]
+    evs = [e for e in ctx.kinds("nccl_remote_error") if not ctx.is_cited(e)]
+    evs += [e for e in ctx.kinds("nccl_warn", "nccl_error", "python_exception")
+            if _PEER_GONE.search(text(e)) and not ctx.is_cited(e)]
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     reporters = sorted({e.host for e in evs if e.host})
     return [finding(ctx, "PEER_PROCESS_EXIT", "peer_exit", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, evs, established=False,
-                    facts={"reporters": ",".join(reporters) or "-"},
+                    host=None, gpu=None, rank=None, facts={"reporters": ",".join(reporters) or "-"},
                     note="A remote rank went away (broken pipe / connection closed / ncclRemoteError); "
                          f"{', '.join(reporters) or 'this host'} is a victim - the first failing peer is elsewhere.")]
 

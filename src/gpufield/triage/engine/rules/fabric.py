@@ -25,9 +25,15 @@ _NET_CONFIG = re.compile(
     r"no socket interface found|no interface found|Call to bind failed|Address already in use|"
     r"NCCL_SOCKET_IFNAME|NCCL_IB_HCA|No usable listening interface|Invalid NCCL_|"
     r"Network is unreachable|No route to host|Could not find (?:any )?(?:interface|net plugin)|"
-    r"Bootstrap : no|failed to resolve",
+    r"Bootstrap : no|failed to resolve|NET/IB : No device found|Failed to open libibverbs|"
+    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX",
     re.IGNORECASE,
 )
+# connect() failures: configuration (firewall, wrong interface) before the job ever ran, a dead peer after
+_CONNECT_FAIL = re.compile(r"Connect to \S+ failed|Connection refused|Connection timed out|connect returned",
+                           re.IGNORECASE)
+_P2P_TEXT = re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is disabled between",
+                       re.IGNORECASE)
 # NCCL SHM transport / container IPC: shm_open / posix_fallocate on /dev/shm, cudaIpc* handles
 _SHM_IPC = re.compile(
     r"/dev/shm|shm_open|posix_fallocate|Error while creating shared memory segment|NCCL_SHM|"
@@ -96,10 +102,13 @@ def ib_port_rule(ctx: RuleContext) -> list[Finding]:
 
 def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     """NCCL bootstrap / socket interface / bind failures -> ``NCCL_NETWORK_CONFIG``."""
-    evs = ctx.matching(_NET_CONFIG, ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error",
-                                     "python_exception"))
+    kinds = ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error", "nccl_remote_error",
+             "python_exception")
+    evs = ctx.matching(_NET_CONFIG, kinds)
+    evs += [e for e in ctx.matching(_CONNECT_FAIL, kinds) if e not in evs and not ctx.progress_before(e)]
     if not evs:
         return []
+    evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs,
                     note="NCCL could not set up its network (interface, bind or route failure).")]
 
@@ -111,6 +120,10 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
     enabled/disabled median off-diagonal bandwidth below 0.5 is flagged.
     """
     rows = ctx.kinds("p2p_bandwidth")
+    unsupported = ctx.matching(_P2P_TEXT)
+    if unsupported and not rows:
+        return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, CONF_INFERRED, unsupported,
+                        note="CUDA/NCCL report that GPU peer-to-peer access is unavailable between devices.")]
     if not rows:
         return []
     on, off = [], []

@@ -118,14 +118,15 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         if 64 in codes or len(dbe) >= 2 and len({ctx.t(e) for e in evs}) > 1 or dbe and 63 in codes:
             degraded.add(key)
     out = []
+    weak: set[tuple[str, str | None, str | None]] = set()
     groups = group_by(tagged, lambda ce: (ce[0], ce[1].host, gpu_of(ce[1])))
     for (cls, host, gpu), items in groups.items():
         evs = [e for _, e in items]
         if cls in ("ECC_UNCORRECTABLE", "HBM_DEGRADATION"):
             if (host, gpu) in degraded:
                 cls = "HBM_DEGRADATION"
-            elif cls == "HBM_DEGRADATION":
-                continue  # a lone Xid 63 (row remap recorded) is a trend, not a failure
+            elif cls == "HBM_DEGRADATION" and all(xid_code(e) == 63 for e in evs if e.kind == "xid"):
+                weak.add((cls, host, gpu))  # a lone remap record: a trend signal, not yet a failure
         gpu_id = gpu or _gpu_from_text(evs)
         uuid = ctx.timeline.gpu_uuid.get((host, gpu_id)) if gpu_id else None
         maps = [m for m in ctx.kinds("gpu_map") if m.host == host and gpu_id and m.gpu_bdf == gpu_id]
@@ -136,8 +137,13 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         note = _NOTES[cls].format(n=len(evs), gpu=gpu_id or "an unidentified GPU", host=host or "the host",
                                   xid=facts.get("xid", "-"))
         rank = ctx.timeline.gpu_rank.get((host, gpu_id)) if gpu_id else None
-        out.append(finding(ctx, cls, "xid_catalog", Tier.HARDWARE, entity_conf(host, gpu_id), evs + maps,
-                           note=note, gpu=gpu_id, rank=rank, facts=facts))
+        if cls == "NVLINK_FAULT" and all(e.fields.get("fatal") is False for e in evs if e.kind == "xid"):
+            weak.add((cls, host, gpu))  # NVLink5 "Nonfatal" subcodes
+        is_weak = (cls, host, gpu) in weak
+        out.append(finding(ctx, cls, "xid_catalog", Tier.HARDWARE,
+                           CONF_PRIOR if is_weak else entity_conf(host, gpu_id), evs + maps,
+                           established=not is_weak, note=note + (" Non-fatal so far: watch its rate." if is_weak else ""),
+                           gpu=gpu_id, rank=rank, facts=facts))
     return _merge_same_gpu(out)
 
 
@@ -182,6 +188,19 @@ def xid_rule(ctx: RuleContext) -> list[Finding]:
     return _xid_findings(ctx)
 
 
+def sxid_rule(ctx: RuleContext) -> list[Finding]:
+    """NVSwitch SXid errors -> ``NVLINK_FAULT`` (fatal: established; non-fatal: a weak hint)."""
+    out = []
+    for host, group in group_by(ctx.kinds("sxid"), lambda e: e.host).items():
+        fatal = [e for e in group if e.fields.get("fatal") is True or e.severity == "fatal"]
+        codes = ",".join(sorted({str(e.code or e.fields.get("sxid")) for e in group}))
+        out.append(finding(ctx, "NVLINK_FAULT", "sxid", Tier.HARDWARE, 0.85 if fatal else CONF_PRIOR,
+                           fatal or group, established=bool(fatal), gpu=None, facts={"sxid": codes},
+                           note=f"NVSwitch SXid {codes} on {host or 'the host'}"
+                                + (" (fatal): the NVLink fabric of this node failed." if fatal else " (non-fatal).")))
+    return out
+
+
 def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
     """CUDA errors that name a hardware fault: uncorrectable ECC, uncorrectable NVLink."""
     out = []
@@ -206,7 +225,8 @@ def smi_memory_rule(ctx: RuleContext) -> list[Finding]:
     for e in ctx.kinds("ecc_counter"):
         counter = str(e.fields.get("counter", "")).lower()
         value = as_int(e.fields.get("value")) or 0
-        if value > 0 and ("uncorr" in counter or "dbe" in counter or "double" in counter) and e.fields.get("volatile", True):
+        if value > 0 and ("uncorr" in counter or "dbe" in counter or "double" in counter) \
+                and e.fields.get("volatile") is not False and "aggregate" not in counter:
             out.append(finding(ctx, "ECC_UNCORRECTABLE", "smi_memory", Tier.HARDWARE, CONF_INFERRED, [e],
                                note=f"Volatile uncorrectable ECC count {value} on {gpu_of(e) or 'a GPU'}."))
     return out

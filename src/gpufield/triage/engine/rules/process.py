@@ -55,15 +55,21 @@ def _bytes(e: Event, key: str) -> float | None:
     return as_float(e.fields.get(key))
 
 
+PHASE_WINDOW_LINES = 60  # a phase mark further back than this does not describe the event
+
+
 def _phase_before(ctx: RuleContext, e: Event) -> PhaseMark | None:
-    """The last phase mark at or before ``e`` in the same file."""
-    marks = [m for m in ctx.phases if m.file == e.file and m.line <= e.line + e.raw.count("\n")]
+    """The last phase mark at or before ``e`` in the same file, within :data:`PHASE_WINDOW_LINES`."""
+    end = e.line + e.raw.count("\n")
+    marks = [m for m in ctx.phases if m.file == e.file and end - PHASE_WINDOW_LINES <= m.line <= end]
     return marks[-1] if marks else None
 
 
 def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
     """(class, reason) of one ``cuda_oom`` event."""
     mark = _phase_before(ctx, e)
+    if e.fields.get("phase") == "checkpoint_gather":
+        return "CUDA_OOM_CHECKPOINT_GATHER", "while a full state dict was gathered for saving"
     if mark is not None and mark.phase == "checkpoint_save":
         return "CUDA_OOM_CHECKPOINT_GATHER", f"during checkpoint save ({mark.file}:{mark.line})"
     tried, cap = _bytes(e, "tried_bytes"), _bytes(e, "capacity_bytes")
@@ -75,7 +81,8 @@ def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
         return "CUDA_OOM_FRAGMENTATION", (f"{unalloc / 2**30:.2f} GiB reserved but unallocated "
                                           f">= request {tried / 2**30:.2f} GiB")
     started = ctx.progress_before(e) or bool(ctx.kinds("loss"))
-    if not started and (_INIT_CONTEXT.search(e.raw) or (mark is not None and mark.phase == "setup")):
+    if e.fields.get("phase") == "init" or not started and (
+            _INIT_CONTEXT.search(e.raw) or (mark is not None and mark.phase == "setup")):
         return "CUDA_OOM_INIT", "before the first training step, while building/sharding the model"
     if tried and cap:
         return "CUDA_OOM_CAPACITY", f"request {tried / 2**30:.2f} GiB on a {cap / 2**30:.2f} GiB device that is full"
