@@ -91,6 +91,13 @@ class GpuSpec:
         return self.status == "projected"
 
     @property
+    def unverified_fields(self) -> tuple[str, ...]:
+        """Fields whose only source is marked ``unverified`` in the catalogue (check before relying on them)."""
+        verified = {f for s in self.sources if not s["retrieved"].startswith("unverified") for f in s["fields"]}
+        return tuple(sorted({f for s in self.sources if s["retrieved"].startswith("unverified")
+                             for f in s["fields"]} - verified))
+
+    @property
     def int32_ops_per_s_from_parts(self) -> float | None:
         """``sm_count x int32_lanes_per_sm x max_sm_clock_hz`` (None if a part is unknown)."""
         if None in (self.sm_count, self.int32_lanes_per_sm, self.max_sm_clock_hz):
