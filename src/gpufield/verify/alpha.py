@@ -139,6 +139,33 @@ def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
     return spec.clause_value(lb - b_S.reshape(-1, 1), clause_S)
 
 
+class _Adam:
+    """Adam (Kingma & Ba 2015, arXiv:1412.6980) with exponential learning-rate decay.
+
+    Written out (a few lines) because ``torch.optim`` imports ``torch._dynamo`` on first use,
+    which costs seconds per process; VNN-COMP runs every instance in a fresh process.
+    """
+
+    def __init__(self, params, lr, decay, betas=(0.9, 0.999), eps=1e-8):
+        self.params, self.lr, self.decay, self.betas, self.eps = params, lr, decay, betas, eps
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, grads):
+        self.t += 1
+        b1, b2 = self.betas
+        for p, g, m, v in zip(self.params, grads, self.m, self.v, strict=True):
+            if g is None:
+                continue
+            m.mul_(b1).add_(g, alpha=1 - b1)
+            v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            denom = (v / (1 - b2**self.t)).sqrt_().add_(self.eps)
+            p.addcdiv_(m, denom, value=-self.lr / (1 - b1**self.t))
+        self.lr *= self.decay
+
+
 def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
                 init_inter: dict[str, Interval], cfg: AlphaConfig,
                 deadline_s: float = float("inf")) -> AlphaResult:
@@ -159,13 +186,11 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
     t0 = time.monotonic()
     params = init_params(graph, spec, init_inter, x_lo.shape[0], cfg.optimize_intermediate)
     leaves = [p.requires_grad_() for p in params.values()]
-    opt = torch.optim.Adam(leaves, lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, cfg.lr_decay)
+    opt = _Adam(leaves, cfg.lr, cfg.lr_decay)
     best = None
     best_iter = None
     res = AlphaResult(best_KB=torch.empty(0))
     for it in range(cfg.iterations + 1):
-        opt.zero_grad(set_to_none=True)
         val = bound_pass(graph, spec, x_lo, x_hi, ref, params, cfg.memory_budget_bytes)
         v = val.detach()
         if best is None:
@@ -185,9 +210,10 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
             break
         open_ = best <= 0
         loss = -(val * open_).sum()
-        loss.backward()
-        opt.step()
-        sched.step()
+        if not loss.requires_grad:  # no ReLU and no λ: nothing to optimise
+            break
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        opt.step(grads)
         with torch.no_grad():
             for k, p in params.items():
                 if not k.startswith("lambda|"):
