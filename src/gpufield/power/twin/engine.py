@@ -29,7 +29,8 @@ from gpufield.power.twin.load import Workload
 from gpufield.power.twin.model import CostModel
 from gpufield.power.types import Lane, LaneSetting, LaneSignals
 
-__all__ = ["LanePair", "SimResult", "PrefillOutcome", "simulate", "simulate_prefill", "weighted_quantile"]
+__all__ = ["LanePair", "SimResult", "PrefillOutcome", "simulate", "simulate_prefill", "weighted_quantile",
+           "prefix_new_tokens"]
 
 PolicyFn = Callable[[Lane, LaneSignals], LaneSetting]
 FAST_S, SLOW_S = 30.0, 300.0
@@ -173,16 +174,15 @@ def _tick_signals(now, ends, vals, weights, ttft_ends, ttft_vals, queue, kv) -> 
                        queue_depth=queue, kv_usage=kv)
 
 
-def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy, log):
-    cost, eng = pair.prefill, pair.prefill.engine
-    n_inst = pair.prefill_gpus // cost.tp
-    fws = [Firmware(cost.gpu) for _ in range(n_inst)]
-    free_at = [0.0] * n_inst
+def prefix_new_tokens(w: Workload, eng) -> np.ndarray:
+    """Tokens each request must prefill after LRU prefix-cache hits over its ``hash_ids`` blocks.
+
+    The cache is visited in arrival order with ``eng.prefix_cache_blocks`` capacity; a request's hit
+    is the longest run of leading blocks already cached (at least one token is always computed).
+    """
     cache: OrderedDict[int, None] = OrderedDict()
-    n = len(w)
-    handoff = np.full(n, math.nan)
-    new_tok = np.empty(n, dtype=np.int64)
-    for r in range(n):  # prefix cache at arrival order (requests of one session arrive in order)
+    new_tok = np.empty(len(w), dtype=np.int64)
+    for r in range(len(w)):
         hits = 0
         for h in w.hash_ids[r]:
             if h not in cache:
@@ -194,7 +194,19 @@ def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy
         while len(cache) > eng.prefix_cache_blocks:
             cache.popitem(last=False)
         new_tok[r] = max(1, int(w.input_tokens[r]) - hits * eng.prefix_block_tokens)
+    return new_tok
+
+
+def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy, log):
+    cost, eng = pair.prefill, pair.prefill.engine
+    n_inst = pair.prefill_gpus // cost.tp
+    fws = [Firmware(cost.gpu) for _ in range(n_inst)]
+    free_at = [0.0] * n_inst
+    n = len(w)
+    handoff = np.full(n, math.nan)
+    new_tok = prefix_new_tokens(w, eng)
     head, head_left = 0, int(new_tok[0]) if n else 0
+    static = getattr(policy, "static", False)
     next_tick, setting = 0.0, LaneSetting()
     ttft_end: list[float] = []
     ttft_val: list[float] = []
@@ -204,7 +216,8 @@ def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy
         t = max(free_at[k], float(w.arrival_s[head]))
         while next_tick <= t:  # control ticks up to now
             q = int(np.searchsorted(w.arrival_s, next_tick, side="right")) - head
-            sig = _tick_signals(next_tick, None, None, None, ttft_end, ttft_val, max(q, 0), 0.0)
+            sig = LaneSignals(now_s=next_tick) if static else \
+                _tick_signals(next_tick, None, None, None, ttft_end, ttft_val, max(q, 0), 0.0)
             new = policy(Lane.PREFILL, sig)
             if new != setting:
                 setting = new
@@ -305,12 +318,14 @@ def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float 
     running, ctx_sum, kv_used, it_idx, nxt, t = 0, 0.0, 0, 0, 0, 0.0
     next_tick, setting = 0.0, LaneSetting()
     stop = horizon_s if horizon_s is not None else math.inf
+    static = getattr(policy, "static", False)  # static policies need no signals
     jitter = np.exp(rng.normal(0.0, pair.itl_jitter, 1 << 16)) if pair.itl_jitter else np.ones(1 << 16)
     while True:
         while next_tick <= t:
             waiting = int(np.searchsorted(handoff[order], next_tick, side="right")) - nxt
-            sig = _tick_signals(next_tick, ends, dts, ntok, ttft_end, ttft_val, max(waiting, 0),
-                                kv_used / pair.kv_capacity_tokens)
+            sig = LaneSignals(now_s=next_tick) if static else \
+                _tick_signals(next_tick, ends, dts, ntok, ttft_end, ttft_val, max(waiting, 0),
+                              kv_used / pair.kv_capacity_tokens)
             new = policy(Lane.DECODE, sig)
             if new != setting:
                 setting = new
@@ -336,8 +351,8 @@ def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float 
             e_dec.add(t, t_next - t, fw.idle(t_next - t) * pair.decode_gpus)
             t = t_next
             continue
-        t_tab, p_tab = cost.decode(running, ctx_sum)
-        op = fw.choose(p_tab, float(t_tab[fw._hi_index, 0]))
+        t_tab, p_tab, neg_tab = cost.decode(running, ctx_sum)
+        op = fw.choose(p_tab, float(t_tab[fw._hi_index, 0]), neg_tab)
         dt = float(t_tab[op.clock_index, op.mem_state]) * float(jitter[it_idx & 0xFFFF])
         e_dec.add(t, dt, op.power_w * dt * pair.decode_gpus)
         t += dt

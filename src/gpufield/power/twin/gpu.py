@@ -206,26 +206,35 @@ class Firmware:
         self._lo_clock = lo
         self._gate_index = int(np.nonzero(c >= m.hbm_gate_mhz)[0].max())
 
-    def choose(self, power_table_w: np.ndarray, duration_s: float) -> OperatingPoint:
+    def choose(self, power_table_w: np.ndarray, duration_s: float,
+               neg_power_table_w: np.ndarray | None = None) -> OperatingPoint:
         """Pick the operating point for a busy segment and advance the running average.
 
         Args:
             power_table_w: power of this segment's work at every (clock, mem state), shape
                 ``(n_clocks, n_mem)``, clocks highest first.
             duration_s: segment length at the chosen point (an estimate is fine).
+            neg_power_table_w: ``-power_table_w`` if the caller caches it (saves a copy per call).
+
+        The table must fall monotonically along the clock axis (true of the twin's power model:
+        every term grows with the clock, and activity falls as the segment stretches).
         """
         e = math.exp(-max(duration_s, 1e-6) / _TAU_S)
         bound = (self.cap_w - self.ema_w * e) / (1.0 - e)
-        hi = self._hi_index
-        full = power_table_w[hi:self._gate_index + 1, 0]
-        ok = np.nonzero(full <= bound)[0]
-        if ok.size:
-            i, mstate = hi + int(ok[0]), 0
+        hi, gate = self._hi_index, self._gate_index
+        # power falls monotonically with the clock index (clocks highest first), so the first
+        # index at or under the bound is a binary search on the negated column
+        n_f, n_m = power_table_w.shape
+        neg = -power_table_w if neg_power_table_w is None else neg_power_table_w
+        if hi <= gate:
+            k = int(neg[hi:gate + 1, 0].searchsorted(-bound))
         else:
-            low = power_table_w[hi:, -1]
-            ok = np.nonzero(low <= bound)[0]
-            i, mstate = (hi + int(ok[0]), power_table_w.shape[1] - 1) if ok.size else \
-                (power_table_w.shape[0] - 1, power_table_w.shape[1] - 1)
+            k = gate + 1  # window top below the HBM gate: full HBM state never preferred
+        if hi + k <= gate:
+            i, mstate = hi + k, 0
+        else:
+            k = int(neg[hi:, n_m - 1].searchsorted(-bound))
+            i, mstate = (hi + k, n_m - 1) if hi + k < n_f else (n_f - 1, n_m - 1)
         p = float(power_table_w[i, mstate])
         self.ema_w = self.ema_w * e + p * (1 - e)
         self.last_clock_index = i

@@ -145,7 +145,7 @@ class CostModel:
         self._bw = gpu.bandwidth_bytes_per_s(self._mem) * mlp  # (n_f, n_m) bytes/s
         self._flops = gpu.flops_per_s(self._f, fp8=model.fp8_compute)  # (n_f, 1)
         self._peak_bw = gpu.hbm_bandwidth_bytes_per_s
-        self._decode_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._decode_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def _tables(self, bytes_, flops, eff, fixed_s, sm_act):
         t_mem = bytes_ / self.tp / self._bw
@@ -157,8 +157,8 @@ class CostModel:
         p = self.gpu.power_w(self._f, self._mem, a_c, a_m)
         return t, p
 
-    def decode(self, batch: int, ctx_tokens: float) -> tuple[np.ndarray, np.ndarray]:
-        """Iteration time (s) and per-GPU power (W), each shape ``(n_clocks, n_mem)``.
+    def decode(self, batch: int, ctx_tokens: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Iteration time (s), per-GPU power (W) and its negation, each shape ``(n_clocks, n_mem)``.
 
         Args:
             batch: sequences in the iteration (>= 1); ctx_tokens: their summed context length.
@@ -170,8 +170,9 @@ class CostModel:
             ctx = (key[1] + 0.5) * 2048.0
             bytes_ = float(m.weight_bytes(batch)) + ctx * m.kv_bytes_per_token
             flops = 2.0 * m.active_params * batch + 4.0 * m.n_layers * m.n_q_heads * m.head_dim * ctx
-            hit = self._tables(bytes_, flops, self.engine.decode_compute_efficiency,
-                               self.engine.decode_fixed_s, 1.0)
+            t, p = self._tables(bytes_, flops, self.engine.decode_compute_efficiency,
+                                self.engine.decode_fixed_s, 1.0)
+            hit = (t, p, -p)
             self._decode_cache[key] = hit
         return hit
 
