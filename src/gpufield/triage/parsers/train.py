@@ -25,7 +25,7 @@ OVERFLOW_RE = re.compile(
 # Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0        (Apex amp)
 APEX_RE = re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to (?P<new>[\d.eE+-]+)")
 # [Rank 0] step=2, skipped=2, lr=[0.0001, 0.0001], mom=[(0.85, 0.99), (0.85, 0.99)]
-SKIPPED_RE = re.compile(r"\bstep=(?P<step>\d+), skipped=(?P<skipped>\d+)")
+SKIPPED_RE = re.compile(r"\bstep=(?P<step>\d+), skipped=(?P<skipped>[1-9]\d*)")
 # iter 16 step 1: loss nan, train time: 1405.01ms    /   'loss': nan   /   loss=inf   /  Loss is NaN
 NAN_RE = re.compile(
     r"\b(?P<metric>(?:\w+_)?loss|grad_norm|grad norm|Loss)\b['\"]?\s*(?:[:=]|is)?\s*(?:tensor\()?"

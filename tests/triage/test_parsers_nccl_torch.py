@@ -1,0 +1,131 @@
+"""NCCL and PyTorch-distributed parsers on the real lines of triage.md §2.7-2.8.
+
+Expected values are read off the lines; IB status names come from rdma-core's enum order,
+NCCL result names from nccl.h (both restated in triage.md §2.7).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from gpufield.triage.ingest import IngestOptions, ingest
+from gpufield.triage.parsers import NcclParser, TorchParser
+from gpufield.triage.protocols import LineContext
+
+DATA = Path(__file__).parent / "data"
+
+
+def by_line(path: Path) -> dict:
+    out = {}
+    for e in ingest([path], options=IngestOptions(year=2026)).events:
+        assert e.line not in out, f"two events at {e.where}"
+        out[e.line] = e
+    return out
+
+
+NCCL = by_line(DATA / "nccl_variants.log")
+TORCH = by_line(DATA / "torch_variants.log")
+
+
+@pytest.mark.parametrize(("line", "status", "name", "opcode", "vendor", "peer", "host", "dev"), [
+    (1, 12, "IBV_WC_RETRY_EXC_ERR", 1, 129, None, "node-a", 0),              # oldest: no peer
+    (2, 4, "IBV_WC_LOC_PROT_ERR", 32564, 81, "fe80::1%ib0<53249>", "node-b", 1),
+    (3, 12, "IBV_WC_RETRY_EXC_ERR", 0, 129, "10.1.2.3<59426>", "node-c", 3),  # status= form
+])
+def test_ib_completion_generations(line, status, name, opcode, vendor, peer, host, dev):
+    e = NCCL[line]
+    assert (e.kind, e.source, e.code) == ("ib_completion_error", "nccl", str(status))
+    f = e.fields
+    assert (f["status"], f["status_text"], f["opcode"], f["vendor_err"], f.get("peer")) == (status, name, opcode, vendor, peer)
+    assert e.host == host and e.gpu_index == dev and e.rank is None   # [N] is cudaDev, not a rank
+
+
+def test_ib_current_format_with_status_text():
+    # NVIDIA/nccl src/transport/net_ib/p2p.cc: "status=%s(%d) opcode=%s(%d) vendor_err=%u ... hca %s"
+    line = ("h:1:2 [0] transport/net_ib/p2p.cc:123 NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4242> with "
+            "status=transport retry counter exceeded(12) opcode=RDMA_WRITE(1) len=0 vendor_err=129 hca mlx5_0")
+    e = NcclParser().parse_line(line, LineContext("x", 1, 2026))
+    assert e.fields["status"] == 12 and e.fields["opcode"] == 1 and e.fields["opcode_text"] == "RDMA_WRITE"
+    assert e.fields["vendor_err"] == 129 and e.fields["hca"] == "mlx5_0"
+    assert NCCL[3].fields["direction"] == "Recv" and NCCL[3].fields["hca"] == "mlx5_10"
+
+
+def test_async_remote_and_warn_lines():
+    assert NCCL[4].kind == "ib_async_event" and NCCL[4].fields["event"] == "port error"
+    assert NCCL[5].kind == "nccl_remote_error" and NCCL[5].fields["peer"] == "10.0.0.7<58355>"
+    assert NCCL[5].fields["site"] == "misc/socket.cc:518" and NCCL[5].pid == 183006
+    assert NCCL[6].kind == "nccl_warn" and NCCL[6].code == "6" and NCCL[6].fields["result"] == "ncclRemoteError"
+    assert NCCL[7].kind == "nccl_remote_error" and NCCL[7].fields["peer"] == "node-f.cluster<47861>"
+    for line in (8, 9, 10):
+        assert NCCL[line].kind == "nccl_warn" and NCCL[line].severity == "warning"
+    assert NCCL[11].kind == "nccl_return" and NCCL[11].fields == {"site": "transport/net.cc:1302", "retcode": 6,
+                                                                  "result": "ncclRemoteError"}
+    assert 15 not in NCCL       # "Channel 00/0 : 1[1] -> 2[2] via P2P" is ordinary INFO output
+
+
+def test_nccl_errors_wrapped_by_pytorch():
+    a, b, c = NCCL[12], NCCL[13], NCCL[14]
+    assert (a.kind, a.code, a.fields["nccl_version"]) == ("nccl_remote_error", "6", "2.18.6")
+    assert a.fields["exc_type"] == "torch.distributed.DistBackendError"
+    assert (b.kind, b.code, b.fields["nccl_version"]) == ("nccl_system_error", "2", "2.12.10")
+    assert (c.kind, c.code) == ("nccl_system_error", "2")
+
+
+def _ns(*args: int, frac_ns: int = 0) -> int:
+    return int(datetime(*args, tzinfo=timezone.utc).timestamp()) * 10**9 + frac_ns
+
+
+@pytest.mark.parametrize(("line", "rank", "seq", "op", "numel", "timeout", "ran"), [
+    (1, 0, 1, "BROADCAST", 131072000, 600000, 600081),
+    (2, 1, 469508, "ALLREDUCE", None, 1800000, 1802212),     # no Numel fields
+    (3, None, 458, "ALLREDUCE", None, None, 1800600),        # oldest order, "ms"
+])
+def test_watchdog_timeout_variants(line, rank, seq, op, numel, timeout, ran):
+    e = TORCH[line]
+    assert (e.kind, e.rank, e.code) == ("watchdog_timeout", rank, str(seq))
+    f = e.fields
+    assert (f["seq"], f["op_type"], f.get("numel_in"), f.get("timeout_ms"), f["ran_for_ms"]) == (seq, op, numel, timeout, ran)
+    assert f["level"] == "E"
+
+
+def test_glog_time_and_pg_status():
+    assert TORCH[1].ts_ns == _ns(2026, 12, 18, 20, 27, 21, frac_ns=426415540)
+    e = TORCH[4]
+    assert e.kind == "last_enqueued" and e.rank == 0
+    assert (e.fields["seq"], e.fields["last_enqueued"], e.fields["last_completed"], e.fields["pg"]) == (619725, 619732, 619724, 0)
+
+
+def test_wrapped_timeout_fr_heartbeat_store():
+    assert TORCH[5].kind == "flight_recorder" and TORCH[5].fields["enabled"] is False
+    w = TORCH[6]
+    assert w.kind == "watchdog_timeout" and w.fields["wrapped"] is True and w.fields["seq"] == 469508
+    assert TORCH[7].kind == "python_exception" and TORCH[7].fields["exc_type"] == "c10::DistBackendError"
+    h = TORCH[8]
+    assert h.kind == "heartbeat_timeout" and h.rank == 7 and h.fields["pg"] == 3
+    assert TORCH[9].kind == "rendezvous_error" and TORCH[9].fields["endpoint"] == "10.0.0.1:29500"
+    assert TORCH[9].fields["timeout_s"] == 60
+    assert TORCH[10].kind == "rendezvous_error" and TORCH[10].fields["message"] == "Socket Timeout"
+    assert TORCH[11].kind == "flight_recorder" and (TORCH[11].fields["seq"], TORCH[11].fields["entry"]) == (5, 4)
+    assert TORCH[14].fields["missing_ranks"] == [1]
+
+
+def test_progress_bar_glued_before_record():
+    # corpus case 02: tqdm output and the record share one physical line
+    line = ("Generating train split: 2230000 examples [29:59, 1466.92 examples/s][E ProcessGroupNCCL.cpp:475] [Rank 1] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+            "Timeout(ms)=1800000) ran for 1800449 milliseconds before timing out.")
+    e = TorchParser().parse_line(line, LineContext("x", 1, 2026))
+    assert (e.rank, e.fields["seq"], e.fields["numel_in"], e.fields["timeout_ms"]) == (1, 2, 1, 1800000)
+
+
+def test_heartbeat_fatal_and_truncated_line():
+    line = ("[rank144]:[F ProcessGroupNCCL.cpp:1169] [PG 0 Rank 144] [PG 0 Rank 144] ProcessGroupNCCL's watchdog got "
+            "stuck for 600 seconds without making progress in monitoring enqueued collectives. ... (TORCH_NCCL_ENABLE_MONITORING=")
+    e = TorchParser().parse_line(line, LineContext("x", 1, 2026))
+    assert e.kind == "heartbeat_timeout" and e.severity == "fatal" and e.fields["timeout_s"] == 600 and e.rank == 144
+    cut = "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=31"
+    e = TorchParser().parse_line(cut, LineContext("x", 1, 2026))
+    assert e.kind == "watchdog_timeout" and e.fields["seq"] == 31 and e.fields["truncated"] is True
