@@ -69,7 +69,7 @@ def _materialise(bench_dir: Path, rel: str, cache: Path) -> Path:
 def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path | None = None,
           config: VerifyConfig | None = None, max_instance_s: float | None = None,
           resume: bool = False, force: bool = False, limit: int | None = None,
-          progress: bool = True) -> BenchSummary:
+          total_budget_s: float | None = None, progress: bool = True) -> BenchSummary:
     """Run every instance of ``bench_dir/instances.csv``.
 
     Args:
@@ -81,6 +81,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
         resume: keep an existing ``out_csv`` and skip its rows.
         force: overwrite an existing ``out_csv``.
         limit: run only the first ``limit`` instances.
+        total_budget_s: wall-clock budget for the whole run; each instance's timeout is also
+            capped at the remaining budget divided by the instances left.
         progress: show a rich progress bar.
 
     Returns:
@@ -112,13 +114,17 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
                         TimeElapsedColumn(), transient=False)
         prog.start()
         task = prog.add_task(f"verify {name}", total=len(instances))
+    t_start = time.monotonic()
     try:
-        for inst in instances:
+        for i, inst in enumerate(instances):
             key = instance_key(inst.onnx, inst.vnnlib)
             if key in done:
                 result, secs = done[key], 0.0
             else:
                 timeout = inst.timeout_s if max_instance_s is None else min(inst.timeout_s, max_instance_s)
+                if total_budget_s is not None:
+                    left = total_budget_s - (time.monotonic() - t_start)
+                    timeout = max(0.0, min(timeout, left / (len(instances) - i)))
                 t0 = time.monotonic()
                 try:
                     onnx_p = _materialise(bench_dir, inst.onnx, cache)
