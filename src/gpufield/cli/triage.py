@@ -64,7 +64,15 @@ def analyze_cmd(
 
 def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, quiet: bool, force: bool,
          skew_tolerance_s: float) -> None:
-    from gpufield.triage import analyze, check_writable, dumps, one_line, render, store_events, write_html
+    from gpufield.triage import (
+        analyze,
+        check_writable,
+        dumps,
+        one_line,
+        render,
+        store_events,
+        write_html,
+    )
 
     for out in (html, db):
         if out:
@@ -104,4 +112,6 @@ def eval_cmd(
     else:
         render_eval(report)
     if report.accuracy < min_accuracy:
-        raise typer.Exit(1)
+        # SystemExit (not typer.Exit): gpufield.cli.main runs click with standalone_mode=False,
+        # where an Exit's code would be returned and dropped
+        raise SystemExit(1)
