@@ -60,7 +60,7 @@ def test_result_file_roundtrip_and_no_overwrite(tmp_path):
 def test_into_box_f32_never_leaves_the_box():
     # float32(0.1) > 0.1 and float32(0.7) < 0.7: plain rounding would leave these boxes
     lo, hi = np.array([0.0, 0.1, 0.7]), np.array([0.1, 0.2, 0.8])
-    assert np.float32(0.1) > 0.1 and np.float32(0.7) < 0.7
+    assert float(np.float32(0.1)) > 0.1 and float(np.float32(0.7)) < 0.7
     x = into_box_f32(np.array([0.1, 0.1, 0.7]), lo, hi)
     assert x.dtype == np.float32
     assert (x.astype(np.float64) >= lo).all() and (x.astype(np.float64) <= hi).all()
