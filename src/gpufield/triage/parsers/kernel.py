@@ -18,6 +18,8 @@ from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.protocols import LineContext
 
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+# any bus id in a message: "NVRM: GPU 0000:01:00.0: RmInitAdapter failed!"
+ANY_BDF_RE = re.compile(r"\b(?:PCI:)?(" + _BDF + r")\b")
 
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
 # NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
@@ -77,7 +79,12 @@ OOM_RE = re.compile(
 # mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN
 MLX_RE = re.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
 
-_AER_SEV = {"corrected": "warning", "multiple corrected": "warning"}
+#: Xids this parser treats specially: 79 is the code given to fallen-off-the-bus records without
+#: an Xid; 63/92 are logged as warnings (recording / trend events); 144-150 carry the NVLink5
+#: subcode decode. The catalogue test checks each exists in gpufield.triage.catalog.
+FELL_OFF_BUS_XID = 79
+SPECIAL_XIDS = (63, FELL_OFF_BUS_XID, 92, 144, 145, 146, 147, 148, 149, 150)
+_WARNING_XIDS = (63, 92)
 
 
 def _aer_severity(text: str) -> str:
@@ -132,7 +139,7 @@ class KernelParser:
             return _xid_event(m, line, ctx, pre)
         m = FELL_RE.search(line)
         if m:
-            return event("kernel", "gpu_fell_off_bus", ctx, line, pre, code="79", severity="fatal",
+            return event("kernel", "gpu_fell_off_bus", ctx, line, pre, code=str(FELL_OFF_BUS_XID), severity="fatal",
                          bdf=m["bdf"], fields={"message": line[m.start():]})
         if FELL_OPEN_RE.search(line) and "fallen off the bus" in line:
             return self.parse_record([line], ctx)[0]
@@ -190,7 +197,7 @@ class KernelParser:
                 return [event("kernel", "nvrm_other", ctx, raw, pre, bdf=m["bdf"],
                               fields={"message": text, "truncated": True})]
             p = PCI_ID_RE.search(text)
-            return [event("kernel", "gpu_fell_off_bus", ctx, raw, pre, code="79", severity="fatal",
+            return [event("kernel", "gpu_fell_off_bus", ctx, raw, pre, code=str(FELL_OFF_BUS_XID), severity="fatal",
                           bdf=m["bdf"], fields={"message": text, "pci_id": p and p["pciid"],
                                                 "multiline": len(lines) > 1})]
         f: dict = {"errors": []}
@@ -240,7 +247,7 @@ def _xid_event(m: re.Match, line: str, ctx: LineContext, pre) -> Event:
     if a:
         f["phys_addr"] = a["addr"]
     fatal = f.get("fatal", info.fatal)
-    sev = "fatal" if fatal else ("error" if fatal is None or xid not in (63, 92) else "warning")
+    sev = "fatal" if fatal else ("error" if fatal is None or xid not in _WARNING_XIDS else "warning")
     return event("kernel", "xid", ctx, line, pre, code=xid, severity=sev, bdf=m["bdf"],
                  pid=f["pid"], fields=f)
 
@@ -258,5 +265,5 @@ def _after(line: str, marker: str) -> str:
 
 
 def _any_bdf(text: str) -> str | None:
-    m = re.search(r"\b(?:PCI:)?(" + _BDF + r")\b", text)
+    m = ANY_BDF_RE.search(text)
     return m.group(1) if m else None
