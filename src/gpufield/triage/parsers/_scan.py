@@ -113,12 +113,14 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             block, carry = data, b""
         else:
             cut = data.rfind(b"\n")
-            if cut < 0:
-                if len(data) <= MAX_LINE_BYTES * 4:
-                    carry = data
-                    continue
-                counters.warnings.append((base + 1, f"line longer than {len(data)} bytes without a newline: split"))
-                cut = len(data) - 1
+            if cut < 0:  # no line end in sight: keep the head of the line, drop its middle
+                if len(data) > MAX_LINE_BYTES * 4:
+                    if not counters.warnings or counters.warnings[-1][0] != base + 1:
+                        counters.warnings.append((base + 1, f"line longer than {4 * MAX_LINE_BYTES} bytes: "
+                                                            f"only its first {MAX_LINE_BYTES} bytes are parsed"))
+                    data = data[:MAX_LINE_BYTES]
+                carry = data
+                continue
             block, carry = data[: cut + 1], data[cut + 1:]
         if not block:
             break
