@@ -31,9 +31,17 @@ HARDWARE_NODE = frozenset({"GPU_FELL_OFF_BUS", "GPU_LOST_PCIE", "GSP_TIMEOUT", "
                            "HBM_DEGRADATION", "NVLINK_FAULT", "GPU_RESET_REQUIRED"})
 
 
+#: performance findings (the job may not have failed): reported after every failure finding
+PERFORMANCE = frozenset({"STRAGGLER_COMPUTE", "STRAGGLER_INPUT", "STRAGGLER_THERMAL", "INPUT_STALL",
+                         "CHECKPOINT_IO_SLOW"})
+
+
 def order_key(f: Finding) -> tuple:
-    """Sort key: established first, then causal tier, time, confidence (untimed after timed)."""
-    group = 0 if f.established else (1 if f.tier <= Tier.PROCESS else 2)
+    """Sort key: established first, then causal tier, time, confidence (untimed after timed).
+
+    Performance findings (stragglers, slow input/checkpoints) come after all failure findings.
+    """
+    group = 3 if f.cls in PERFORMANCE else 0 if f.established else (1 if f.tier <= Tier.PROCESS else 2)
     return (group, int(f.tier), f.t_ns is None, f.t_ns or 0, -f.confidence, f.root.file, f.root.line)
 
 

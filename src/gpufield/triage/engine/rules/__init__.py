@@ -15,6 +15,8 @@ RULES: tuple[Rule, ...] = (
     # tier 0: hardware
     FnRule("xid_catalog", ("GPU_FELL_OFF_BUS", "GSP_TIMEOUT", "ECC_UNCORRECTABLE", "HBM_DEGRADATION",
                            "NVLINK_FAULT", "GPU_RESET_REQUIRED"), Tier.HARDWARE, hardware.xid_rule),
+    FnRule("dcgm_xid", ("GPU_FELL_OFF_BUS", "GSP_TIMEOUT", "ECC_UNCORRECTABLE", "HBM_DEGRADATION", "NVLINK_FAULT",
+                        "GPU_RESET_REQUIRED", "CUDA_ILLEGAL_ADDRESS"), Tier.HARDWARE, hardware.dcgm_xid_rule),
     FnRule("sxid", ("NVLINK_FAULT",), Tier.HARDWARE, hardware.sxid_rule),
     FnRule("cuda_hw_error", ("ECC_UNCORRECTABLE", "NVLINK_FAULT"), Tier.HARDWARE, hardware.cuda_hw_error_rule),
     FnRule("smi_memory", ("HBM_DEGRADATION", "ECC_UNCORRECTABLE"), Tier.HARDWARE, hardware.smi_memory_rule),

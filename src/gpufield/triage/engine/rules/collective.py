@@ -148,7 +148,7 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
 
     A Flight Recorder "missing ranks" report names the rank that never joined; it is blamed.
     """
-    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder")
+    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder", "pg_teardown")
     if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder"):
         return []
     missing = next((e.fields.get("missing_ranks") for e in ctx.kinds("flight_recorder")
@@ -179,6 +179,9 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
     evs = [e for e in ctx.kinds("nccl_remote_error") if not ctx.is_cited(e)]
     evs += [e for e in ctx.kinds("nccl_warn", "nccl_error", "python_exception")
             if _PEER_GONE.search(text(e)) and not ctx.is_cited(e)]
+    if not evs and not ctx.kinds("ib_completion_error", "ib_async_event"):
+        # a bare error-return chain ending in ncclRemoteError (6) still says a peer went away
+        evs = [e for e in ctx.kinds("nccl_return") if as_int(e.fields.get("retcode", e.code)) == 6]
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
@@ -193,7 +196,9 @@ def teardown_rule(ctx: RuleContext) -> list[Finding]:
     """Anything left that is an error (torchrun failures, NCCL errors, signals) -> ``UNKNOWN``."""
     kinds = ("child_failed", "signal_death", "nccl_error", "nccl_internal_error", "nccl_system_error",
              "python_exception", "watchdog_blocked", "nccl_warn", "elastic_restart", "cuda_error")
-    evs = [e for e in ctx.kinds(*kinds) if not ctx.is_cited(e) and e.severity in ("error", "fatal")]
+    chain = ("nccl_return", "pg_teardown")  # follow-ups of an error: cascade material, never a cause
+    evs = [e for e in ctx.kinds(*kinds, *chain) if not ctx.is_cited(e)
+           and (e.severity in ("error", "fatal") or e.kind in chain)]
     if not evs:
         return []
     return [finding(ctx, "UNKNOWN", "teardown", Tier.TEARDOWN, 0.2, evs, established=False,

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import re
 
-from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.model import (
+    CONF_DETERMINISTIC,
+    CONF_INFERRED,
+    CONF_PRIOR,
+    Finding,
+    Tier,
+)
 from gpufield.triage.engine.rules.base import (
     RuleContext,
     as_int,
@@ -188,6 +194,36 @@ def xid_rule(ctx: RuleContext) -> list[Finding]:
     return _xid_findings(ctx)
 
 
+def dcgm_xid_rule(ctx: RuleContext) -> list[Finding]:
+    """dcgm-exporter Xid metrics (``DCGM_FI_DEV_XID_ERRORS`` = last Xid, ``DCGM_EXP_XID_ERRORS_COUNT{xid=}``).
+
+    Telemetry sees Xids even where the container cannot read dmesg (marin #7344); the value has no
+    message, so the finding cites the sample and asks for the kernel line.
+    """
+    tagged = []
+    for e in ctx.kinds("metric_sample"):
+        metric, labels = e.fields.get("metric"), e.fields.get("labels") or {}
+        value = as_int(e.fields.get("value"))
+        if metric == "DCGM_FI_DEV_XID_ERRORS" and value:
+            code = value
+        elif metric == "DCGM_EXP_XID_ERRORS_COUNT" and value and as_int(labels.get("xid")):
+            code = as_int(labels.get("xid"))
+        else:
+            continue
+        cls = xid_class(code) if code else None
+        if cls is not None:
+            tagged.append((cls, code, e))
+    out = []
+    for (cls, host, gpu), items in group_by(tagged, lambda t: (t[0], t[2].host, gpu_of(t[2]))).items():
+        codes = ",".join(sorted({str(c) for _, c, _ in items}))
+        out.append(finding(ctx, cls, "dcgm_xid", Tier.HARDWARE, CONF_DETERMINISTIC if cls != "CUDA_ILLEGAL_ADDRESS"
+                           else CONF_PRIOR, [e for _, _, e in items], established=cls != "CUDA_ILLEGAL_ADDRESS",
+                           facts={"xid": codes},
+                           note=f"dcgm-exporter reports Xid {codes} on GPU {gpu or '?'} of {host or 'the host'} "
+                                "(telemetry only: look for the NVRM line in that host's kernel log)."))
+    return out
+
+
 def sxid_rule(ctx: RuleContext) -> list[Finding]:
     """NVSwitch SXid errors -> ``NVLINK_FAULT`` (fatal: established; non-fatal: a weak hint)."""
     out = []
@@ -240,6 +276,7 @@ def pcie_rule(ctx: RuleContext) -> list[Finding]:
     """
     aer = ctx.kinds("pcie_aer")
     lost = [e for e in ctx.matching(_GPU_LOST_TEXT) if e.kind not in ("xid", "gpu_fell_off_bus")]
+    lost += [e for e in ctx.kinds("gpu_handle_error") if e not in lost]
     if ctx.kinds("gpu_fell_off_bus") or any(xid_code(e) == 79 for e in ctx.kinds("xid")):
         return []  # the fallen-off-bus rule names it more precisely
     if not aer and not lost:
