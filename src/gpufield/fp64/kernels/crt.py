@@ -82,6 +82,7 @@ def _crt_kernel(
     i = offs // N
     j = offs - i * N
     sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
+    plane64 = tl.cast(plane, tl.int64)  # L * M * N may exceed 2**31
     qf = tl.full((BLOCK,), 0.0, tl.float64)
     a0 = tl.full((BLOCK,), 0, tl.int64)
     a1 = tl.full((BLOCK,), 0, tl.int64)
@@ -91,12 +92,12 @@ def _crt_kernel(
     a5 = tl.full((BLOCK,), 0, tl.int64)
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
-        x = tl.load(res_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+        x = tl.load(res_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
         if COMBINE == 1:  # complex 3M, real part: T1 - T2
-            x = x - tl.load(res2_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+            x = x - tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
         if COMBINE == 2:  # complex 3M, imaginary part: T3 - T1 - T2
-            x = tl.load(res3_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64) - x
-            x = x - tl.load(res2_ptr + l * plane + offs, mask=mask, other=0).to(tl.int64)
+            x = tl.load(res3_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64) - x
+            x = x - tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
         r = x % p
         r = tl.where(r < 0, r + p, r)
         r = tl.where(r >= (p + 1) // 2, r - p, r)

@@ -76,7 +76,7 @@ def _scale_residue_kernel(
     if COMPLEX:
         yi2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
     out_off = rows[:, None] * K + cols[None, :]
-    plane = R * K
+    plane = tl.cast(R, tl.int64) * K  # int64: L * R * K may exceed 2**31
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
         r = _residue(yi, e, mant, neg, small, p, tab_ptr + l * 2048)

@@ -135,27 +135,38 @@ class Int8Backend:
         self.kernels = kernels
 
     @staticmethod
-    def _int_mm(A_MK: torch.Tensor, B_NK: torch.Tensor) -> torch.Tensor:
-        """Exact int32 A @ B.T for int8 operands (|x| <= 128), padding and K-chunking as needed."""
+    def _int_mm(A_MK: torch.Tensor, B_NK: torch.Tensor, out_MN: torch.Tensor | None = None) -> torch.Tensor:
+        """Exact A @ B.T for int8 operands (|x| <= 128): int32 (int64 if K > 2**16), padding as needed."""
         M, K = A_MK.shape
         N = B_NK.shape[0]
         Mp, Np = max(_round_up(M, 8), 32), max(_round_up(N, 8), 16)
+        if K <= INT8_K_CHUNK and (Mp, Np) == (M, N) and K % 8 == 0 and K >= 16:
+            a, b = A_MK.contiguous(), B_NK.contiguous()
+            if out_MN is not None and out_MN.dtype == torch.int32:
+                return torch._int_mm(a, b.t(), out=out_MN)  # b.t() is column-major [K, N]
+            return torch._int_mm(a, b.t())
         out = None
         for k0 in range(0, max(K, 1), INT8_K_CHUNK):
             a = A_MK[:, k0:k0 + INT8_K_CHUNK]
             b = B_NK[:, k0:k0 + INT8_K_CHUNK]
-            kk = a.shape[1]
-            Kp = max(_round_up(kk, 8), 16)
-            a = _pad_to(a, Mp, Kp)
-            b = _pad_to(b, Np, Kp)
-            c = torch._int_mm(a, b.t())  # b.t() is column-major [K, N]
+            Kp = max(_round_up(a.shape[1], 8), 16)
+            c = torch._int_mm(_pad_to(a, Mp, Kp).contiguous(), _pad_to(b, Np, Kp).contiguous().t())
             out = c if out is None else out.to(torch.int64) + c
-        return out[:M, :N]
+        out = out[:M, :N]
+        if out_MN is not None:
+            out_MN.copy_(out)
+            return out_MN
+        return out
 
     def modular_matmul(self, resA_LMK, resB_LNK, table):
-        """int32 (int64 if K > 2**16) [L, M, N] of _int_mm products, unreduced."""
-        outs = [self._int_mm(resA_LMK[l], resB_LNK[l]) for l in range(table.num_moduli)]
-        return torch.stack(outs)
+        """int32 (int64 if K > 2**16) [L, M, N] of _int_mm products, unreduced (the CRT kernel reduces)."""
+        L, M, K = resA_LMK.shape
+        N = resB_LNK.shape[1]
+        out = torch.empty((L, M, N), dtype=torch.int32 if K <= INT8_K_CHUNK else torch.int64,
+                          device=resA_LMK.device)
+        for l in range(L):
+            self._int_mm(resA_LMK[l], resB_LNK[l], out[l])
+        return out
 
     def bound_matmul(self, hiA_MK, hiB_NK):
         """Exact hiA @ hiB.T with entries <= 64 in int8 (K chunked so 64*64*k < 2**31)."""
@@ -200,23 +211,33 @@ class Fp8Backend:
         self.k_chunk = k_chunk
 
     def _mm(self, A_MK: torch.Tensor, B_NK: torch.Tensor) -> torch.Tensor:
-        """Exact int64 A @ B.T for float8_e4m3fn integer operands |x| <= 16, chunked along K."""
+        """Exact int64 A @ B.T for float8_e4m3fn integer operands |x| <= 16, chunked along K.
+
+        Each call's result is exact (partial sums < 2**14); chunk results are summed in float32 while
+        K * 256 < 2**24 (every partial sum of chunk results is then an integer below 2**24, exact in FP32),
+        otherwise in int64.
+        """
         M, K = A_MK.shape
         N = B_NK.shape[0]
         Mp, Np = _round_up(max(M, 16), 16), _round_up(max(N, 16), 16)
         one = torch.ones((), dtype=torch.float32, device=A_MK.device)
+        fp32_exact = K * FP8_MAX_DIGIT**2 < 2**24
         acc = None
         for k0 in range(0, max(K, 1), self.k_chunk):
             a = A_MK[:, k0:k0 + self.k_chunk]
             b = B_NK[:, k0:k0 + self.k_chunk]
             Kp = _round_up(max(a.shape[1], 16), 16)
-            a = _pad_to(a, Mp, Kp)
-            b = _pad_to(b, Np, Kp)
+            a = _pad_to(a, Mp, Kp).contiguous()
+            b = _pad_to(b, Np, Kp).contiguous()
             c = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32,
                                  use_fast_accum=False)
-            c = c.to(torch.int64)
-            acc = c if acc is None else acc + c
-        return acc[:M, :N]
+            if acc is None:
+                acc = c if fp32_exact else c.to(torch.int64)
+            elif fp32_exact:
+                acc.add_(c)
+            else:
+                acc.add_(c.to(torch.int64))
+        return acc[:M, :N].to(torch.int64)
 
     @staticmethod
     def to_fp8(d: torch.Tensor) -> torch.Tensor:
