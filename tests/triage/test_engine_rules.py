@@ -1,0 +1,107 @@
+"""Rule-level engine tests on hand-built events, plus ablations of the bundled example (parsers used)."""
+
+from __future__ import annotations
+
+import shutil
+
+from test_engine import ev, watchdog
+
+from gpufield.triage import analyze, example_dir
+from gpufield.triage.engine import run_engine
+from gpufield.triage.engine.phases import PhaseMark, scan_lines
+
+
+def test_dcgm_xid_sample_names_the_gpu():
+    raw = ('DCGM_FI_DEV_XID_ERRORS{gpu="3",UUID="GPU-1",pci_bus_id="00000000:5D:00.0",hostname="node-c"} 79')
+    e = ev("metric_sample", raw, host="node-c", gpu_index=3, gpu_bdf="0000:5d:00.0",
+           fields={"metric": "DCGM_FI_DEV_XID_ERRORS", "value": 79.0, "labels": {"gpu": "3"}})
+    top = run_engine([e]).incidents[0]
+    assert (top.cls, top.host, top.gpu, top.action_kind) == ("GPU_FELL_OFF_BUS", "node-c", "0000:5d:00.0",
+                                                            "EXCLUDE_NODE")
+
+
+def test_performance_findings_rank_after_failures():
+    hot = ev("clock_event", "HW Slowdown : Active", host="n1", gpu_bdf="0000:18:00.0", t_s=0,
+             fields={"reason": "HW Slowdown", "active": True})
+    g = 2**30
+    oom = ev("cuda_oom", "torch.cuda.OutOfMemoryError: CUDA out of memory.", host="n1", t_s=5,
+             fields={"tried_bytes": g, "capacity_bytes": 80 * g, "allocated_bytes": 78 * g, "reserved_bytes": 78.5 * g})
+    classes = [i.cls for i in run_engine([hot, oom]).incidents]
+    assert classes == ["CUDA_OOM_CAPACITY", "STRAGGLER_THERMAL"]
+
+
+def test_checkpoint_save_phase_makes_the_timeout_a_checkpoint_timeout():
+    lines = ["[INFO] step 499 loss 1.92", "Saving model checkpoint to out/checkpoint-500", "noise"]
+    marks = scan_lines(lines, "r0.log")
+    assert [m.phase for m in marks] == ["checkpoint_save"]
+    w = watchdog(1, None, None, seq=9051, op="_ALLGATHER_BASE", line=4, file="r0.log")
+    assert run_engine([w], phases=marks).incidents[0].cls == "CHECKPOINT_SAVE_TIMEOUT"
+    # a training step logged after the save: the save finished, the timeout is something else
+    loss = ev("loss", "step 501 loss 1.90", file="r0.log", line=3, fields={"loss": 1.9, "step": 501})
+    assert run_engine([loss, w], phases=marks).incidents[0].cls == "NCCL_COLLECTIVE_TIMEOUT"
+
+
+def test_save_frame_in_the_traceback_after_the_timeout():
+    marks = [PhaseMark("r.log", 12, "checkpoint_save", 'File "trainer.py", line 2350, in _save_checkpoint')]
+    w = watchdog(0, None, None, seq=9051, line=3, file="r.log")
+    assert run_engine([w], phases=marks).incidents[0].cls == "CHECKPOINT_SAVE_TIMEOUT"
+
+
+def test_staggered_launch_is_launch_skew():
+    early = ev("nccl_warn", "node-a:1:1 [0] NCCL WARN slow init", host="node-a", t_s=0, file="a.log")
+    late = ev("nccl_warn", "node-b:1:1 [0] NCCL WARN slow init", host="node-b", t_s=900, file="b.log")
+    hb = ev("heartbeat_timeout", "[PG 0 Rank 3] Heartbeat monitor timed out!", host="node-a", rank=3, t_s=610,
+            file="a.log", line=5)
+    top = run_engine([early, late, hb]).incidents[0]
+    assert (top.cls, top.host, top.action_kind) == ("LAUNCH_SKEW", "node-b", "FIX_CONFIG")
+
+
+def test_connect_failure_is_config_at_startup_and_a_peer_exit_mid_run():
+    refused = ev("nccl_warn", "node-a:9:9 [0] misc/socket.cc:484 NCCL WARN Net : Connect to 10.0.0.2<43255> failed : "
+                 "Connection refused", host="node-a", t_s=10, file="a.log", line=9)
+    assert run_engine([refused]).incidents[0].cls == "NCCL_NETWORK_CONFIG"
+    step = ev("loss", "step 10 loss 2.0", host="node-a", t_s=1, file="a.log", line=1, fields={"loss": 2.0})
+    gone = ev("nccl_remote_error", "node-a:9:9 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by remote "
+              "peer node-b<4321>", host="node-a", t_s=20, file="a.log", line=12)
+    top = run_engine([step, refused, gone]).incidents[0]
+    assert top.cls == "PEER_PROCESS_EXIT" and top.root_cause == "UNKNOWN" and top.action_kind == "RETRY"
+
+
+def test_watchdog_that_ran_far_past_its_timeout_is_blocked():
+    w = watchdog(2, "h", 0, ran=2_400_000)  # 40 min on a 10 min timeout
+    top = run_engine([w]).incidents[0]
+    assert top.cls == "WATCHDOG_BLOCKED" and top.root_cause == "UNKNOWN"
+
+
+def test_ib_errors_from_two_hosts_naming_one_peer_blame_that_peer():
+    def ib(host, line):
+        return ev("ib_completion_error", f"{host}:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<5000> "
+                  "with status=12", host=host, file=f"{host}.log", line=line, t_s=line,
+                  fields={"status": 12, "peer": "10.0.0.9<5000>"})
+    top = run_engine([ib("n1", 1), ib("n2", 2), ib("n3", 3)]).incidents[0]
+    assert (top.cls, top.host, top.confidence) == ("IB_TRANSPORT_RETRY_EXCEEDED", "10.0.0.9", 0.9)
+    assert top.action_kind == "FIX_CONFIG"  # no training step before it: startup -> RoCE/GID configuration
+
+
+def test_example_without_the_kernel_log_still_points_at_node_b(tmp_path):
+    """Ablation: with node-b's kernel log gone, the IB retry errors towards node-b's address lead and the
+    watchdog timeouts name rank 13 as the one rank that never reported."""
+    d = tmp_path / "job"
+    shutil.copytree(example_dir(), d)
+    (d / "node-b" / "kern.log").unlink()
+    res = analyze([str(d)])
+    top = res.incidents[0]
+    assert (top.cls, top.host, top.action_kind) == ("IB_TRANSPORT_RETRY_EXCEEDED", "10.42.0.12", "EXCLUDE_NODE")
+    assert "NCCL_COLLECTIVE_TIMEOUT" in top.cascade_classes
+    missing = [f.facts.get("missing") for f in res.engine.findings if f.cls == "NCCL_COLLECTIVE_TIMEOUT"]
+    assert missing == ["13"]
+
+
+def test_example_variant_with_renamed_hosts_and_another_gpu(tmp_path):
+    d = tmp_path / "job"
+    shutil.copytree(example_dir(), d)
+    for f in d.rglob("*.log"):
+        t = f.read_text(encoding="utf-8").replace("node-b", "gpu-r12-07").replace("node-a", "gpu-r12-03")
+        f.write_text(t.replace("0000:ab:00", "0000:5d:00").replace("PCI:0000:ab", "PCI:0000:5d"), encoding="utf-8")
+    top = analyze([str(d)]).incidents[0]
+    assert (top.cls, top.host, top.gpu) == ("GPU_FELL_OFF_BUS", "gpu-r12-07", "0000:5d:00.0")
