@@ -203,7 +203,14 @@ XID_UNMAPPED = {
 def test_xid_catalogue_and_rules_are_consistent_both_ways():
     from gpufield.triage.catalog import xid_catalog
     from gpufield.triage.engine.rules.hardware import (
-        XID_APP, XID_ECC, XID_FELL_OFF_BUS, XID_GSP, XID_NVLINK, XID_REMAP, xid_class)
+        XID_APP,
+        XID_ECC,
+        XID_FELL_OFF_BUS,
+        XID_GSP,
+        XID_NVLINK,
+        XID_REMAP,
+        xid_class,
+    )
 
     cat = xid_catalog()
     for code, info in cat.items():
