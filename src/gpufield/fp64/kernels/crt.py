@@ -74,7 +74,7 @@ def _rint(x):
 
 @triton.jit
 def _crt_kernel(
-    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
+    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
     L: tl.constexpr, COMBINE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -98,7 +98,8 @@ def _crt_kernel(
         if COMBINE == 2:  # complex 3M, imaginary part: T3 - T1 - T2
             x = tl.load(res3_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64) - x
             x = x - tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
-        r = x % p
+        q = tl.floor(x.to(tl.float64) * tl.load(invp_ptr + l)).to(tl.int64)  # off by <= ~8 for |x| < 2**62
+        r = ((x - q * p).to(tl.int32) % p.to(tl.int32)).to(tl.int64)  # int32 remainder only
         r = tl.where(r < 0, r + p, r)
         r = tl.where(r >= (p + 1) // 2, r - p, r)
         qf += r.to(tl.float64) * tl.load(qp_ptr + l)
@@ -154,6 +155,7 @@ def _consts(table: ModuliTable, device):
         ml = list(table.M_limbs_J) + [0] * (J_MAX - table.num_limbs)
         _CONST_CACHE[key] = (
             torch.tensor(table.moduli, dtype=torch.int64, device=device),
+            torch.tensor([1.0 / p for p in table.moduli], dtype=torch.float64, device=device),
             torch.tensor(table.q_over_p, dtype=torch.float64, device=device),
             torch.tensor(cl, dtype=torch.int64, device=device),
             torch.tensor(ml, dtype=torch.int64, device=device),
@@ -181,14 +183,14 @@ def crt_triton_rows_cols(
     res = res_LMN.contiguous()
     r2 = res if T2_LMN is None else T2_LMN.contiguous()
     r3 = res if T3_LMN is None else T3_LMN.contiguous()
-    mods, qp, cl, ml = _consts(table, res.device)
+    mods, invp, qp, cl, ml = _consts(table, res.device)
     out = torch.empty((M, N), dtype=torch.float64, device=res.device)
     if M * N == 0:
         return out
     BLOCK = 256
     _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
         res, r2, r3, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
-        mods, qp, cl, ml, out, L=L, COMBINE=combine, BLOCK=BLOCK,
+        mods, invp, qp, cl, ml, out, L=L, COMBINE=combine, BLOCK=BLOCK,
     )
     return out
 

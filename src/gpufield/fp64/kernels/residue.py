@@ -36,28 +36,39 @@ def _split(x, s1, s2):
     e = tl.where(small, 0, e)
     e = tl.minimum(tl.maximum(e, 0), 2047)
     mant = (bits & 0xFFFFFFFFFFFFF) | 0x10000000000000
-    return yi, e, mant, bits < 0, small
+    return yi, y, e, mant, bits < 0, small
 
 
 @triton.jit
-def _residue(yi, e, mant, neg, small, p, tab_row_ptr):
-    r = yi % p
-    r = tl.where(r < 0, r + p, r)
-    mm = mant % p
-    mm = tl.where(mm < 0, mm + p, mm)
-    rb = (mm * tl.load(tab_row_ptr + e)) % p
-    rb = tl.where(neg & (rb != 0), p - rb, rb)
-    return tl.where(small, r, rb)  # in [0, p)
+def _mod_fast(v, vf, p, invp):
+    """v mod p in [0, p) for an int64 v with |v| < 2**62 given also as an exact float64 vf.
+
+    q = floor(vf / p) in float64 is off by at most ~8 for |v| < 2**62, so v - q p is a small int64 that an
+    int32 remainder finishes: no 64-bit integer division on the GPU.
+    """
+    q = tl.floor(vf * invp).to(tl.int64)
+    r = (v - q * p).to(tl.int32) % p.to(tl.int32)
+    return tl.where(r < 0, r + p.to(tl.int32), r)
+
+
+@triton.jit
+def _residue(yi, y, e, mant, neg, small, p, invp, tab_row_ptr):
+    r = _mod_fast(yi, tl.where(small, y, 0.0), p, invp)
+    mm = _mod_fast(mant, mant.to(tl.float64), p, invp)
+    rb = (mm * tl.load(tab_row_ptr + e).to(tl.int32)) % p.to(tl.int32)
+    rb = tl.where(neg & (rb != 0), p.to(tl.int32) - rb, rb)
+    return tl.where(small, r, rb)  # int32 in [0, p)
 
 
 @triton.jit
 def _sym(r, p):
-    return tl.where(r >= (p + 1) // 2, r - p, r)
+    p32 = p.to(tl.int32)
+    return tl.where(r >= (p32 + 1) // 2, r - p32, r)
 
 
 @triton.jit
 def _scale_residue_kernel(
-    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, tab_ptr, out_ptr, R, K,
+    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
     L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
@@ -72,18 +83,19 @@ def _scale_residue_kernel(
     s = tl.minimum(tl.maximum(s, -1022), 2046)
     s1 = tl.minimum(tl.maximum(s, -1022), 1023)
     s2 = s - s1
-    yi, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
+    yi, y, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
     if COMPLEX:
-        yi2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
+        yi2, y2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
     out_off = rows[:, None] * K + cols[None, :]
     plane = tl.cast(R, tl.int64) * K  # int64: L * R * K may exceed 2**31
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
-        r = _residue(yi, e, mant, neg, small, p, tab_ptr + l * 2048)
+        invp = tl.load(invp_ptr + l)
+        r = _residue(yi, y, e, mant, neg, small, p, invp, tab_ptr + l * 2048)
         if COMPLEX:  # planes: re (0..L-1), im (L..2L-1), re+im wrapped (2L..3L-1)
-            r2 = _residue(yi2, e2, mant2, neg2, small2, p, tab_ptr + l * 2048)
+            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, p, invp, tab_ptr + l * 2048)
             r3 = r + r2
-            r3 = tl.where(r3 >= p, r3 - p, r3)
+            r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
             if OUT_INT8:
                 tl.store(out_ptr + (L + l) * plane + out_off, _sym(r2, p).to(tl.int8), mask=mask)
                 tl.store(out_ptr + (2 * L + l) * plane + out_off, _sym(r3, p).to(tl.int8), mask=mask)
@@ -99,13 +111,14 @@ def _scale_residue_kernel(
 _TABLE_CACHE: dict = {}
 
 
-def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor]:
+def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     key = (table.kind, table.num_moduli, str(device))
     if key not in _TABLE_CACHE:
         mods = torch.tensor(table.moduli, dtype=torch.int64, device=device)
+        invp = torch.tensor([1.0 / p for p in table.moduli], dtype=torch.float64, device=device)
         tab = torch.tensor([[pow(2, e, p) for e in range(POW2_TABLE_LEN)] for p in table.moduli],
                            dtype=torch.int64, device=device)
-        _TABLE_CACHE[key] = (mods, tab)
+        _TABLE_CACHE[key] = (mods, invp, tab)
     return _TABLE_CACHE[key]
 
 
@@ -127,7 +140,7 @@ def scale_residues_triton(
     R, K = X_RK.shape
     L = table.num_moduli
     cplx = X_RK.is_complex()
-    mods, tab = _tables(table, X_RK.device)
+    mods, invp, tab = _tables(table, X_RK.device)
     out = torch.empty(((3 if cplx else 1) * L, R, K), dtype=dtype, device=X_RK.device)
     if R == 0 or K == 0:
         return out
@@ -135,7 +148,7 @@ def scale_residues_triton(
     BR, BK = 32, 32
     grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
     _scale_residue_kernel[grid](
-        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, tab, out, R, K,
+        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, invp, tab, out, R, K,
         L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), BLOCK_R=BR, BLOCK_K=BK,
     )
     return out
