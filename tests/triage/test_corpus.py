@@ -60,6 +60,17 @@ def test_reference_unknown_root_cases(number, shared_dir):
 VARIANTS = {
     # Xid 79 with dmesg -T prefix, another bus id and pid field (triage.md 2.2 forms)
     "GPU_FELL_OFF_BUS": ["[Tue Aug 11 03:14:22 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."],
+    # NVML's twin of Xid 79 (triage.md 1.11), as nvidia-smi prints it
+    "GPU_FELL_OFF_BUS ": ["Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system "
+                          "to recover this GPU"],
+    "CONTAINER_SHM_IPC": ["node-4:123:456 [0] include/shm.h:28 NCCL WARN Error while creating shared memory segment "
+                          "/dev/shm/nccl-lCkk8P (size 9637888)"],
+    "CHECKPOINT_SAVE_TIMEOUT": [
+        "[rank0]:[E ProcessGroupNCCL.cpp:737] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL("
+        "SeqNum=3450, OpType=ALLGATHER, Timeout(ms)=1800000) ran for 1800869 milliseconds before timing out.",
+        "Traceback (most recent call last):", '  File "train.py", line 90, in <module>', "    trainer.train()",
+        '  File "/usr/lib/python3/site-packages/transformers/trainer.py", line 2410, in _save_checkpoint',
+        "    self.save_model(output_dir, _internal_call=True)"],
     "GSP_TIMEOUT": ["kernel: [16450076.435595] NVRM: Xid (PCI:0000:c1:00): 119, pid=2211, name=python3, Timeout after "
                     "6s of waiting for RPC response from GPU3 GSP! Expected function 76 (GSP_RM_CONTROL) (0x0 0x0)."],
     "ECC_UNCORRECTABLE": ["NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No"],
@@ -106,7 +117,7 @@ def test_variant_lines(expected, tmp_path):
     f = tmp_path / "job.log"
     f.write_text("\n".join(VARIANTS[expected]) + "\n", encoding="utf-8")
     top = analyze([str(f)]).incidents[0]
-    assert top.cls == expected, [i.cls for i in analyze([str(f)]).incidents]
+    assert top.cls == expected.strip(), [i.cls for i in analyze([str(f)]).incidents]
 
 
 def test_shuffled_hosts_and_interleaved_ordinary_output(tmp_path):

@@ -33,7 +33,8 @@ SETUP = re.compile(
 CKPT_SAVE = re.compile(
     r"Saving (?:model )?checkpoint|saving checkpoint at iteration|is about to be saved|"
     r"save_checkpoint|save_pretrained|dcp\.save|FULL_STATE_DICT|full_state_dict|state_dict\(\)|"
-    r"Failed to clone\(\) tensor|in _save_checkpoint|in save_model|in save_state",
+    r"Failed to clone\(\) tensor|in _save_checkpoint|in save_model|in save_state|save_16bit_model|"
+    r"consolidated_16bit_state_dict|gather_16bit_weights_on_model_save|in save_checkpoint",
     re.IGNORECASE,
 )
 # "successfully saved checkpoint", "Saved checkpoint", "Checkpoint ... saved in 12.3s"

@@ -59,8 +59,8 @@ def one_line(result: TriageResult) -> str:
     v = result.verdict
     if v is None:
         return "no failure signature found"
-    root = v.root_cause if v.established else f"root UNKNOWN ({v.cls})"
-    return f"{v.cls if v.established else root} [{blamed(v)}] conf={v.confidence:.2f} {v.action_kind}: {v.action}"
+    label = v.cls if v.established else f"{v.cls} (root UNKNOWN)"
+    return f"{label} [{blamed(v)}] conf={v.confidence:.2f} {v.action_kind}: {v.action}"
 
 
 def _evidence_table(inc: Incident, width: int) -> Table:

@@ -26,7 +26,7 @@ _NET_CONFIG = re.compile(
     r"NCCL_SOCKET_IFNAME|NCCL_IB_HCA|No usable listening interface|Invalid NCCL_|"
     r"Network is unreachable|No route to host|Could not find (?:any )?(?:interface|net plugin)|"
     r"Bootstrap : no|failed to resolve|NET/IB : No device found|Failed to open libibverbs|"
-    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX",
+    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|ibv_modify_qp failed",
     re.IGNORECASE,
 )
 # connect() failures: configuration (firewall, wrong interface) before the job ever ran, a dead peer after

@@ -46,6 +46,9 @@ _GPU_LOST_TEXT = re.compile(
     r"Unable to determine the device handle|GPU is lost|NVML_ERROR_GPU_IS_LOST|GPU has fallen off",
     re.IGNORECASE,
 )
+# NVML's own verdict for a detached GPU (triage.md 1.11: the NVML twin of Xid 79):
+#   "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
+_GPU_IS_LOST = re.compile(r"GPU is lost|NVML_ERROR_GPU_IS_LOST|GPU_IS_LOST", re.IGNORECASE)
 
 
 def xid_code(e: Event) -> int | None:
@@ -99,7 +102,8 @@ def xid_class(code: int, e: Event | None = None) -> str | None:
 def _xid_findings(ctx: RuleContext) -> list[Finding]:
     """Xid lines plus the multi-line fallen-off-bus record, grouped per (class, host, GPU)."""
     tagged: list[tuple[str, Event]] = []
-    for e in ctx.kinds("xid", "gpu_fell_off_bus", "nvrm_other", "gpu_reset_required"):
+    for e in ctx.kinds("xid", "gpu_fell_off_bus", "nvrm_other", "gpu_reset_required", "gpu_handle_error", "cuda_error",
+                       "python_exception"):
         if e.kind == "xid":
             code = xid_code(e)
             cls = xid_class(code, e) if code is not None else None
@@ -107,6 +111,10 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
                 continue  # app-level Xids are handled by the process rules
         elif e.kind == "gpu_fell_off_bus":
             cls = "GPU_FELL_OFF_BUS"
+        elif _GPU_IS_LOST.search(text(e)):
+            cls = "GPU_FELL_OFF_BUS"
+        elif e.kind in ("gpu_handle_error", "cuda_error", "python_exception"):
+            continue  # only "GPU is lost" (above) is decisive from these
         elif e.kind == "gpu_reset_required" or _RESET_TEXT.search(text(e)):
             cls = "GPU_RESET_REQUIRED"
         elif _GSP_TEXT.search(text(e)):
@@ -277,7 +285,8 @@ def pcie_rule(ctx: RuleContext) -> list[Finding]:
     aer = ctx.kinds("pcie_aer")
     lost = [e for e in ctx.matching(_GPU_LOST_TEXT) if e.kind not in ("xid", "gpu_fell_off_bus")]
     lost += [e for e in ctx.kinds("gpu_handle_error") if e not in lost]
-    if ctx.kinds("gpu_fell_off_bus") or any(xid_code(e) == 79 for e in ctx.kinds("xid")):
+    if ctx.kinds("gpu_fell_off_bus") or any(xid_code(e) == 79 for e in ctx.kinds("xid")) or any(
+            _GPU_IS_LOST.search(text(e)) for e in lost):
         return []  # the fallen-off-bus rule names it more precisely
     if not aer and not lost:
         return []

@@ -17,8 +17,9 @@ from gpufield.triage.engine.phases import PhaseMark
 from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
 from gpufield.triage.events import Event
 
-_ILLEGAL = re.compile(r"illegal memory access|illegal address|cudaErrorIllegalAddress|misaligned address",
-                      re.IGNORECASE)
+# kernel faults of the Xid 13/31 family: illegal address, misaligned address, illegal instruction
+_ILLEGAL = re.compile(r"illegal memory access|illegal address|cudaErrorIllegalAddress|misaligned address|"
+                      r"illegal instruction was encountered|cudaErrorIllegalInstruction", re.IGNORECASE)
 _INIT_CONTEXT = re.compile(r"from_pretrained|fully_shard|_init_|__init__|\.to\(|materializ|load_state_dict|"
                            r"init_process_group|model = ", re.IGNORECASE)
 #: reserved-but-unallocated memory at least this share of device capacity counts as "reserved >> allocated"
