@@ -4,7 +4,7 @@ The procedure is hardware-agnostic: it takes ``measure(setting) -> SweepPoint`` 
 actuator, or the twin through :mod:`gpufield.power.twin.bench`) and ``gate(setting) -> GateResult``
 (a replay of the peak-load segment). State machine of one sweep (zeus-style, explicit)::
 
-    Descending --ITL99 > SLO or T < stop_frac * T0 or at min--> Ascending --done--> Fitted --> Gated
+    Descending --2 points in a row with ITL99 > SLO or T < stop_frac * T0, or at min--> Ascending --> Fitted --> Gated
 
 ``sweep_family`` runs it over one actuator family (power caps, SM-clock locks); ``calibrate_decode``
 runs every family plus the vendor stand-ins and keeps the Pareto-best gated candidate (lowest J/token).
@@ -135,15 +135,25 @@ def sweep_family(family: str, values: Sequence[float], make: Callable[[float], L
     """
     pts: list[SweepPoint] = []
     measured: list[float] = []
-    for x in values:  # descending pass
+    past = 0
+    for x in values:  # descending pass; stop after two points past the thresholds (the fit needs both)
         p = measure(make(x))
         pts.append(_with(p, x, 0))
         measured.append(x)
-        if p.itl_p99_s > slo_itl_p99_s or p.throughput_tok_s < cfg.stop_throughput_frac * base.throughput_tok_s:
+        past = past + 1 if (p.itl_p99_s > slo_itl_p99_s or
+                            p.throughput_tok_s < cfg.stop_throughput_frac * base.throughput_tok_s) else 0
+        if past >= 2:
             break
     if cfg.passes == 2:
         for x in reversed(measured):  # ascending pass cancels drift
             pts.append(_with(measure(make(x)), x, 1))
+    # normalise by the default measured three times (baseline + both passes at the top value) rather
+    # than by one noisy baseline
+    top = [p.throughput_tok_s for p in pts if p.x == values[0]] + [base.throughput_tok_s]
+    ref = SweepPoint(x=math.nan, setting=base.setting, throughput_tok_s=float(np.mean(top)),
+                     itl_p50_s=base.itl_p50_s, itl_p99_s=base.itl_p99_s, power_w=base.power_w,
+                     j_per_token=base.j_per_token)
+    base = ref
     flat = flat_minimum(pts, base, slo_itl_p99_s, cfg)
     knee = None
     xs = np.array([p.x for p in pts])
