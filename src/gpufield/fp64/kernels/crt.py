@@ -73,42 +73,17 @@ def _rint(x):
 
 
 @triton.jit
-def _crt_kernel(
-    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr, mlimb_ptr, out_ptr,
-    L: tl.constexpr, COMBINE: tl.constexpr, BLOCK: tl.constexpr,
-):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < MN
-    i = offs // N
-    j = offs - i * N
-    sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
-    plane64 = tl.cast(plane, tl.int64)  # L * M * N may exceed 2**31
-    qf = tl.full((BLOCK,), 0.0, tl.float64)
-    a0 = tl.full((BLOCK,), 0, tl.int64)
-    a1 = tl.full((BLOCK,), 0, tl.int64)
-    a2 = tl.full((BLOCK,), 0, tl.int64)
-    a3 = tl.full((BLOCK,), 0, tl.int64)
-    a4 = tl.full((BLOCK,), 0, tl.int64)
-    a5 = tl.full((BLOCK,), 0, tl.int64)
-    for l in tl.static_range(L):
-        p = tl.load(mod_ptr + l)
-        x = tl.load(res_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
-        if COMBINE == 1:  # complex 3M, real part: T1 - T2
-            x = x - tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
-        if COMBINE == 2:  # complex 3M, imaginary part: T3 - T1 - T2
-            x = tl.load(res3_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64) - x
-            x = x - tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
-        q = tl.floor(x.to(tl.float64) * tl.load(invp_ptr + l)).to(tl.int64)  # off by <= ~8 for |x| < 2**62
-        r = ((x - q * p).to(tl.int32) % p.to(tl.int32)).to(tl.int64)  # int32 remainder only
-        r = tl.where(r < 0, r + p, r)
-        r = tl.where(r >= (p + 1) // 2, r - p, r)
-        qf += r.to(tl.float64) * tl.load(qp_ptr + l)
-        a0 += r * tl.load(climb_ptr + l * 6 + 0)
-        a1 += r * tl.load(climb_ptr + l * 6 + 1)
-        a2 += r * tl.load(climb_ptr + l * 6 + 2)
-        a3 += r * tl.load(climb_ptr + l * 6 + 3)
-        a4 += r * tl.load(climb_ptr + l * 6 + 4)
-        a5 += r * tl.load(climb_ptr + l * 6 + 5)
+def _sym_residue(x, p, invp):
+    """Symmetric residue of an int64 |x| < 2**62 without 64-bit division (float64 quotient + int32 rem)."""
+    q = tl.floor(x.to(tl.float64) * invp).to(tl.int64)  # off by <= ~8
+    r = ((x - q * p).to(tl.int32) % p.to(tl.int32)).to(tl.int64)
+    r = tl.where(r < 0, r + p, r)
+    return tl.where(r >= (p + 1) // 2, r - p, r)
+
+
+@triton.jit
+def _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK: tl.constexpr):
+    """X = sum - q M in limbs, sign/magnitude, and one correct rounding of X * 2**-sh."""
     q = _rint(qf)  # half to even, as torch.round in the reference
     a0 -= q * tl.load(mlimb_ptr + 0)
     a1 -= q * tl.load(mlimb_ptr + 1)
@@ -140,7 +115,68 @@ def _crt_kernel(
     e2 = tl.minimum(e - e1, 1023)
     mag = kept.to(tl.float64) * _pow2(e1)
     mag = mag * _pow2(e2)
-    tl.store(out_ptr + offs, tl.where(neg, -mag, mag), mask=mask)
+    return tl.where(neg, -mag, mag)
+
+
+@triton.jit
+def _crt_kernel(
+    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr, mlimb_ptr,
+    out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr, BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    i = offs // N
+    j = offs - i * N
+    sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
+    plane64 = tl.cast(plane, tl.int64)  # L * M * N may exceed 2**31
+    qf = tl.full((BLOCK,), 0.0, tl.float64)
+    a0 = tl.full((BLOCK,), 0, tl.int64)
+    a1 = tl.full((BLOCK,), 0, tl.int64)
+    a2 = tl.full((BLOCK,), 0, tl.int64)
+    a3 = tl.full((BLOCK,), 0, tl.int64)
+    a4 = tl.full((BLOCK,), 0, tl.int64)
+    a5 = tl.full((BLOCK,), 0, tl.int64)
+    qg = tl.full((BLOCK,), 0.0, tl.float64)
+    b0 = tl.full((BLOCK,), 0, tl.int64)
+    b1 = tl.full((BLOCK,), 0, tl.int64)
+    b2 = tl.full((BLOCK,), 0, tl.int64)
+    b3 = tl.full((BLOCK,), 0, tl.int64)
+    b4 = tl.full((BLOCK,), 0, tl.int64)
+    b5 = tl.full((BLOCK,), 0, tl.int64)
+    for l in tl.static_range(L):
+        p = tl.load(mod_ptr + l)
+        invp = tl.load(invp_ptr + l)
+        qp = tl.load(qp_ptr + l)
+        c0 = tl.load(climb_ptr + l * 6 + 0).to(tl.int64)  # int32 limbs: r * c is one widening multiply
+        c1 = tl.load(climb_ptr + l * 6 + 1).to(tl.int64)
+        c2 = tl.load(climb_ptr + l * 6 + 2).to(tl.int64)
+        c3 = tl.load(climb_ptr + l * 6 + 3).to(tl.int64)
+        c4 = tl.load(climb_ptr + l * 6 + 4).to(tl.int64)
+        c5 = tl.load(climb_ptr + l * 6 + 5).to(tl.int64)
+        x = tl.load(res_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
+        if COMPLEX:  # residue-domain Karatsuba: re = T1 - T2, im = T3 - T1 - T2
+            x2 = tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
+            x3 = tl.load(res3_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
+            y = _sym_residue(x3 - x - x2, p, invp)
+            x = x - x2
+            qg += y.to(tl.float64) * qp
+            b0 += y * c0
+            b1 += y * c1
+            b2 += y * c2
+            b3 += y * c3
+            b4 += y * c4
+            b5 += y * c5
+        r = _sym_residue(x, p, invp)
+        qf += r.to(tl.float64) * qp
+        a0 += r * c0
+        a1 += r * c1
+        a2 += r * c2
+        a3 += r * c3
+        a4 += r * c4
+        a5 += r * c5
+    tl.store(out_ptr + offs, _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK), mask=mask)
+    if COMPLEX:
+        tl.store(out2_ptr + offs, _finish(b0, b1, b2, b3, b4, b5, qg, sh, mlimb_ptr, BLOCK), mask=mask)
 
 
 _CONST_CACHE: dict = {}
@@ -157,7 +193,7 @@ def _consts(table: ModuliTable, device):
             torch.tensor(table.moduli, dtype=torch.int64, device=device),
             torch.tensor([1.0 / p for p in table.moduli], dtype=torch.float64, device=device),
             torch.tensor(table.q_over_p, dtype=torch.float64, device=device),
-            torch.tensor(cl, dtype=torch.int64, device=device),
+            torch.tensor(cl, dtype=torch.int32, device=device),
             torch.tensor(ml, dtype=torch.int64, device=device),
         )
     return _CONST_CACHE[key]
@@ -165,34 +201,35 @@ def _consts(table: ModuliTable, device):
 
 def crt_triton_rows_cols(
     res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable,
-    T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None, combine: int = 0,
-) -> torch.Tensor:
+    T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None,
+):
     """Launch the CRT kernel with separate row and column shifts (no [M, N] shift tensor in memory).
 
     Args:
         res_LMN: int32/int64 [L, M, N] contiguous products, congruent to the residues (T1 for complex).
         s_M: int64 [M]; t_N: int64 [N].
         table: moduli table.
-        T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same shape and dtype.
-        combine: 0 = real product; 1 = real part T1 - T2; 2 = imaginary part T3 - T1 - T2 (fused).
+        T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same shape and dtype as T1.
+            When given, re = CRT(T1 - T2) and im = CRT(T3 - T1 - T2) come out of one pass over T1, T2, T3.
 
     Returns:
-        float64 [M, N].
+        float64 [M, N], or (re, im) when T2/T3 are given.
     """
     L, M, N = res_LMN.shape
     res = res_LMN.contiguous()
-    r2 = res if T2_LMN is None else T2_LMN.contiguous()
-    r3 = res if T3_LMN is None else T3_LMN.contiguous()
+    cplx = T2_LMN is not None
+    r2 = T2_LMN.contiguous() if cplx else res
+    r3 = T3_LMN.contiguous() if cplx else res
     mods, invp, qp, cl, ml = _consts(table, res.device)
     out = torch.empty((M, N), dtype=torch.float64, device=res.device)
-    if M * N == 0:
-        return out
-    BLOCK = 256
-    _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
-        res, r2, r3, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
-        mods, invp, qp, cl, ml, out, L=L, COMBINE=combine, BLOCK=BLOCK,
-    )
-    return out
+    out2 = torch.empty((M, N), dtype=torch.float64, device=res.device) if cplx else out
+    if M * N:
+        BLOCK = 256
+        _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
+            res, r2, r3, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
+            mods, invp, qp, cl, ml, out, out2, L=L, COMPLEX=cplx, BLOCK=BLOCK,
+        )
+    return (out, out2) if cplx else out
 
 
 def crt_triton(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: ModuliTable) -> torch.Tensor:

@@ -247,7 +247,7 @@ def _padded_tables(tab: EpilogueTables, device: str) -> dict:
 
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
-                    block: int = 128) -> torch.Tensor:
+                    block: int | None = None) -> torch.Tensor:
     """Fused stage epilogue (same contract as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
 
     Args:
@@ -255,7 +255,9 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         shift_O: int64 [O] exponent shifts.
         tab: epilogue tables of the moduli used.
         variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
-        block: outputs per program (power of two >= 16).
+        block: outputs per program (power of two >= 16); default 128 on CUDA, and on CPU (the
+            Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
+            vectorizes over a few large programs.
 
     Returns:
         complex128 [O].
@@ -269,6 +271,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     O = T.shape[2]
     tb = _padded_tables(tab, str(T.device))
     out = torch.empty(2 * O, dtype=torch.float64, device=T.device)
+    if block is None:
+        block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(O))
     grid = (triton.cdiv(O, block),)
     _fft_epilogue_kernel[grid](
         T, O, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["C"], tb["M"], tb["frac"], tb["inv"],

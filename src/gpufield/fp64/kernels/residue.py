@@ -52,12 +52,14 @@ def _mod_fast(v, vf, p, invp):
 
 
 @triton.jit
-def _residue(yi, y, e, mant, neg, small, p, invp, tab_row_ptr):
+def _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_row_ptr):
     r = _mod_fast(yi, tl.where(small, y, 0.0), p, invp)
-    mm = _mod_fast(mant, mant.to(tl.float64), p, invp)
-    rb = (mm * tl.load(tab_row_ptr + e).to(tl.int32)) % p.to(tl.int32)
-    rb = tl.where(neg & (rb != 0), p.to(tl.int32) - rb, rb)
-    return tl.where(small, r, rb)  # int32 in [0, p)
+    if any_big > 0:  # mantissa/exponent path only in tiles that hold |y| >= 2**62
+        mm = _mod_fast(mant, mant.to(tl.float64), p, invp)
+        rb = (mm * tl.load(tab_row_ptr + e).to(tl.int32)) % p.to(tl.int32)
+        rb = tl.where(neg & (rb != 0), p.to(tl.int32) - rb, rb)
+        r = tl.where(small, r, rb)
+    return r  # int32 in [0, p)
 
 
 @triton.jit
@@ -86,14 +88,17 @@ def _scale_residue_kernel(
     yi, y, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
     if COMPLEX:
         yi2, y2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
+    any_big = tl.max(tl.max(tl.where(small, 0, 1), axis=1), axis=0)
+    if COMPLEX:
+        any_big = tl.maximum(any_big, tl.max(tl.max(tl.where(small2, 0, 1), axis=1), axis=0))
     out_off = rows[:, None] * K + cols[None, :]
     plane = tl.cast(R, tl.int64) * K  # int64: L * R * K may exceed 2**31
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
         invp = tl.load(invp_ptr + l)
-        r = _residue(yi, y, e, mant, neg, small, p, invp, tab_ptr + l * 2048)
+        r = _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_ptr + l * 2048)
         if COMPLEX:  # planes: re (0..L-1), im (L..2L-1), re+im wrapped (2L..3L-1)
-            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, p, invp, tab_ptr + l * 2048)
+            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + l * 2048)
             r3 = r + r2
             r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
             if OUT_INT8:

@@ -66,8 +66,7 @@ def reconstruct_complex(be, T1, T2, T3, s_M, t_N, table) -> torch.Tensor:
     if use_triton(getattr(be, "kernels", "torch"), T1.device):
         from gpufield.fp64.kernels.crt import crt_triton_rows_cols
 
-        re = crt_triton_rows_cols(T1, s_M, t_N, table, T2, T3, combine=1)
-        im = crt_triton_rows_cols(T1, s_M, t_N, table, T2, T3, combine=2)
+        re, im = crt_triton_rows_cols(T1, s_M, t_N, table, T2, T3)
         return torch.complex(re, im)
     T1, T2, T3 = (T.to(torch.int64) for T in (T1, T2, T3))
     return torch.complex(be.reconstruct(T1 - T2, s_M, t_N, table), be.reconstruct(T3 - T1 - T2, s_M, t_N, table))

@@ -80,7 +80,8 @@ def _shifts(A_MK, BT_NK, table, be, mode):
 
 
 def _row_blocks(M: int, per_row_bytes: int):
-    step = max(1, min(M, OUT_BLOCK_BYTES // max(per_row_bytes, 1)))
+    step = OUT_BLOCK_BYTES // max(per_row_bytes, 1)
+    step = max(256, step - step % 256)  # multiples of 256 rows keep _int_mm / _scaled_mm unpadded
     return [(m0, min(M, m0 + step)) for m0 in range(0, M, step)] or [(0, 0)]
 
 
