@@ -54,7 +54,8 @@ class TrainParser:
     prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
                  r"skipped=[1-9]|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
                  r"same checkpoint|_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*: |^rank,\w+_ms\s*$")
-    keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow", "skipped=",
+    keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow",
+                *(f"skipped={d}" for d in range(1, 10)),
                 "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
                 "rank,")
 
