@@ -211,3 +211,49 @@ def test_input_errors():
         ozaki_matmul(A, A.T, num_moduli=30)
     with pytest.raises(InputError):
         ozaki_error_bound(A.clone().fill_(float("nan")), A.T)
+
+
+def test_ill_conditioned_cancellation_vs_exact():
+    # rows [x, -x, tiny]: the exact dot products are tiny compared with sum |a||b| (condition ~1e16)
+    K = 24
+    base = ozaki_matrix(6, K // 2, 0.5, 30)
+    A = torch.cat([base, -base], dim=1)
+    A[:, -1] = 1e-12
+    B = torch.cat([ozaki_matrix(K // 2, 5, 0.5, 31)] * 2, dim=0)
+    E = exact_product(A, B)
+    for n in (10, 16, 20):
+        C = ozaki_matmul(A, B, num_moduli=n, mode="accurate")
+        err = abs_err(C, E)
+        assert (err <= ozaki_error_bound(A, B, num_moduli=n, mode="accurate")).all()
+    assert torch.equal(ozaki_matmul(A, B, num_moduli=20, mode="accurate"), rounded(E))
+
+
+def test_spike_plus_background_per_row_scaling_worst_case():
+    # one huge entry per row: small entries lose bits (documented limitation of per-row scaling);
+    # the result still obeys the a-priori bound and improves with more moduli.
+    A = ozaki_matrix(5, 30, 0.5, 32)
+    A[:, 3] = 1e12
+    B = ozaki_matrix(30, 4, 0.5, 33)
+    E = exact_product(A, B)
+    errs = []
+    for n in (8, 14, 20):
+        C = ozaki_matmul(A, B, num_moduli=n)
+        err = abs_err(C, E)
+        assert (err <= ozaki_error_bound(A, B, num_moduli=n)).all()
+        errs.append(float(err.max()))
+    assert errs[0] > errs[1] > errs[2]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("phi", [0.5, 2.0, 4.0])
+def test_error_curve_vs_moduli_wide_exponents(phi):
+    """fp64.md 2.6 CPU table shape: normwise error vs moduli on 32x256x32, reaching native by 16 moduli."""
+    A = ozaki_matrix(32, 256, phi, 40)
+    B = ozaki_matrix(256, 32, phi, 41)
+    E = exact_product(A, B)
+    scale = max(abs(float(x)) for row in E for x in row)
+    native = float(abs_err(A @ B, E).max()) / scale
+    errs = [float(abs_err(ozaki_matmul(A, B, num_moduli=n, backend="cpu-exact"), E).max()) / scale
+            for n in (8, 12, 16, 18)]
+    assert errs[0] > errs[1] > errs[2] >= errs[3]
+    assert errs[3] <= native
