@@ -6,7 +6,7 @@ import bz2
 import gzip
 import lzma
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -132,7 +132,7 @@ def test_mixed_prefixes_crlf_bad_bytes_and_no_final_newline(tmp_path):
     assert [e.line for e in ev] == list(range(1, 8))
 
     def ns(*a, ms=0):
-        return int(datetime(*a, tzinfo=timezone.utc).timestamp()) * 10**9 + ms * 10**6
+        return int(datetime(*a, tzinfo=UTC).timestamp()) * 10**9 + ms * 10**6
 
     assert (ev[0].ts_ns, ev[0].host) == (ns(2026, 5, 18, 19, 2, 39), "node-1")
     assert ev[1].ts_ns == ns(2026, 8, 11, 3, 14, 22) and ev[2].ts_ns == ns(2026, 8, 11, 3, 14, 22, ms=500)
@@ -180,3 +180,14 @@ def test_options_are_validated():
         IngestOptions(block_bytes=100)
     with pytest.raises(ValueError, match="utc_offset_s"):
         IngestOptions(utc_offset_s=20 * 3600)
+
+
+def test_rank_from_key_value_and_pg_rank(tmp_path):
+    p = tmp_path / "r.log"
+    p.write_text("2026-01-01 12:00:00 host=n1 rank=5 local_rank=1 RuntimeError: CUDA error: an illegal memory access "
+                 "was encountered\n"
+                 "[E ProcessGroupNCCL.cpp:1 ] [PG 3 Rank 7] Timeout at NCCL work: 31, last enqueued NCCL work: 31, "
+                 "last completed NCCL work: 30.\n")
+    a, b = ingest([p], options=OPTS).events
+    assert (a.kind, a.rank) == ("cuda_illegal_address", 5)
+    assert (b.kind, b.rank, b.fields["pg"], b.fields["pg_rank"]) == ("last_enqueued", None, 3, 7)   # rank in PG 3 is not global

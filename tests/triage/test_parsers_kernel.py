@@ -6,7 +6,7 @@ computed independently with :mod:`datetime`.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ EV = by_line(DATA / "kernel_variants.log")
 
 
 def _ns(*args: int, us: int = 0) -> int:
-    return int(datetime(*args, tzinfo=timezone.utc).timestamp()) * 10**9 + us * 1000
+    return int(datetime(*args, tzinfo=UTC).timestamp()) * 10**9 + us * 1000
 
 
 @pytest.mark.parametrize(("line", "xid", "bdf", "pid", "name"), [

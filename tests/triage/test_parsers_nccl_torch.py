@@ -6,7 +6,7 @@ NCCL result names from nccl.h (both restated in triage.md §2.7).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -75,7 +75,7 @@ def test_nccl_errors_wrapped_by_pytorch():
 
 
 def _ns(*args: int, frac_ns: int = 0) -> int:
-    return int(datetime(*args, tzinfo=timezone.utc).timestamp()) * 10**9 + frac_ns
+    return int(datetime(*args, tzinfo=UTC).timestamp()) * 10**9 + frac_ns
 
 
 @pytest.mark.parametrize(("line", "rank", "seq", "op", "numel", "timeout", "ran"), [

@@ -5,7 +5,7 @@ Byte counts are computed here from the printed numbers (PyTorch prints binary un
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ def test_elastic_lines():
     a, b = RUN[2], RUN[3]
     assert (a.kind, a.code, a.pid, a.fields["local_rank"]) == ("child_failed", "1", 429, 3)
     assert (b.code, b.pid, b.fields["signal_name"]) == ("-6", 29577, "SIGABRT")
-    assert b.ts_ns == int(datetime(2026, 11, 29, 11, 57, 7, tzinfo=timezone.utc).timestamp()) * 10**9 + 249000000
+    assert b.ts_ns == int(datetime(2026, 11, 29, 11, 57, 7, tzinfo=UTC).timestamp()) * 10**9 + 249000000
     assert RUN[58].kind == "rendezvous_error" and RUN[58].code == "RendezvousTimeoutError"
 
 
@@ -49,7 +49,7 @@ def test_child_failed_block_three_failures():
     assert {e.host for e in entries} == {"gpu005.aire.lee.alces.network"}
     assert all(e.fields["script"] == "scripts/pretrain_tdv.py" and e.code == "1" for e in entries)
     assert entries[2].severity == "fatal" and entries[2].fields.get("error_file") is None
-    assert entries[0].ts_ns == int(datetime(2026, 6, 21, 21, 35, 22, tzinfo=timezone.utc).timestamp()) * 10**9
+    assert entries[0].ts_ns == int(datetime(2026, 6, 21, 21, 35, 22, tzinfo=UTC).timestamp()) * 10**9
     assert not set(range(5, 35)) - {10, 17, 26} & RUN.keys()   # the block's other lines make no events
 
 

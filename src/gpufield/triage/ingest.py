@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-
 from gpufield.errors import LogFormatError
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import LOSS_PARSER, PARSERS

@@ -56,8 +56,8 @@ NCCL_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[
 # [Rank 0]  [PG 1 Rank 0]  [PG ID 0 PG GUID 0(default_pg) Rank 1]
 TORCH_RANK_RE = re.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>\S+) )?)?Rank (?P<rank>\d+)\]")
-# rank=3  rank: 3
-KV_RANK_RE = re.compile(r"\brank[=:] ?(?P<rank>\d+)\b")
+# rank=3   (key=value loggers; "local_rank=3" does not match: no word boundary after "_")
+KV_RANK_RE = re.compile(r"\brank=(?P<rank>\d+)\b")
 # 0000:3b:00  0000:b3:00.0  00000000:1B:00.0  (PCI bus id)
 BDF_RE = re.compile(r"(?P<dom>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
 UUID_RE = re.compile(r"\bGPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\bGPU-<[\w-]+>")
@@ -185,6 +185,9 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0) -> Prefix:
         m = TORCH_RANK_RE.search(line)
         if m and (m["pg"] is None or m["pg"] == "0"):
             p.rank = int(m["rank"])
+        elif m is None and "rank=" in line:
+            k = KV_RANK_RE.search(line)
+            p.rank = int(k["rank"]) if k else None
     return p
 
 
