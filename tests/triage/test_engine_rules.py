@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from test_engine import ev, watchdog
 
 from gpufield.triage import analyze, example_dir
@@ -105,3 +106,22 @@ def test_example_variant_with_renamed_hosts_and_another_gpu(tmp_path):
         f.write_text(t.replace("0000:ab:00", "0000:5d:00").replace("PCI:0000:ab", "PCI:0000:5d"), encoding="utf-8")
     top = analyze([str(d)]).incidents[0]
     assert (top.cls, top.host, top.gpu) == ("GPU_FELL_OFF_BUS", "gpu-r12-07", "0000:5d:00.0")
+
+
+@pytest.mark.parametrize("line,phase", [
+    ("Generating train split: 2230000 examples [29:59, 1466.92 examples/s]", "setup"),
+    ("Map (num_proc=8):  45%|████▌     | 4500/10000", "setup"),
+    ("Running tokenizer on dataset: 100%", "setup"),
+    ("Loading checkpoint shards: 100%|██████████| 4/4", "setup"),
+    ('  File "/x/transformers/modeling_utils.py", line 3850, in from_pretrained', "setup"),
+    ("Saving model checkpoint to out/checkpoint-500", "checkpoint_save"),
+    ("[Torch] Checkpoint global_step500 is about to be saved!", "checkpoint_save"),
+    (" saving checkpoint at iteration    2000 to /ckpt", "checkpoint_save"),
+    ('  File "/x/deepspeed/runtime/engine.py", line 3500, in save_16bit_model', "checkpoint_save"),
+    ("successfully saved checkpoint at iteration    2000 to /ckpt", "checkpoint_done"),
+    ("step 48000 | loss 1.8423 | lr 2.40e-05 | grad_norm 0.412", None),
+])
+def test_phase_banners_survive_the_keyword_prefilter(line, phase):
+    marks = scan_lines(["x", line, "y"], "f.log")
+    assert [m.phase for m in marks] == ([phase] if phase else [])
+    assert not marks or marks[0].line == 2

@@ -140,6 +140,9 @@ def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:
     return offsets
 
 
+_BULK = frozenset({"loss", "metric_sample"})  # one per step/sample: left as they are (cost, and unused)
+
+
 def infer_hosts(events: Sequence[Event]) -> list[Event]:
     """Fill ``host`` of host-less events from their file.
 
@@ -163,7 +166,8 @@ def infer_hosts(events: Sequence[Event]) -> list[Event]:
             parts = [p for p in re.split(r"[\\/]", e.file) if p in known]
             if parts and not hosts:
                 file_host[e.file] = parts[-1]
-    return [replace(e, host=file_host[e.file]) if not e.host and e.file in file_host else e for e in events]
+    return [replace(e, host=file_host[e.file]) if not e.host and e.file in file_host and e.kind not in _BULK else e
+            for e in events]
 
 
 def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -> Timeline:

@@ -28,6 +28,7 @@ LANE_H = 18
 LEFT = 170
 WIDTH = 1100
 MAX_LANES = 64
+MAX_DOTS = 4000  # beyond this the page stays readable: root evidence is always drawn, the rest sampled
 #: colour per event source family (hardware red ... teardown grey)
 COLOURS = {"kernel": "#d62728", "smi": "#d62728", "dcgm": "#ff7f0e", "nccl": "#ff7f0e", "cuda": "#9467bd",
            "train": "#2ca02c", "torch": "#1f77b4", "torchrun": "#7f7f7f", "tool": "#17becf"}
@@ -53,6 +54,10 @@ def timeline_svg_data(result: TriageResult) -> dict:
     """Lanes, dots and axis labels for the template's inline SVG."""
     skip = {"loss", "gpu_map", "metric_sample"}
     events = [e for e in result.events if e.kind not in skip and e.severity not in ("debug", "info")]
+    if len(events) > MAX_DOTS:
+        keep = {id(x.event) for inc in result.incidents for x in inc.evidence}
+        step = len(events) // MAX_DOTS + 1
+        events = [e for i, e in enumerate(events) if id(e) in keep or i % step == 0]
     lanes = sorted({_lane(e) for e in events}, key=lambda s: (s.split(" / ")[0], len(s), s))[:MAX_LANES]
     index = {lane: i for i, lane in enumerate(lanes)}
     tl = result.engine.timeline if result.engine else None
