@@ -116,8 +116,10 @@ def arm_metrics(name: str, r: SimResult, sc: Scenario, seed: int = 0) -> ArmResu
     rng = np.random.default_rng(seed)
     nb = len(r.energy_windows_j)
     tok = np.zeros(nb)
-    k = np.minimum((r.finish_s // r.window_s).astype(int), nb - 1)
-    np.add.at(tok, k, r.output_tokens)
+    # tokens counted in the window they were generated in (decode iterations + first tokens),
+    # so each window's tokens and energy belong together
+    np.add.at(tok, np.minimum((r.it_end_s // r.window_s).astype(int), nb - 1), r.it_tokens)
+    np.add.at(tok, np.minimum((r.first_token_s // r.window_s).astype(int), nb - 1), 1.0)
     e2e = r.e2e_s
     idx = rng.integers(0, len(e2e), (400, len(e2e)))
     e_lo, e_hi = np.percentile(e2e[idx].mean(1), [2.5, 97.5])
