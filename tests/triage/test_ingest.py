@@ -191,3 +191,18 @@ def test_rank_from_key_value_and_pg_rank(tmp_path):
     a, b = ingest([p], options=OPTS).events
     assert (a.kind, a.rank) == ("cuda_illegal_address", 5)
     assert (b.kind, b.rank, b.fields["pg"], b.fields["pg_rank"]) == ("last_enqueued", None, 3, 7)   # rank in PG 3 is not global
+
+
+def test_year_from_mtime_with_new_year_rollover(tmp_path):
+    import os
+
+    p = tmp_path / "syslog"
+    p.write_text("Dec 31 23:59:58 n1 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+                 "Jan  1 00:00:03 n1 kernel: NVRM: Xid (PCI:0000:3c:00): 79, GPU has fallen off the bus.\n")
+    mtime = datetime(2027, 1, 1, 0, 5, tzinfo=UTC).timestamp()
+    os.utime(p, (mtime, mtime))
+    a, b = ingest([p]).events                       # no year given: from mtime, December -> 2026
+    assert a.ts_ns == int(datetime(2026, 12, 31, 23, 59, 58, tzinfo=UTC).timestamp()) * 10**9
+    assert b.ts_ns == int(datetime(2027, 1, 1, 0, 0, 3, tzinfo=UTC).timestamp()) * 10**9
+    a2, _ = ingest([p], options=IngestOptions(year=2027)).events   # an explicit year is taken as given
+    assert a2.ts_ns == int(datetime(2027, 12, 31, 23, 59, 58, tzinfo=UTC).timestamp()) * 10**9

@@ -14,8 +14,10 @@ What is skipped, with a per-file warning naming ``file:line``: in a directory wa
 documentation / code / image / checkpoint files (:data:`SKIP_SUFFIXES`); missing paths, unreadable files,
 binary files (a NUL byte in the first 8 KiB after decompression), empty files, unsupported
 compression (zstd), a truncated compressed stream (events before the cut are kept), directories
-without files. Timestamps without a year take ``IngestOptions.year``, else the year of the file's
-modification time (UTC); zone-less timestamps are read as UTC unless ``utc_offset_s`` is given.
+without files. Timestamps without a year (syslog, glog) take ``IngestOptions.year``, else the year of
+the file's modification time (UTC), or the year before when that would put the line more than a day
+after the mtime (a log spanning New Year); zone-less timestamps are read as UTC unless
+``utc_offset_s`` is given. ``dmesg -T`` times are dmesg's own boot-time estimate, kept as printed.
 """
 
 from __future__ import annotations
@@ -266,7 +268,9 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
         st.warnings.append(IngestWarning(path, None, f"binary file (NUL byte at offset {nul}), skipped"))
         st.files_skipped += 1
         return
-    year = opts.year or time.gmtime(os.path.getmtime(path)).tm_year
+    mtime = os.path.getmtime(path)
+    year = opts.year or time.gmtime(mtime).tm_year
+    not_after = None if opts.year else int(mtime * 1e9)
     counters = ScanCounters()
 
     def on_error(e: Exception, lines: int) -> None:
@@ -275,7 +279,7 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
 
     try:
         yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
-                        opts.block_bytes, on_error)
+                        opts.block_bytes, on_error, not_after)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)

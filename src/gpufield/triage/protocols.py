@@ -42,12 +42,16 @@ class LineContext:
             ``IngestOptions.year``, else from the file's modification time (UTC).
         utc_offset_s: offset of the writer's local clock from UTC, applied to timestamps that
             carry no zone (syslog, glog, ``dmesg -T``, python logging). 0 = assume UTC.
+        not_after_ns: latest plausible time of any line (the file's mtime, UTC ns) when the year
+            was guessed from it; a year-less timestamp beyond it by over a day is taken to be from
+            the previous year. None = no correction (the year was given explicitly).
     """
 
     file: str
     line: int
     year: int
     utc_offset_s: int = 0
+    not_after_ns: int | None = None
 
 
 @runtime_checkable

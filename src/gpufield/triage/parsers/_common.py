@@ -11,7 +11,7 @@ from gpufield.triage.protocols import LineContext
 
 def prefix_of(line: str, ctx: LineContext) -> Prefix:
     """:func:`split_prefix` with the context's year and UTC offset."""
-    return split_prefix(line, ctx.year, ctx.utc_offset_s)
+    return split_prefix(line, ctx.year, ctx.utc_offset_s, ctx.not_after_ns)
 
 
 def event(

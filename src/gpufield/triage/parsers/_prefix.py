@@ -16,7 +16,9 @@ Formats stripped, in any nesting order (``../shared/reference/triage.md`` §2.2,
     [2022-02-16 01:23:00,852] [INFO] ...                             # python logging / DeepSpeed
     host:946:988 [0] transport/net_ib.cc:839 NCCL WARN ...           # NCCL (the [0] is cudaDev)
 
-Timestamps without a year take :attr:`LineContext.year`; timestamps without a zone are read as
+Timestamps without a year take :attr:`LineContext.year` (the previous year when that would put
+them more than a day after :attr:`LineContext.not_after_ns`, the file's mtime: a log that spans New
+Year); timestamps without a zone are read as
 local time ``LineContext.utc_offset_s`` away from UTC (default: UTC). ``dmesg -T`` is derived by
 dmesg from boot time + monotonic seconds and can drift; it is kept as given.
 """
@@ -109,12 +111,23 @@ def _tz_seconds(tz: str | None, default: int) -> int:
     return sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
 
 
-def split_prefix(line: str, year: int, utc_offset_s: int = 0) -> Prefix:
+def _yearless(year: int, mon: int, day: int, hms: str, frac: str | None, off: int, not_after_ns: int | None) -> int | None:
+    """A timestamp without a year: ``year``, or the year before when that would lie after
+    ``not_after_ns`` by more than a day (a December line in a file last written in January)."""
+    ns = _ns(year, mon, day, hms, frac, off)
+    if ns is not None and not_after_ns is not None and ns > not_after_ns + 86_400 * 10**9:
+        return _ns(year - 1, mon, day, hms, frac, off)
+    return ns
+
+
+def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int | None = None) -> Prefix:
     """Strip the known prefixes from the start of ``line`` (in any order, up to 6 of them).
 
     Args:
         line: raw line without newline.
         year: year for timestamps that lack one.
+        not_after_ns: latest plausible time (the file's mtime); a year-less timestamp later than
+            this by over a day is moved to the previous year.
         utc_offset_s: writer's UTC offset for zone-less timestamps (seconds east of UTC).
 
     Returns:
@@ -135,7 +148,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0) -> Prefix:
             continue
         m = SYSLOG_RE.match(line, pos)
         if m:
-            p.ts_ns = _ns(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s)
+            p.ts_ns = _yearless(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
             p.host = m["host"]
             if m["pid"] and m["tag"] != "kernel":
                 p.pid = int(m["pid"])
@@ -169,7 +182,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0) -> Prefix:
         if m:
             p.level = m["lvl"]
             if m["mm"]:
-                p.ts_ns = _ns(year, int(m["mm"]), int(m["dd"]), m["hms"], m["frac"], utc_offset_s)
+                p.ts_ns = _yearless(year, int(m["mm"]), int(m["dd"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
             if m["tid"] and not m["br"]:
                 p.pid = int(m["tid"])  # glog's field is the thread id; torchrun writes the pid there
             pos = m.end()

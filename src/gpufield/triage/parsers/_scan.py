@@ -82,7 +82,8 @@ def _line(block: bytes, starts: np.ndarray, i: int) -> str:
 
 def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int,
          counters: ScanCounters, block_bytes: int = BLOCK_BYTES,
-         on_error: Callable[[Exception, int], None] | None = None) -> Iterator[Event]:
+         on_error: Callable[[Exception, int], None] | None = None,
+         not_after_ns: int | None = None) -> Iterator[Event]:
     """Yield the events of one (already opened, decompressed) byte stream.
 
     Args:
@@ -95,6 +96,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         block_bytes: read size.
         on_error: called with (exception, lines read so far) when reading fails mid-stream
             (truncated gzip); the scan then ends after flushing what was read. None = re-raise.
+        not_after_ns: see :attr:`LineContext.not_after_ns`.
 
     Yields:
         Events in file order.
@@ -153,7 +155,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                 counters.lines = base
                 continue
             pending = None
-            yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s)), counters)
+            yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)
             nxt = j
         for i in cand.tolist():
             if i < nxt:
@@ -177,10 +179,10 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                         nxt = n
                         break
                     nxt = j
-                    yield from _emit(p.parse_record(lines, _ctx(path, lineno, year, utc_offset_s)),  # type: ignore[attr-defined]
+                    yield from _emit(p.parse_record(lines, _ctx(path, lineno, year, utc_offset_s, not_after_ns)),  # type: ignore[attr-defined]
                                      counters)
                     break
-                ev = p.parse_line(line, _ctx(path, lineno, year, utc_offset_s))
+                ev = p.parse_line(line, _ctx(path, lineno, year, utc_offset_s, not_after_ns))
                 if ev is not None:
                     counters.events += 1
                     yield ev
@@ -191,7 +193,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         counters.lines = base
     if pending is not None:
         pi, lines, first = pending
-        yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s)), counters)  # type: ignore[attr-defined]
+        yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)  # type: ignore[attr-defined]
 
 
 def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> np.ndarray:
@@ -237,8 +239,8 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def _ctx(path: str, line: int, year: int, off: int) -> LineContext:
-    return LineContext(file=path, line=line, year=year, utc_offset_s=off)
+def _ctx(path: str, line: int, year: int, off: int, not_after_ns: int | None) -> LineContext:
+    return LineContext(file=path, line=line, year=year, utc_offset_s=off, not_after_ns=not_after_ns)
 
 
 def _emit(events: list[Event], counters: ScanCounters) -> Iterator[Event]:

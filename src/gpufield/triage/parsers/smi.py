@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufield.triage.events import Event
 from gpufield.triage.parsers._common import event, prefix_of, to_int
@@ -101,7 +102,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         ind, key, val = len(kv["ind"]), kv["key"], kv["val"]
         path = [p for p in path if p[0] < ind]
         names = [p[1] for p in path]
-        lctx = LineContext(ctx.file, ctx.line + i, ctx.year, ctx.utc_offset_s)
+        lctx = replace(ctx, line=ctx.line + i)
         if key == "GPU UUID":
             uuid = val
         elif key == "Minor Number":
@@ -142,7 +143,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         elif section == "Remapped Rows" and "Histogram" in (names[-1] if names else ""):
             remap[f"banks_{key.lower()}"] = to_int(val.split()[0]) if val else None
     if remap:
-        lctx = LineContext(ctx.file, ctx.line + remap_line, ctx.year, ctx.utc_offset_s)
+        lctx = replace(ctx, line=ctx.line + remap_line)
         bad = remap.get("failure") or remap.get("pending")
         out.append(event("smi", "row_remap", lctx, "\n".join(lines[remap_line - 1:remap_line + 4]), pre,
                          bdf=bdf, severity="error" if bad else "info", fields=remap))
@@ -150,8 +151,6 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
 
 
 def _with(e: Event, uuid: str | None, index: int | None) -> Event:
-    from dataclasses import replace
-
     return replace(e, gpu_uuid=e.gpu_uuid or uuid, gpu_index=e.gpu_index if e.gpu_index is not None else index)
 
 
@@ -166,7 +165,7 @@ def _p2p_matrix(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         if not r:
             continue
         vals = [float(v) for v in r["vals"].split()]
-        lctx = LineContext(ctx.file, ctx.line + i, ctx.year, ctx.utc_offset_s)
+        lctx = replace(ctx, line=ctx.line + i)
         f = {"p2p_enabled": enabled, "direction": (h["dir"] or "").lower() or None,
              "writes": True if h["mode"] and "Writes" in h["mode"] else None, "matrix": lines[0].strip()}
         f["latency_us" if latency else "gb_per_s"] = vals

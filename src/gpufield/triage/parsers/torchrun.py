@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import signal as _signal
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufield.triage.events import Event
 from gpufield.triage.parsers._common import event, prefix_of, to_int
@@ -144,7 +145,7 @@ class TorchrunParser:
             s = SIGNAL_RE.search(e.get("traceback") or "")
             if s:
                 sig, name = int(s["n"]), s["name"]
-            line_ctx = LineContext(ctx.file, ctx.line + start, ctx.year, ctx.utc_offset_s)
+            line_ctx = replace(ctx, line=ctx.line + start)
             raw = "\n".join(lines[start:end])
             ts = parse_date_time(e["time"], ctx.utc_offset_s) if e.get("time") else None
             err_file = e.get("error_file")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from gpufield.triage.events import Event
 from gpufield.triage.parsers._common import event, prefix_of, to_float, to_int
@@ -118,7 +119,7 @@ class TrainParser:
             if not r:
                 continue
             v = float(r["v"])
-            row_ctx = LineContext(ctx.file, ctx.line + i, ctx.year, ctx.utc_offset_s)
+            row_ctx = replace(ctx, line=ctx.line + i)
             out.append(event("tool", "straggler_finding", row_ctx, x, pre, severity="info", rank=int(r["rank"]),
                              fields={"metric": metric, "value_ms": v, "step_ms": v}))
         return out
