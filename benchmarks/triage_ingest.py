@@ -153,6 +153,11 @@ def main() -> None:
                 f.write(inc)
         dense_expected = per_insertion * 64
 
+        os.sync()
+        t = time.perf_counter()
+        subprocess.run(["wc", "-l", str(big)], capture_output=True, check=True)   # also warms the page cache
+        wc_s = time.perf_counter() - t
+        load_before = os.getloadavg()
         g1 = grep(["NVRM"], big)
         g2 = grep(["-E", "NVRM|NCCL WARN|Watchdog caught|Xid"], big)
         full = child(big)
@@ -163,7 +168,8 @@ def main() -> None:
             "file_bytes": total, "insertions": n_ins, "incident_bytes_share": len(inc) * n_ins / total,
             "generate_s": gen_s, "events_expected": per_insertion * n_ins, "full": full, "tenth": tenth,
             "gzip_256MiB": gzr, "dense": den, "dense_expected": dense_expected, "grep_c_NVRM": {"seconds": g1[0], "count": g1[1]},
-            "grep_c_E_4patterns": {"seconds": g2[0], "count": g2[1]}, "cpus": os.cpu_count(),
+            "grep_c_E_4patterns": {"seconds": g2[0], "count": g2[1]}, "wc_l_seconds": wc_s, "cpus": os.cpu_count(),
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
         }
         print(json.dumps(res, indent=2))
         mb = total / 1e6
@@ -177,7 +183,8 @@ def main() -> None:
         print(f"dense   {den['bytes'] / 1e6:,.0f} MB, {den['events']:,} events (expected {dense_expected:,}): "
               f"{den['bytes'] / 1e6 / den['seconds']:.0f} MB/s")
         print(f"grep -c NVRM: {g1[0]:.1f} s = {mb / g1[0]:.0f} MB/s (count {g1[1]:,}); "
-              f"grep -c -E 4 patterns: {g2[0]:.1f} s = {mb / g2[0]:.0f} MB/s")
+              f"grep -c -E 4 patterns: {g2[0]:.1f} s = {mb / g2[0]:.0f} MB/s; wc -l {mb / wc_s:.0f} MB/s")
+        print(f"load average before/after: {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
