@@ -125,3 +125,24 @@ def test_phase_banners_survive_the_keyword_prefilter(line, phase):
     marks = scan_lines(["x", line, "y"], "f.log")
     assert [m.phase for m in marks] == ([phase] if phase else [])
     assert not marks or marks[0].line == 2
+
+
+def test_healthy_progress_lines_and_unrelated_errors_do_not_fire():
+    healthy = [ev("skipped_step", f"[Rank 0] step={s}, skipped=0, lr=[0.0001]", line=s, fields={"step": s, "skipped": 0})
+               for s in range(1, 4)]
+    hub = ev("python_exception", "requests.exceptions.ConnectionError: Failed to resolve 'huggingface.co'",
+             line=9, fields={"exc_type": "requests.exceptions.ConnectionError"})
+    classes = [i.cls for i in run_engine([*healthy, hub]).incidents]
+    assert "SILENT_SKIPPED_STEPS" not in classes and "NCCL_NETWORK_CONFIG" not in classes
+    assert classes == ["UNKNOWN"]  # an uncaught exception: code/data fault, STOP
+    assert run_engine([*healthy, hub]).incidents[0].action_kind == "STOP"
+
+
+def test_a_few_early_overflow_skips_do_not_outrank_a_collective_timeout():
+    skip = ev("loss_scale_overflow", "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, "
+              "reducing to 32768.0", line=1, t_s=0, fields={"loss_scale": 65536.0, "new_loss_scale": 32768.0})
+    w = watchdog(0, None, 900, line=50, file="a.log")
+    assert [i.cls for i in run_engine([skip, w]).incidents] == ["NCCL_COLLECTIVE_TIMEOUT", "LOSS_SCALE_COLLAPSE"]
+    floor = ev("loss_scale_overflow", "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1",
+               line=2, t_s=1, fields={"loss_scale": 2.0, "new_loss_scale": 1.0})
+    assert run_engine([skip, floor, w]).incidents[0].cls == "LOSS_SCALE_COLLAPSE"  # scale hit 1: established

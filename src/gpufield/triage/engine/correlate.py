@@ -89,7 +89,8 @@ class Timeline:
     def before(self, a: Event, b: Event) -> bool | None:
         """True if ``a`` is clearly before ``b`` (beyond the skew tolerance), None if unordered.
 
-        Same-file events without times compare by line number.
+        Events of the same untimed file compare by line number; an event with no time at all
+        is unordered against a timed one.
         """
         ta, tb = self.t(a), self.t(b)
         if ta is not None and tb is not None:
@@ -98,9 +99,9 @@ class Timeline:
             if abs(ta - tb) <= self.skew_tolerance_ns:
                 return None
             return ta < tb
-        if a.file == b.file:
-            return a.line < b.line
-        return None
+        if ta is None and tb is None and a.file == b.file:
+            return a.line < b.line  # an untimed file: file order is the only order
+        return None  # one side has no time at all (e.g. pasted output above a syslog excerpt)
 
 
 def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:

@@ -36,12 +36,23 @@ PERFORMANCE = frozenset({"STRAGGLER_COMPUTE", "STRAGGLER_INPUT", "STRAGGLER_THER
                          "CHECKPOINT_IO_SLOW"})
 
 
+#: classes whose unestablished findings are weaker than any cascade-level evidence
+HINTS = frozenset({"LOSS_SCALE_COLLAPSE", "SILENT_SKIPPED_STEPS"})
+
+
 def order_key(f: Finding) -> tuple:
     """Sort key: established first, then causal tier, time, confidence (untimed after timed).
 
     Performance findings (stragglers, slow input/checkpoints) come after all failure findings.
     """
-    group = 3 if f.cls in PERFORMANCE else 0 if f.established else (1 if f.tier <= Tier.PROCESS else 2)
+    if f.cls in PERFORMANCE:
+        group = 4
+    elif f.established:
+        group = 0
+    elif f.cls in HINTS:
+        group = 3  # e.g. a few fp16 overflow skips: normal calibration unless nothing else is wrong
+    else:
+        group = 1 if f.tier <= Tier.PROCESS else 2
     return (group, int(f.tier), f.t_ns is None, f.t_ns or 0, -f.confidence, f.root.file, f.root.line)
 
 

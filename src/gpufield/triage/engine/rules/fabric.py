@@ -26,12 +26,14 @@ _NET_CONFIG = re.compile(
     r"NCCL_SOCKET_IFNAME|NCCL_IB_HCA|No usable listening interface|Invalid NCCL_|"
     r"Network is unreachable|No route to host|Could not find (?:any )?(?:interface|net plugin)|"
     r"Bootstrap : no|failed to resolve|NET/IB : No device found|Failed to open libibverbs|"
-    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|ibv_modify_qp failed",
+    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|"
+    r"Call to ibv_(?:create_qp|modify_qp|reg_mr|open_device|alloc_pd|create_cq)\w* failed|ibv_modify_qp failed",
     re.IGNORECASE,
 )
 # connect() failures: configuration (firewall, wrong interface) before the job ever ran, a dead peer after
 _CONNECT_FAIL = re.compile(r"Connect to \S+ failed|Connection refused|Connection timed out|connect returned",
                            re.IGNORECASE)
+_NCCLISH = re.compile(r"NCCL|c10d|ProcessGroup|socket", re.IGNORECASE)  # a Python error about NCCL's network
 _P2P_TEXT = re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported|P2P is disabled between",
                        re.IGNORECASE)
 # NCCL SHM transport / container IPC: shm_open / posix_fallocate on /dev/shm, cudaIpc* handles
@@ -104,8 +106,9 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     """NCCL bootstrap / socket interface / bind failures -> ``NCCL_NETWORK_CONFIG``."""
     kinds = ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error", "nccl_remote_error",
              "python_exception")
-    evs = ctx.matching(_NET_CONFIG, kinds)
-    evs += [e for e in ctx.matching(_CONNECT_FAIL, kinds) if e not in evs and not ctx.progress_before(e)]
+    evs = [e for e in ctx.matching(_NET_CONFIG, kinds) if e.kind != "python_exception" or _NCCLISH.search(text(e))]
+    evs += [e for e in ctx.matching(_CONNECT_FAIL, kinds) if e not in evs and not ctx.progress_before(e)
+            and (e.kind != "python_exception" or _NCCLISH.search(text(e)))]
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))

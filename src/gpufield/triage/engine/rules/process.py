@@ -139,9 +139,9 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
 
 def silent_skip_rule(ctx: RuleContext) -> list[Finding]:
     """Optimizer steps skipped with no overflow message (bf16 ZeRO) -> ``SILENT_SKIPPED_STEPS``."""
-    skips = ctx.kinds("skipped_step")
+    skips = [e for e in ctx.kinds("skipped_step") if as_int(e.fields.get("skipped")) != 0]
     if not skips or ctx.kinds("loss_scale_overflow"):
-        return []
+        return []  # "skipped=0" progress lines are healthy; overflow skips belong to loss_scale
     return [finding(ctx, "SILENT_SKIPPED_STEPS", "silent_skip", Tier.PROCESS, CONF_INFERRED, skips,
                     note=f"{len(skips)} skipped optimizer step(s) without any overflow message.")]
 
