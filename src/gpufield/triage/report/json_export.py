@@ -12,6 +12,7 @@ Schema ``gpufield.triage.result/1``::
          "established": bool, "confidence": float,
          "action_kind": "RETRY|EXCLUDE_NODE|RESET_GPU|FIX_CONFIG|STOP", "action": str,
          "next_evidence": [str],
+         "blamed": {"host", "gpu", "rank"},   # the entity the action targets (null: not identified)
          "root": {"host", "rank", "gpu", "gpu_bdf", "gpu_uuid", "file", "line", "time", "kind", "raw"},
          "cascade_count": int, "cascade_classes": [str], "rule": str, "note": str,
          "evidence": [{"role": "root|cascade", "file", "line", "host", "rank", "kind", "time",
@@ -19,7 +20,9 @@ Schema ``gpufield.triage.result/1``::
       ]
     }
 
-Times are ISO 8601 UTC strings (clock-skew corrected for the root) or null.
+Times are ISO 8601 UTC strings (clock-skew corrected for the root) or null. ``root`` locates the
+root evidence line (its host/rank fall back to the reporting event's); ``blamed`` is what the rules
+blame, null where the logs do not name it (e.g. the victim side of a peer exit).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def incident_dict(inc: Incident) -> dict[str, Any]:
         "class": inc.cls, "root_cause": inc.root_cause, "established": inc.established,
         "confidence": inc.confidence, "action_kind": inc.action_kind, "action": inc.action,
         "next_evidence": list(inc.next_evidence),
+        "blamed": {"host": inc.host, "gpu": inc.gpu, "rank": inc.rank},
         "root": {"host": inc.host or r.host, "rank": inc.rank if inc.rank is not None else r.rank,
                  "gpu": inc.gpu, "gpu_bdf": r.gpu_bdf, "gpu_uuid": r.gpu_uuid, "file": r.file, "line": r.line,
                  "time": iso(inc.t_ns), "kind": r.kind, "raw": r.raw},
