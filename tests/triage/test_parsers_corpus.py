@@ -143,3 +143,24 @@ def test_keywords_cover_prefilters(shared_dir):
             for p in (*PARSERS, LOSS_PARSER):
                 if re.search(p.prefilter, line):
                     assert any(k in line for k in p.keywords), f"{p.name} keywords miss {path.name}:{n}"
+
+
+def test_events_follow_the_contract(shared_dir):
+    """Kinds, sources, severities and fields are those documented in gpufield.triage.events."""
+    from typing import get_args
+
+    from gpufield.triage.events import COMMON_FIELDS, KINDS, OTHER_SOURCES, SOURCES, Severity
+    from gpufield.triage.protocols import LogParser
+
+    assert all(isinstance(p, LogParser) for p in (*PARSERS, LOSS_PARSER))
+    assert {p.name for p in PARSERS if isinstance(p, RecordParser)} == {"kernel", "torchrun", "train", "smi"}
+    res = ingest([DATA, shared_dir / "data/triage-cases"], options=IngestOptions(year=2026, with_loss=True))
+    seen = set()
+    for e in res.events:
+        source, _, fields = KINDS[e.kind]
+        assert e.source in SOURCES and e.source in (source, *OTHER_SOURCES.get(e.kind, ())), e.where
+        assert e.severity in get_args(Severity), e.where
+        assert set(e.fields) <= set(fields) | set(COMMON_FIELDS), (e.where, set(e.fields) - set(fields))
+        assert e.raw and e.line >= 1 and e.file
+        seen.add(e.kind)
+    assert len(seen) >= 40          # the fixtures and corpus exercise nearly every kind

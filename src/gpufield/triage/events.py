@@ -47,19 +47,19 @@ SOURCES = (
 #: ``code`` holds the primary code as a string (Xid number, IB status, NCCL retcode, exit code).
 KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # kernel
-    "xid": ("kernel", "NVRM Xid", ("xid", "pid", "name", "message", "rst", "d_rst", "mnemonic", "gpu_instance", "subcode", "fatal", "phys_addr", "link")),
+    "xid": ("kernel", "NVRM Xid", ("xid", "pid", "name", "message", "rst", "d_rst", "mnemonic", "gpu_instance", "subcode", "fatal", "phys_addr", "link", "intrinfo", "error_status")),
     "sxid": ("kernel", "NVSwitch SXid", ("sxid", "message", "fatal", "link", "switch")),
-    "gpu_fell_off_bus": ("kernel", "GPU has fallen off the bus (with or without Xid 79)", ("message",)),
+    "gpu_fell_off_bus": ("kernel", "GPU has fallen off the bus (with or without Xid 79)", ("message", "multiline", "pci_id")),
     "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message", "status")),
     "gpu_map": ("kernel", "NVRM: GPU at PCI:<bdf>: GPU-<uuid> join line", ()),
-    "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source")),
+    "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source", "id_kind")),
     "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup")),
     "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
-    "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state")),
+    "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state", "nic_bdf")),
     # nccl
     "nccl_warn": ("nccl", "NCCL WARN line", ("message", "site", "retcode")),
     "nccl_return": ("nccl", "NCCL INFO error-return chain line 'file.cc:N -> R' (R = ncclResult_t)", ("site", "retcode")),
-    "ib_completion_error": ("nccl", "NET/IB completion with error", ("status", "status_text", "opcode", "vendor_err", "peer", "qp")),
+    "ib_completion_error": ("nccl", "NET/IB completion with error", ("status", "status_text", "opcode", "vendor_err", "peer", "qp", "direction", "hca", "len", "opcode_text")),
     "ib_async_event": ("nccl", "NET/IB async event (e.g. port error)", ("event",)),
     "nccl_system_error": ("nccl", "unhandled system error / ncclSystemError", ("message", "errno", "nccl_version")),
     "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message", "peer", "nccl_version")),
@@ -69,21 +69,21 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg", "wrapped")),
     "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s", "pg", "message")),
     "desync": ("torch", "desync debug report / collective sequence mismatch", ("seq", "op_type", "message")),
-    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks", "seq", "pg")),
+    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks", "seq", "pg", "enabled", "entry")),
     "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started", "seq", "pg")),
     "pg_teardown": ("torch", "'Some NCCL operations have failed or timed out' / 'taking the entire process down'", ("message",)),
     "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message", "pg")),
     "python_exception": ("torch", "uncaught Python exception line (RuntimeError: ... etc.)", ("exc_type", "message", "errno")),
     # torchrun
-    "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file", "root_cause", "time", "traceback", "script", "entry")),
-    "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message")),
+    "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file", "root_cause", "time", "traceback", "script", "entry", "binary", "block_line")),
+    "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message", "timeout_s")),
     "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count", "attempts_left", "message")),
-    "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name", "message")),
+    "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name", "message", "sent_by_agent")),
     # cuda
-    "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message", "via")),
-    "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation", "process_bytes", "phase")),
+    "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message", "via", "pg")),
+    "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation", "process_bytes", "phase", "reserved_unallocated_bytes")),
     "cuda_error": ("cuda", "other CUDA runtime error", ("message", "cuda_error", "cuda_code")),
-    "bus_error": ("cuda", "DataLoader worker bus error / shm exhausted", ("message",)),
+    "bus_error": ("cuda", "DataLoader worker bus error / shm exhausted", ("message", "shm_hint")),
     "gpu_handle_error": ("smi", "nvidia-smi / NVML cannot reach a GPU (Unable to determine the device handle, NVMLError)", ("message",)),
     # train
     "loss": ("train", "a training-progress line with a loss value (only with IngestOptions(with_loss=True))", ("step", "loss", "iter")),
@@ -95,11 +95,22 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # smi / dcgm
     "clock_event": ("smi", "active clock-event (throttle) reason", ("reason", "active", "reasons", "mask", "counter_us")),
     "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile", "location")),
-    "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure")),
-    "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes")),
+    "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure", "banks_max", "banks_high", "banks_partial", "banks_low", "banks_none")),
+    "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes", "matrix")),
     "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }
+
+
+#: fields any kind may carry besides its own: the glog level letter, torchrun's local rank, the rank
+#: inside a non-default process group, the Python exception type, a truncation flag, the message
+#: text, the metric name (DCGM), the NCCL result name, the source location (``file.cc:N``)
+COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "message", "metric", "result",
+                 "where", "site")
+
+#: kinds emitted by more than the source listed first in :data:`KINDS` (dcgm-exporter text gives
+#: the same clock-event / ECC / row-remap facts as nvidia-smi)
+OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",)}
 
 
 @dataclass(frozen=True, slots=True)
