@@ -33,11 +33,14 @@ CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi du
    class names the symptom but its ``root_cause`` is ``UNKNOWN`` and ``next_evidence`` says what to
    collect (Flight Recorder, dmesg of the missing rank's host, ...).
 
-**Confidence** is a calibrated-ish probability that the class is the right label for the incident:
-0.9 a catalogued code/message with the blamed host or GPU identified; 0.8 the same without an
-entity; ~0.65 an inference across events (SeqNum mismatch, setup barrier); ~0.45-0.5 a class chosen
-by prior with corroboration missing (SIGKILL without an OOM-killer line); 0.3-0.4 cascade-only.
-``gpufield triage eval`` prints accuracy per confidence bin so this can be checked.
+**Confidence** is a calibrated-ish probability that the incident's class names the *root cause*,
+i.e. that acting on it addresses the failure: 0.9 a catalogued code/message with the blamed host or
+GPU identified; 0.8 the same without an entity; ~0.65 an inference across events (SeqNum mismatch,
+setup barrier); ~0.45-0.5 a class chosen by prior with corroboration missing (SIGKILL without an
+OOM-killer line); 0.3-0.4 cascade-only evidence (the class names the symptom; root UNKNOWN).
+``gpufield triage eval`` prints class accuracy per confidence bin; low-confidence cascade-only cases
+are expected to be labelled correctly there (the label is the symptom), so that table checks the
+high bins only.
 
 **Actions** (``action_kind``): ``RETRY`` (transient/unknown, once, with evidence turned on),
 ``EXCLUDE_NODE`` (hardware on a host), ``RESET_GPU``, ``FIX_CONFIG`` or ``STOP``. Configuration,
