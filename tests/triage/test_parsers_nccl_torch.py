@@ -129,3 +129,24 @@ def test_heartbeat_fatal_and_truncated_line():
     cut = "[rank3]:[E ProcessGroupNCCL.cpp:563] [Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=31"
     e = TorchParser().parse_line(cut, LineContext("x", 1, 2026))
     assert e.kind == "watchdog_timeout" and e.fields["seq"] == 31 and e.fields["truncated"] is True
+
+
+def test_nccl_errors_reraised_by_pytorch():
+    ev = by_line(DATA / "nccl_errors_reraised.log")
+    kinds = {n: e.kind for n, e in ev.items()}
+    assert kinds == {1: "pg_teardown", 2: "nccl_remote_error", 3: "nccl_remote_error", 5: "ib_completion_error",
+                     6: "nccl_remote_error", 7: "nccl_remote_error", 9: "nccl_remote_error", 10: "nccl_internal_error",
+                     11: "nccl_internal_error", 12: "nccl_internal_error", 14: "nccl_internal_error", 15: "nccl_error",
+                     16: "nccl_error", 20: "nccl_warn", 21: "last_enqueued", 22: "nccl_remote_error", 23: "desync",
+                     24: "elastic_restart"}
+    w = ev[2]
+    assert (w.rank, w.code, w.fields["via"], w.fields["nccl_version"], w.fields["pg"]) == (9, "6", "watchdog", "2.20.5", 0)
+    assert ev[5].fields["status_text"] == "IBV_WC_WR_FLUSH_ERR" and ev[5].fields["vendor_err"] == 244
+    assert ev[9].fields["peer"] == "gpu-node1.int.hpcie.labs.faculty.ie.edu<45074>"
+    assert ev[10].code == "3" and ev[14].rank == 0                       # "[rank0]: ncclInternalError ..."
+    assert ev[15].code == "5" and ev[15].fields["nccl_version"] == "2.28.9"
+    assert (ev[20].host, ev[20].pid, ev[20].gpu_index) == ("gpu005", 2319246, 1)   # NCCL_DEBUG_TIMESTAMP_FORMAT prefix
+    assert ev[20].ts_ns == _ns(2026, 6, 21, 21, 35, 22)
+    assert (ev[22].fields["seq"], ev[22].fields["op_type"], ev[22].fields["via"]) == (89, "ALLREDUCE", "async_exception")
+    assert ev[23].fields["op_type"] == "ALLGATHER"
+    assert (ev[24].fields["restart_count"], ev[24].fields["attempts_left"]) == (3, 3)

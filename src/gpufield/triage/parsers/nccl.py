@@ -53,16 +53,17 @@ NCCL_ENUM_RE = re.compile(r"\b(?P<name>nccl(?:UnhandledCudaError|SystemError|Int
 ERRNO_RE = re.compile(r"[Ee]rrno:? ?(?P<errno>\d+)")
 
 #: ncclResult_t -> event kind
-_KIND_OF_RESULT = {1: "nccl_internal_error", 2: "nccl_system_error", 3: "nccl_internal_error",
+KIND_OF_RESULT = {1: "nccl_internal_error", 2: "nccl_system_error", 3: "nccl_internal_error",
                    4: "nccl_error", 5: "nccl_error", 6: "nccl_remote_error", 8: "nccl_error"}
-_TEXT_TO_RESULT = (("unhandled cuda error", 1), ("unhandled system error", 2), ("internal error", 3),
+TEXT_TO_RESULT = (("unhandled cuda error", 1), ("unhandled system error", 2), ("internal error", 3),
                    ("invalid argument", 4), ("invalid usage", 5), ("remote process exited", 6),
                    ("network error", 6), ("timeout", 8))
 
 
-def _result_of_text(msg: str) -> int | None:
+def result_of_text(msg: str) -> int | None:
+    """``ncclResult_t`` whose ``ncclGetErrorString`` text appears in ``msg``, else None."""
     low = msg.lower()
-    for text, code in _TEXT_TO_RESULT:
+    for text, code in TEXT_TO_RESULT:
         if text in low:
             return code
     return None
@@ -73,9 +74,10 @@ class NcclParser:
 
     name = "nccl"
     source = "nccl"
-    prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|"
+    prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout")
-    keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", "NET/IB", "NCCL error", "nccl")
+    keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", "NET/IB", "NCCL error", "nccl",
+                "Connection closed by remote peer")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""
@@ -94,18 +96,22 @@ class NcclParser:
                          fields={"site": m["site"], "retcode": ret, "result": nccl_result(ret).name})
         m = NCCL_ERROR_IN_RE.search(line)
         if m:
-            code = _result_of_text(m["msg"])
-            kind = _KIND_OF_RESULT.get(code or 0, "nccl_error")
+            code = result_of_text(m["msg"])
+            kind = KIND_OF_RESULT.get(code or 0, "nccl_error")
             return event("nccl", kind, ctx, line, prefix_of(line, ctx), code=code, severity="error",
                          fields={"message": m["msg"], "nccl_version": m["ver"], "where": m["where"],
                                  "exc_type": m["exc"], "errno": to_int(_g(ERRNO_RE.search(line), "errno"))})
         m = WARN_RE.search(line)
         if m:
             return self._warn(m, line, ctx)
+        m = REMOTE_RE.search(line)
+        if m:  # "Last error:" detail line, e.g. "socketProgress: Connection closed by remote peer h<45074>"
+            return event("nccl", "nccl_remote_error", ctx, line, prefix_of(line, ctx), code=6, severity="error",
+                         fields={"message": line.strip(), "peer": m["peer"] or m["peer2"]})
         m = NCCL_ENUM_RE.search(line)
         if m:
             info = next((c for c in range(9) if nccl_result(c).name == m["name"]), None)
-            kind = _KIND_OF_RESULT.get(info or 0, "nccl_error")
+            kind = KIND_OF_RESULT.get(info or 0, "nccl_error")
             return event("nccl", kind, ctx, line, prefix_of(line, ctx), code=info, severity="error",
                          fields={"message": m["msg"].strip(), "result": m["name"],
                                  "errno": to_int(_g(ERRNO_RE.search(line), "errno"))})
@@ -132,9 +138,9 @@ class NcclParser:
         if r:
             return event("nccl", "nccl_remote_error", ctx, line, pre, code=6, severity="error",
                          fields={"message": msg, "peer": r["peer"] or r["peer2"], "site": site})
-        code = _result_of_text(msg) if "unhandled" in msg or "remote process" in msg else None
+        code = result_of_text(msg) if "unhandled" in msg or "remote process" in msg else None
         if code in (1, 2, 3, 6):
-            return event("nccl", _KIND_OF_RESULT[code], ctx, line, pre, code=code, severity="error",
+            return event("nccl", KIND_OF_RESULT[code], ctx, line, pre, code=code, severity="error",
                          fields={"message": msg, "site": site,
                                  "errno": to_int(_g(ERRNO_RE.search(msg), "errno"))})
         rc = RETCODE_RE.search(msg)

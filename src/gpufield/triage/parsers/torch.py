@@ -53,7 +53,12 @@ FR_RE = re.compile(
 # Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=315, OpType=ALLREDUCE, ...), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=313, OpType=_ALLGATHER_BASE, ...)
 # [Rank 0] Desync debugging report: ...   /   Collective sequence number: 12 has started on rank 0 but not on rank 1
 DESYNC_RE = re.compile(r"[Dd]esync|mismatch between collectives|CollectiveFingerPrint|has started on rank \d+ but not")
-FP_RE = re.compile(r"(?:SequenceNumber|SeqNum|sequence number:?)[=: ]+(?P<seq>\d+)(?:, OpType=(?P<op>\w+))?")
+FP_RE = re.compile(r"(?:SequenceNumber|SeqNum|sequence number:?)[=: ]+(?P<seq>\d+)")
+OPTYPE_RE = re.compile(r"OpType=(?P<op>\w+)")
+# WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: remote process exited or there was a network error
+ASYNC_EXC_RE = re.compile(r"WorkNCCL\((?P<args>[^\n]*?)\) raised the following async exception: (?P<inner>.*)$")
+# NCCL error: remote process exited or there was a network error, NCCL version 2.20.5
+INNER_NCCL_RE = re.compile(r"NCCL error: (?P<msg>.*?)(?:, NCCL [Vv]ersion (?P<ver>[\w.+-]+))?\s*$")
 
 
 class TorchParser:
@@ -65,12 +70,12 @@ class TorchParser:
                  r"Some NCCL operations have failed|entire process down|thread terminated with exception|"
                  r"terminate called after|dump debug info|Flight ?Recorder|Not all ranks joining|missing ranks:|"
                  r"[Dd]umping (?:nccl|NCCL) trace|[Dd]esync|mismatch between collectives|CollectiveFingerPrint|"
-                 r"has started on rank")
+                 r"has started on rank|raised the following async exception")
     keywords = ("Watchdog caught", "ast enqueued", "Heartbeat monitor", "watchdog got stuck", "no heartbeat",
                 "Some NCCL operations", "entire process down", "terminated with exception", "terminate called",
                 "dump debug info", "Recorder", "Not all ranks joining", "missing ranks:", "umping nccl trace",
                 "umping NCCL trace", "esync", "mismatch between collectives", "CollectiveFingerPrint",
-                "has started on rank")
+                "has started on rank", "raised the following async exception")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one PyTorch distributed line (see module docstring)."""
@@ -87,8 +92,16 @@ class TorchParser:
                  "wrapped": True if (wrapped or "what():" in line) else None,
                  "truncated": True if m["ran"] is None else None}
             return event("torch", "watchdog_timeout", ctx, line, pre, code=f["seq"], severity="error", fields=f)
+        m = ASYNC_EXC_RE.search(line)
+        if m and INNER_NCCL_RE.match(m["inner"]):
+            kv = dict(WORK_KV_RE.findall(m["args"]))
+            return _nccl_inner(INNER_NCCL_RE.match(m["inner"]), line, ctx, pre, pg, "async_exception",
+                               seq=to_int(kv.get("SeqNum")), op_type=kv.get("OpType"))
         if wrapped:
             inner = wrapped["inner"]
+            n = INNER_NCCL_RE.match(inner)
+            if n:
+                return _nccl_inner(n, line, ctx, pre, pg, "watchdog")
             if "illegal memory access" in inner:
                 return event("cuda", "cuda_illegal_address", ctx, line, pre, code=700, severity="error",
                              fields={"message": inner, "via": "watchdog", "pg": pg})
@@ -116,9 +129,9 @@ class TorchParser:
                          fields={"exc_type": m["exc"], "message": "terminate called after throwing"})
         m = DESYNC_RE.search(line)
         if m:
-            fp = FP_RE.search(line)
+            fp, op = FP_RE.search(line), OPTYPE_RE.search(line)
             return event("torch", "desync", ctx, line, pre, code=fp and fp["seq"], severity="error",
-                         fields={"seq": to_int(fp and fp["seq"]), "op_type": fp and fp["op"],
+                         fields={"seq": to_int(fp and fp["seq"]), "op_type": op and op["op"],
                                  "message": line[m.start():]})
         m = FR_RE.search(line)
         if m:
@@ -131,3 +144,12 @@ class TorchParser:
                                  "seq": to_int(m["seq"]), "entry": to_int(m["entry"]), "pg": pg,
                                  "enabled": False if "is disabled" in line else None})
         return None
+
+
+def _nccl_inner(m: re.Match, line: str, ctx: LineContext, pre, pg: int | None, via: str, **extra) -> Event:
+    """An NCCL error re-raised by ProcessGroupNCCL (watchdog / async work exception) -> NCCL kind."""
+    from gpufield.triage.parsers.nccl import KIND_OF_RESULT, result_of_text
+
+    code = result_of_text(m["msg"])
+    return event("nccl", KIND_OF_RESULT.get(code or 0, "nccl_error"), ctx, line, pre, code=code, severity="error",
+                 fields={"message": m["msg"], "nccl_version": m["ver"], "via": via, "pg": pg, **extra})
