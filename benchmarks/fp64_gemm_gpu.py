@@ -123,7 +123,8 @@ def self_check(dev) -> list:
     for be, ref, n in [(Int8Backend(kernels="triton"), CpuExactBackend("int8"), 15),
                        (Fp8Backend(kernels="triton"), CpuExactBackend("fp8"), 13)]:
         for mode in ("fast", "accurate"):
-            for (P, Q, tag) in [(A, B, "real"), (Ac, Bc, "complex")]:
+            for (P, Q, tag) in [(A, B, "real"), (Ac, Bc, "complex"), (Ac.real.contiguous(), Bc.real.contiguous(),
+                                                                        "real K=32 (grouped for int8)")]:
                 got = ozaki_matmul(P.to(dev), Q.to(dev), num_moduli=n, backend=be, mode=mode)
                 check_equal(f"ozaki {be.name} {mode} {tag} L={n}", got, ozaki_matmul(P, Q, num_moduli=n, backend=ref, mode=mode), log)
     return log
@@ -346,6 +347,7 @@ def main(argv=None) -> int:
         it = 1 if args.small else 3
         return [("native_complex128_matmul", lambda: A @ B, it),
                 ("ozaki_int8_fast_15", lambda: ozaki_matmul(A, B, num_moduli=15, backend="int8"), it),
+                ("ozaki_int8_fast_15_ungrouped", lambda: ozaki_matmul(A, B, num_moduli=15, backend=Int8Backend(group=1)), 1),
                 ("ozaki_fp8_fast_13", lambda: ozaki_matmul(A, B, num_moduli=13, backend="fp8"), it)]
 
     print("== timings")

@@ -96,3 +96,24 @@ def test_end_to_end_triton_paths_match_cpu_exact(complex_):
         for mode in ("fast", "accurate"):
             got = ozaki_matmul(A.to(DEV), B.to(DEV), num_moduli=14, backend=be, mode=mode).cpu()
             assert torch.equal(got, ozaki_matmul(A, B, num_moduli=14, backend=ref, mode=mode))
+
+
+@pytest.mark.parametrize("group,n", [(4, 14), (5, 15), (3, 7)])
+def test_grouped_block_diagonal_path_matches_cpu_exact(group, n, monkeypatch):
+    """Small-K path: grouped residues, block-diagonal _int_mm per group of moduli, grouped CRT."""
+    from gpufield.fp64.ozaki import backends
+
+    calls = []
+    orig = backends.Int8Backend.modular_matmul_grouped
+    monkeypatch.setattr(backends.Int8Backend, "modular_matmul_grouped",
+                        lambda self, *a: calls.append(a[-1]) or orig(self, *a))
+    g = torch.Generator().manual_seed(group)
+    A = torch.randn(40, 32, dtype=torch.float64, generator=g) * torch.exp(3 * torch.randn(40, 32, dtype=torch.float64, generator=g))
+    B = torch.randn(32, 24, dtype=torch.float64, generator=g)
+    Ac = torch.complex(A, torch.randn(40, 32, dtype=torch.float64, generator=g))
+    Bc = torch.complex(B, torch.randn(32, 24, dtype=torch.float64, generator=g))
+    be = Int8Backend(kernels="triton", group=group)
+    for P, Q in [(A, B), (Ac, Bc)]:
+        got = ozaki_matmul(P.to(DEV), Q.to(DEV), num_moduli=n, backend=be).cpu()
+        assert torch.equal(got, ozaki_matmul(P, Q, num_moduli=n, backend=CpuExactBackend("int8")))
+    assert calls and set(calls) == {group}

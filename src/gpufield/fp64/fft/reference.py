@@ -1,7 +1,7 @@
 """Independent oracles for the emulated FFT (tests and the GPU self-check).
 
 * :func:`stage_exact_python`: the DFT-GEMM stage in Python integers (per-row scaling with
-  ``math.frexp``/``math.ldexp``, exact integer dot products, one ``math.ldexp(float(Y), -shift)``
+  ``math.frexp`` and exact ``Fraction`` truncation, exact integer dot products, one ``math.ldexp(float(Y), -shift)``
   rounding). Every backend x variant x epilogue must equal it bit for bit.
 * :func:`dft_mpmath`: O(N^2) DFT along every axis in mpmath at ``dps`` digits (small sizes).
 * :func:`dft_longdouble`: DFT along every axis by dense long-double DFT matrices (angles from exact
@@ -43,13 +43,23 @@ def stage_exact_python(x_GRN: np.ndarray, idx_GKN: np.ndarray, input_bits: int, 
             vals = [v for z in x_GRN[g, b] for v in (z.real, z.imag) if v != 0.0]
             e = max((math.frexp(v)[1] for v in vals), default=-(1 << 20))
             sft = input_bits - e
-            xr = [round(math.ldexp(float(z.real), sft)) if z.real != 0 else 0 for z in x_GRN[g, b]]
-            xi = [round(math.ldexp(float(z.imag), sft)) if z.imag != 0 else 0 for z in x_GRN[g, b]]
+            xr = [_trunc_scaled(float(z.real), sft) for z in x_GRN[g, b]]
+            xi = [_trunc_scaled(float(z.imag), sft) for z in x_GRN[g, b]]
             for k in range(K):
                 yr = sum(xr[j] * wr[k][j] - xi[j] * wi[k][j] for j in range(N))
                 yi = sum(xr[j] * wi[k][j] + xi[j] * wr[k][j] for j in range(N))
                 out[g, b, k] = complex(_ldexp_int(yr, -(sft + twiddle_bits)), _ldexp_int(yi, -(sft + twiddle_bits)))
     return out
+
+
+def _trunc_scaled(v: float, sft: int) -> int:
+    """trunc(v * 2^sft) exactly, via Fraction arithmetic on the exact binary value of v."""
+    if v == 0.0:
+        return 0
+    from fractions import Fraction
+
+    q = Fraction(v) * (Fraction(2) ** sft)
+    return int(q)  # int() of a Fraction truncates toward zero
 
 
 def _ldexp_int(y: int, e: int) -> float:

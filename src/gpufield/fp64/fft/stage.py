@@ -4,9 +4,9 @@ For a batch X in C^{G x R x N} and integer twiddle matrices W_g in Z^{K x N} (on
 Bailey "fused twiddles" of stage 2 are one matrix per k1, see :mod:`gpufield.fp64.fft.sixstep`), the
 stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
 
-1. per-row scaling: e_b = max exponent of the row's real and imaginary parts (frexp, zeros
-   excluded), s_b = b_x - e_b; X' = round(X * 2^s_b) as int64, |X'| <= 2^b_x (exact for every
-   element within b_x - 53 binades of the row maximum);
+1. per-row scaling: e_b = frexp exponent of the row's largest |re|, |im|, s_b = b_x - e_b;
+   X' = trunc(X * 2^s_b) as int64, |X'| < 2^b_x (exact for every element within b_x - 53
+   binades of the row maximum; GEMMul8's truncation, shared with the Ozaki-II GEMM);
 2. exact twiddle integers W' = round(W * 2^b_w) from :mod:`gpufield.fp64.fft.twiddles`;
 3. symmetric residues for every modulus and the three residue-domain Karatsuba (3M) products
    T1 = xr.wr, T2 = xi.wi, T3 = ((xr+xi) mod p).((wr+wi) mod p), each one modular GEMM per modulus
@@ -59,8 +59,9 @@ class EmulatedFftPlan:
         num_moduli: number of moduli r; None = the smallest r that keeps the CRT unique.
         input_bits: b_x, bits of the per-row scaled input integers (53..60).
         twiddle_bits: b_w, bits of the twiddle integers (53..60).
-        epilogue: ``"torch"`` (reference ops) or ``"triton"`` (fused kernel; CUDA, or
-            TRITON_INTERPRET=1 on CPU).
+        epilogue: ``"torch"`` (reference ops) or ``"triton"`` (the fused Triton kernels: scaling +
+            residues, :func:`gpufield.fp64.kernels.residue.scale_residues_triton`, and the stage
+            epilogue, :mod:`gpufield.fp64.kernels.fft_epilogue`; CUDA, or TRITON_INTERPRET=1 on CPU).
         chunk_outputs: complex outputs per GEMM+epilogue chunk (memory bound on intermediates:
             about 12*r bytes per output with int32 products).
 
@@ -130,31 +131,41 @@ def auto_num_moduli(kind: str, input_bits: int = 56, twiddle_bits: int = 56) -> 
     raise InputError(f"no {kind} moduli count reaches log2 M >= {need:.1f}")
 
 
-def quantize_rows(x_GRN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row scaling of complex rows to b-bit integers (step 1 of the module docstring).
+def row_shifts(x_RN: torch.Tensor, bits: int) -> torch.Tensor:
+    """Per-row shifts s = b_x - e_row, e_row the frexp exponent of the row's largest |re|, |im|.
 
     Args:
-        x_GRN: complex128 [G, R, N], finite.
+        x_RN: complex128 [..., N], finite.
         bits: b_x.
 
     Returns:
-        ``(xr_GRN, xi_GRN, s_GR)``: int64 real/imag integers with |.| <= 2^bits and the int64 row
-        shifts s (X' = round(X * 2^s)).
+        int64 [...]: s, so that |trunc(x * 2^s)| < 2^bits (all-zero rows get a huge s; their integers are 0).
     """
-    parts = []
-    exps = []
-    for v in (x_GRN.real, x_GRN.imag):
-        m, e = torch.frexp(v.contiguous())
-        e = e.to(torch.int64)
-        parts.append((m, e))
-        exps.append(torch.where(m != 0, e, torch.full_like(e, -(1 << 20))))
-    e_row = torch.maximum(exps[0], exps[1]).amax(dim=-1)  # [G, R]
-    s = bits - e_row
-    out = []
-    from gpufield.fp64.fft.epilogue import ldexp_exact
+    amax = torch.maximum(x_RN.real.abs(), x_RN.imag.abs()).amax(dim=-1)
+    e = torch.frexp(amax)[1].to(torch.int64)
+    return bits - torch.where(amax > 0, e, torch.full_like(e, -(1 << 20)))
 
-    for m, e in parts:
-        out.append(torch.round(ldexp_exact(m, (e + s[..., None]).clamp(min=-2000))).to(torch.int64))
+
+def quantize_rows(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row scaling of complex rows to b-bit integers, truncating (step 1 of the module docstring).
+
+    X' = trunc(X * 2^s) exactly (GEMMul8 ``trunc_scalbn``; the same as
+    :func:`gpufield.fp64.ozaki.residues.scale_trunc` and the fused Triton residue kernel).
+
+    Args:
+        x_RN: complex128 [..., N], finite.
+        bits: b_x.
+
+    Returns:
+        ``(xr, xi, s)``: int64 real/imag integers with |.| < 2^bits, and the int64 row shifts s.
+    """
+    from gpufield.fp64.ozaki.residues import scale_trunc
+
+    s = row_shifts(x_RN, bits)
+    shape = x_RN.shape
+    flat_s = s.reshape(-1)
+    out = [scale_trunc(v.reshape(-1, shape[-1]), flat_s).to(torch.int64).reshape(shape)
+           for v in (x_RN.real, x_RN.imag)]
     return out[0], out[1], s
 
 
@@ -231,9 +242,16 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -
     for g in range(G):
         for r0 in range(0, R, rows):
             xc = x_GRN[g, r0:r0 + rows]
-            xr, xi, s = quantize_rows(xc, plan.input_bits)
             Rc = xc.shape[0]
-            xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
+            if plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
+                from gpufield.fp64.kernels.residue import scale_residues_triton
+
+                s = row_shifts(xc, plan.input_bits)
+                xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
+            else:
+                xr, xi, s = quantize_rows(xc, plan.input_bits)
+                xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
+                del xr, xi
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
             for comp in range(3):
                 T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)

@@ -120,15 +120,18 @@ def _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK: tl.constexpr):
 
 @triton.jit
 def _crt_kernel(
-    res_ptr, res2_ptr, res3_ptr, plane, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr, mlimb_ptr,
-    out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr, BLOCK: tl.constexpr,
+    res_ptr, res2_ptr, res3_ptr, si_grp, si_row, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr,
+    mlimb_ptr, out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
     i = offs // N
     j = offs - i * N
     sh = tl.load(s_ptr + i, mask=mask, other=0) + tl.load(t_ptr + j, mask=mask, other=0)
-    plane64 = tl.cast(plane, tl.int64)  # L * M * N may exceed 2**31
+    # product of modulus l for output (i, j) at (l // GROUP)*si_grp + i*si_row + (l % GROUP)*N + j (int64)
+    in_off = i * tl.cast(si_row, tl.int64) + j
+    sgrp = tl.cast(si_grp, tl.int64)
     qf = tl.full((BLOCK,), 0.0, tl.float64)
     a0 = tl.full((BLOCK,), 0, tl.int64)
     a1 = tl.full((BLOCK,), 0, tl.int64)
@@ -153,10 +156,11 @@ def _crt_kernel(
         c3 = tl.load(climb_ptr + l * 6 + 3).to(tl.int64)
         c4 = tl.load(climb_ptr + l * 6 + 4).to(tl.int64)
         c5 = tl.load(climb_ptr + l * 6 + 5).to(tl.int64)
-        x = tl.load(res_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
+        lo = (l // GROUP) * sgrp + (l % GROUP) * N + in_off
+        x = tl.load(res_ptr + lo, mask=mask, other=0).to(tl.int64)
         if COMPLEX:  # residue-domain Karatsuba: re = T1 - T2, im = T3 - T1 - T2
-            x2 = tl.load(res2_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
-            x3 = tl.load(res3_ptr + l * plane64 + offs, mask=mask, other=0).to(tl.int64)
+            x2 = tl.load(res2_ptr + lo, mask=mask, other=0).to(tl.int64)
+            x3 = tl.load(res3_ptr + lo, mask=mask, other=0).to(tl.int64)
             y = _sym_residue(x3 - x - x2, p, invp)
             x = x - x2
             qg += y.to(tl.float64) * qp
@@ -201,33 +205,39 @@ def _consts(table: ModuliTable, device):
 
 def crt_triton_rows_cols(
     res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable,
-    T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None,
+    T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None, group: int = 1,
 ):
     """Launch the CRT kernel with separate row and column shifts (no [M, N] shift tensor in memory).
 
     Args:
-        res_LMN: int32/int64 [L, M, N] contiguous products, congruent to the residues (T1 for complex).
+        res_LMN: int32/int64 products congruent to the residues (T1 for complex): [L, M, N] contiguous
+            when ``group == 1``, else the grouped layout [G, M, g*N] of ``Int8Backend.modular_matmul_grouped``.
         s_M: int64 [M]; t_N: int64 [N].
         table: moduli table.
-        T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same shape and dtype as T1.
+        T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same layout and dtype as T1.
             When given, re = CRT(T1 - T2) and im = CRT(T3 - T1 - T2) come out of one pass over T1, T2, T3.
+        group: moduli per group of the grouped layout (1 = plane per modulus).
 
     Returns:
         float64 [M, N], or (re, im) when T2/T3 are given.
     """
-    L, M, N = res_LMN.shape
+    M, N = s_M.shape[0], t_N.shape[0]
     res = res_LMN.contiguous()
     cplx = T2_LMN is not None
     r2 = T2_LMN.contiguous() if cplx else res
     r3 = T3_LMN.contiguous() if cplx else res
+    if group == 1:
+        si_grp, si_row = M * N, N
+    else:
+        si_grp, si_row = M * group * N, group * N
     mods, invp, qp, cl, ml = _consts(table, res.device)
     out = torch.empty((M, N), dtype=torch.float64, device=res.device)
     out2 = torch.empty((M, N), dtype=torch.float64, device=res.device) if cplx else out
     if M * N:
         BLOCK = 256
         _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
-            res, r2, r3, M * N, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N, M * N,
-            mods, invp, qp, cl, ml, out, out2, L=L, COMPLEX=cplx, BLOCK=BLOCK,
+            res, r2, r3, si_grp, si_row, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N,
+            M * N, mods, invp, qp, cl, ml, out, out2, L=table.num_moduli, COMPLEX=cplx, GROUP=group, BLOCK=BLOCK,
         )
     return (out, out2) if cplx else out
 

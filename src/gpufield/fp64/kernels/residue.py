@@ -71,8 +71,9 @@ def _sym(r, p):
 @triton.jit
 def _scale_residue_kernel(
     x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
-    L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    so_comp, so_grp, so_row,
+    L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -91,26 +92,29 @@ def _scale_residue_kernel(
     any_big = tl.max(tl.max(tl.where(small, 0, 1), axis=1), axis=0)
     if COMPLEX:
         any_big = tl.maximum(any_big, tl.max(tl.max(tl.where(small2, 0, 1), axis=1), axis=0))
-    out_off = rows[:, None] * K + cols[None, :]
-    plane = tl.cast(R, tl.int64) * K  # int64: L * R * K may exceed 2**31
+    # output element (comp, l, r, k) at comp*so_comp + (l // GROUP)*so_grp + r*so_row + (l % GROUP)*K + k
+    out_off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
+    c1 = tl.cast(so_comp, tl.int64)
+    sg = tl.cast(so_grp, tl.int64)
     for l in tl.static_range(L):
         p = tl.load(mod_ptr + l)
         invp = tl.load(invp_ptr + l)
+        base = out_ptr + (l // GROUP) * sg + (l % GROUP) * K + out_off
         r = _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_ptr + l * 2048)
-        if COMPLEX:  # planes: re (0..L-1), im (L..2L-1), re+im wrapped (2L..3L-1)
+        if COMPLEX:  # components: re, im, re+im wrapped (the 3M operands)
             r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + l * 2048)
             r3 = r + r2
             r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
             if OUT_INT8:
-                tl.store(out_ptr + (L + l) * plane + out_off, _sym(r2, p).to(tl.int8), mask=mask)
-                tl.store(out_ptr + (2 * L + l) * plane + out_off, _sym(r3, p).to(tl.int8), mask=mask)
+                tl.store(base + c1, _sym(r2, p).to(tl.int8), mask=mask)
+                tl.store(base + 2 * c1, _sym(r3, p).to(tl.int8), mask=mask)
             else:
-                tl.store(out_ptr + (L + l) * plane + out_off, _sym(r2, p).to(tl.int16), mask=mask)
-                tl.store(out_ptr + (2 * L + l) * plane + out_off, _sym(r3, p).to(tl.int16), mask=mask)
+                tl.store(base + c1, _sym(r2, p).to(tl.int16), mask=mask)
+                tl.store(base + 2 * c1, _sym(r3, p).to(tl.int16), mask=mask)
         if OUT_INT8:
-            tl.store(out_ptr + l * plane + out_off, _sym(r, p).to(tl.int8), mask=mask)
+            tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
         else:
-            tl.store(out_ptr + l * plane + out_off, _sym(r, p).to(tl.int16), mask=mask)
+            tl.store(base, _sym(r, p).to(tl.int16), mask=mask)
 
 
 _TABLE_CACHE: dict = {}
@@ -128,7 +132,7 @@ def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor, tor
 
 
 def scale_residues_triton(
-    X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8,
+    X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
 
@@ -138,15 +142,27 @@ def scale_residues_triton(
         shift_R: int64 [R] row shifts.
         table: moduli table.
         dtype: torch.int8 (INT8 table) or torch.int16 (FP8 table).
+        group: 1 (default) gives the plane-per-modulus layout below. g > 1 gives the grouped layout
+            [C, G, R, g*K] (C = 1 real / 3 complex, G = ceil(L/g)): row r of group q holds the residues of
+            moduli q*g .. q*g+g-1 side by side, the A operand of one block-diagonal GEMM per group
+            (``Int8Backend.modular_matmul_grouped``); slots past L are left unwritten.
 
     Returns:
-        [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
+        group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
+        group > 1: [C, G, R, g*K].
     """
     R, K = X_RK.shape
     L = table.num_moduli
     cplx = X_RK.is_complex()
+    C = 3 if cplx else 1
     mods, invp, tab = _tables(table, X_RK.device)
-    out = torch.empty(((3 if cplx else 1) * L, R, K), dtype=dtype, device=X_RK.device)
+    if group == 1:
+        out = torch.empty((C * L, R, K), dtype=dtype, device=X_RK.device)
+        so_comp, so_grp, so_row = L * R * K, R * K, K
+    else:
+        G = -(-L // group)
+        out = torch.empty((C, G, R, group * K), dtype=dtype, device=X_RK.device)
+        so_comp, so_grp, so_row = G * R * group * K, R * group * K, group * K
     if R == 0 or K == 0:
         return out
     x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
@@ -154,6 +170,7 @@ def scale_residues_triton(
     grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
     _scale_residue_kernel[grid](
         x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, invp, tab, out, R, K,
-        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), BLOCK_R=BR, BLOCK_K=BK,
+        so_comp, so_grp, so_row,
+        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, BLOCK_R=BR, BLOCK_K=BK,
     )
     return out

@@ -100,6 +100,9 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
         rB = scale_residues(BT_NK.contiguous(), t_N, table, dt, kn)
     else:
         rBr, rBi, rBs = scale_residues_complex(BT_NK.contiguous(), t_N, table, dt, kn)
+    g = getattr(be, "group", 1)
+    if g > 1 and K <= getattr(be, "group_max_k", 0) and use_triton(kn, A_MK.device):
+        return _finite_2d_grouped(A_MK, s_M, t_N, rB if not cplx else (rBr, rBi, rBs), table, be, g, out)
     for m0, m1 in _row_blocks(M, L * N * 8 * (3 if cplx else 1)):
         if m1 <= m0:
             break
@@ -115,6 +118,30 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
         if T1.dtype != T2.dtype or T1.dtype != T3.dtype:
             T1, T2, T3 = (T.to(torch.int64) for T in (T1, T2, T3))
         out[m0:m1] = reconstruct_complex(be, T1, T2, T3, sb, t_N, table)
+    return out
+
+
+def _finite_2d_grouped(A_MK, s_M, t_N, rB, table, be, g, out):
+    """Small-K path: grouped residues -> block-diagonal INT8 GEMMs -> grouped CRT (all fused on Triton)."""
+    from gpufield.fp64.kernels.crt import crt_triton_rows_cols
+    from gpufield.fp64.kernels.residue import scale_residues_triton
+
+    M, N = out.shape
+    cplx = A_MK.is_complex()
+    G = -(-table.num_moduli // g)
+    for m0, m1 in _row_blocks(M, G * g * N * 4 * (3 if cplx else 1)):
+        if m1 <= m0:
+            break
+        sb = s_M[m0:m1]
+        bufA = scale_residues_triton(A_MK[m0:m1], sb, table, be.residue_dtype, group=g)
+        if not cplx:
+            P = be.modular_matmul_grouped(bufA[0], rB, table, g)
+            out[m0:m1] = crt_triton_rows_cols(P, sb, t_N, table, group=g)
+            continue
+        T = [be.modular_matmul_grouped(bufA[c], rB[c], table, g) for c in range(3)]
+        del bufA
+        re, im = crt_triton_rows_cols(T[0], sb, t_N, table, T[1], T[2], group=g)
+        out[m0:m1] = torch.complex(re, im)
     return out
 
 
