@@ -109,3 +109,12 @@ def test_typer_runner_help_lists_subcommands():
     res = CliRunner().invoke(app, ["triage", "--help"])
     assert res.exit_code == 0
     assert "analyze" in res.output and "eval" in res.output
+
+
+def test_a_healthy_log_is_a_verdict_too(capsys, tmp_path):
+    f = tmp_path / "train.log"
+    f.write_text("".join(f"step {s} | loss {2.0 - s / 1000:.4f} | lr 1e-4\n" for s in range(200)), encoding="utf-8")
+    rc, out, _ = run(capsys, str(f))
+    assert rc == 0 and "No failure signature found" in out
+    rc, out, _ = run(capsys, str(f), "--json")
+    assert rc == 0 and json.loads(out)["verdict"] is None and json.loads(out)["incidents"] == []

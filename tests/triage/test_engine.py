@@ -227,3 +227,44 @@ def test_xid_catalogue_and_rules_are_consistent_both_ways():
     # every code a rule names exists in the catalogue
     for code in XID_FELL_OFF_BUS | XID_GSP | XID_ECC | XID_REMAP | XID_NVLINK | XID_APP:
         assert code in cat and cat[code].known, f"rule names Xid {code}, absent from the catalogue"
+
+
+def _random_events():
+    from hypothesis import strategies as st
+
+    kinds = sorted(KINDS)
+    field_values = st.one_of(st.none(), st.integers(-10, 10**6), st.floats(allow_nan=True), st.text(max_size=8),
+                             st.booleans())
+    event = st.builds(
+        lambda kind, line, t, host, rank, bdf, fields, raw: Event(
+            KINDS[kind][0], kind, f"f{line % 3}.log", line, raw, ts_ns=None if t is None else T + t * S, host=host,
+            rank=rank, gpu_bdf=bdf, code=str(fields.get("xid", fields.get("status", ""))) or None, fields=fields),
+        st.sampled_from(kinds), st.integers(1, 500), st.one_of(st.none(), st.integers(-4000, 4000)),
+        st.sampled_from([None, "node-a", "node-b"]), st.one_of(st.none(), st.integers(0, 15)),
+        st.sampled_from([None, "0000:3b:00.0", "0000:ab:00.0"]),
+        st.dictionaries(st.sampled_from(["xid", "status", "seq", "op_type", "numel_in", "timeout_ms", "ran_for_ms",
+                                         "exitcode", "signal", "step", "skipped", "new_loss_scale", "fatal",
+                                         "tried_bytes", "capacity_bytes", "reserved_bytes", "allocated_bytes",
+                                         "finding", "active", "reason", "peer", "value", "metric"]),
+                        field_values, max_size=6),
+        st.text(max_size=60))
+    return st.lists(event, max_size=25)
+
+
+def test_engine_invariants_on_arbitrary_events():
+    from hypothesis import given, settings
+
+    @settings(max_examples=40, deadline=None)
+    @given(_random_events())
+    def check(events):
+        res = run_engine(events)
+        cited = {id(e) for f in res.findings for e in f.evidence}
+        for inc in res.incidents:
+            assert inc.cls in TAXONOMY and 0.0 <= inc.confidence <= 1.0
+            assert inc.action_kind in ("RETRY", "EXCLUDE_NODE", "RESET_GPU", "FIX_CONFIG", "STOP")
+            assert not (inc.cls in NO_RETRY and inc.action_kind == RETRY)
+            assert inc.established or inc.next_evidence
+            assert inc.cascade_count == sum(x.count for x in inc.evidence if x.role == "cascade")
+            assert all(id(x.event) in cited or x.role == "root" for x in inc.evidence)
+
+    check()
