@@ -146,3 +146,26 @@ def test_a_few_early_overflow_skips_do_not_outrank_a_collective_timeout():
     floor = ev("loss_scale_overflow", "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1",
                line=2, t_s=1, fields={"loss_scale": 2.0, "new_loss_scale": 1.0})
     assert run_engine([skip, floor, w]).incidents[0].cls == "LOSS_SCALE_COLLAPSE"  # scale hit 1: established
+
+
+def test_timeout_right_after_the_end_of_training_summary_is_a_checkpoint_timeout(tmp_path):
+    """HF Trainer prints its train_runtime summary, then saves the model; a timeout there is the save."""
+    f = tmp_path / "rank0.log"
+    f.write_text(
+        "{'loss': 1.3021, 'learning_rate': 1e-05, 'epoch': 2.9}\n"
+        "{'train_runtime': 3512.4, 'train_samples_per_second': 3.1, 'train_steps_per_second': 0.1, "
+        "'train_loss': 1.31, 'epoch': 3.0}\n"
+        "100%|##########| 120/120 [58:32<00:00, 29.27s/it]\n"
+        "[E ProcessGroupNCCL.cpp:828] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5121, "
+        "OpType=_ALLGATHER_BASE, Timeout(ms)=1800000) ran for 1800412 milliseconds before timing out.\n",
+        encoding="utf-8")
+    top = analyze([str(f)]).incidents[0]
+    assert top.cls == "CHECKPOINT_SAVE_TIMEOUT" and top.action_kind == "FIX_CONFIG"
+
+
+def test_seqnum_mismatch_during_a_save_stays_a_desync_and_says_so():
+    marks = [PhaseMark("r.log", 1, "checkpoint_save", "Saving model checkpoint to out/checkpoint-900")]
+    evs = [watchdog(0, None, None, seq=122, op="_REDUCE_SCATTER_BASE", line=2, file="r.log"),
+           watchdog(1, None, None, seq=126, op="_ALLGATHER_BASE", line=3, file="r.log")]
+    top = run_engine(evs, phases=marks).incidents[0]
+    assert top.cls == "COLLECTIVE_DESYNC" and "checkpoint save" in top.note and top.action_kind == "STOP"

@@ -34,9 +34,12 @@ CKPT_SAVE = re.compile(
     r"Saving (?:model )?checkpoint|saving checkpoint at iteration|is about to be saved|"
     r"save_checkpoint|save_pretrained|dcp\.save|FULL_STATE_DICT|full_state_dict|state_dict\(\)|"
     r"Failed to clone\(\) tensor|in _save_checkpoint|in save_model|in save_state|save_16bit_model|"
-    r"consolidated_16bit_state_dict|gather_16bit_weights_on_model_save|in save_checkpoint",
+    r"consolidated_16bit_state_dict|gather_16bit_weights_on_model_save|in save_checkpoint|"
+    # HF Trainer's end-of-training summary: the final model save runs right after it
+    r"'train_runtime'|Training completed\. Do not forget",
     re.IGNORECASE,
 )
+# HF Trainer end of training: "{'train_runtime': 119.8, ..., 'train_loss': 1.23, 'epoch': 2.57}" then save_model()
 # "successfully saved checkpoint", "Saved checkpoint", "Checkpoint ... saved in 12.3s"
 CKPT_DONE = re.compile(r"successfully saved|Saved (?:model )?checkpoint|checkpoint\S* saved", re.IGNORECASE)
 
@@ -63,7 +66,7 @@ class PhaseMark:
 _KEYWORDS = ("split", "tokeniz", "map", "checkpoint", "download", "preprocess", "filter", "loading dataset",
              "building", "from_pretrained", "fully_shard", "_init_", "materializ", "to_empty",
              "init_process_group", "fullyshardeddataparallel(", "lazy_init", "about to be saved", "save",
-             "state_dict", "clone()", "16bit")
+             "state_dict", "clone()", "16bit", "train_runtime", "training completed")
 _PRIORITY = ((CKPT_DONE, "checkpoint_done"), (CKPT_SAVE, "checkpoint_save"), (SETUP, "setup"))
 
 

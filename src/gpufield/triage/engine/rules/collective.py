@@ -52,12 +52,14 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
         lo = min(seqs)
         behind = by_seq[lo]
         desc = "; ".join(f"SeqNum {s}: ranks {r or '?'}" for s, r in by_seq.items())
+        ck = _checkpoint_mark(ctx, evs)
+        during = f" during a checkpoint save ({ck.file}:{ck.line})" if ck is not None else ""
         out.append(finding(ctx, "COLLECTIVE_DESYNC", "seqnum_mismatch", Tier.PROCESS,
                            0.8 if len(ops) > 1 else CONF_INFERRED, sorted(evs, key=lambda e: (_seq(e), e.line)),
                            rank=behind[0] if len(behind) == 1 else None,
                            facts={"seqs": desc, "pg": str(pg)},
-                           note=f"Ranks timed out on different collectives ({desc}): they issued different "
-                                "collective sequences."))
+                           note=f"Ranks timed out on different collectives ({desc}){during}: they issued "
+                                "different collective sequences."))
     return out
 
 
