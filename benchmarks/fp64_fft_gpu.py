@@ -1,0 +1,327 @@
+"""Emulated FP64 3-D FFT on one GPU: self-check, then time/error per backend and variant next to cuFFT.
+
+Run from the source tree on a machine with one H200 (torch >= 2.11 + CUDA, Triton, numpy, mpmath):
+
+    PYTHONPATH=src python3 benchmarks/fp64_fft_gpu.py --out DIR
+
+Dry run on CPU (small sizes, Triton interpreter, torch.fft as the native baseline):
+
+    PYTHONPATH=src python3 benchmarks/fp64_fft_gpu.py --out DIR --device cpu --small
+
+What it does, in order (JSON rewritten to DIR/fp64_fft_gpu.json after every step, so an interrupted
+run keeps its partial results; a summary is printed at the end):
+
+1. self-check: on (8, 16, 64) and (4, 1024) inputs with a wide exponent spread, every GPU
+   backend (int8, fp8) x reconstruction variant (garner, crt, kulisch) with the fused Triton
+   epilogue, and int8/crt with the torch epilogue, must equal the exact CPU reference
+   (``backend="cpu"`` on CPU tensors) bit for bit; the CPU reference itself must be within numpy's
+   error of a long-double DFT. Any mismatch exits with status 1 before anything is timed.
+2. copy bandwidth (8 GiB on GPU) and the Triton epilogue alone on 2^24 complex outputs per variant:
+   the measured c_epi = t_epi * P_INT32 / real outputs (P_INT32 from the telemetry catalogue; an
+   upper bound on instructions when the kernel is memory-bound, so the kernel's HBM bytes and
+   their copy-bandwidth time are reported next to it), and a static PTX instruction count per
+   output (the kernel has no dynamic loops, so static ~ dynamic; PTX, not SASS).
+3. sizes 256^3, 512^3, 1024^3 (1024^3 skipped if GPU memory or the time budget do not allow; the
+   JSON says why): cuFFT Z2Z (torch.fft.fftn, complex128) and our transform per backend x variant,
+   time (CUDA events, after warm-up) and error. Errors: (a) a rank-1 input x = u (x) v (x) w of
+   17-bit integers (exact in float64) whose exact DFT U (x) V (x) W is known: rel. L2 on 2^18 sampled
+   outputs against a long-double reference, for ours and cuFFT; (b) random Gaussian input: rel.
+   L2 difference to cuFFT; round trip (256^3, 512^3) ifft(fft(x)) - x for ours and cuFFT.
+4. the floor model's H200 prediction per size (spec bandwidth and the measured copy bandwidth,
+   c_epi = 203/281 and the measured c_epi) next to the measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+VARIANTS = ("garner", "crt", "kulisch")
+BACKENDS = ("int8", "fp8")
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+class Run:
+    """Collects results and rewrites the JSON after every step."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.out = out
+        self.t0 = _now()
+        self.budget_s = budget_s
+        self.res: dict = {"meta": {}, "self_check": {}, "epilogue": {}, "sizes": {}, "skipped": []}
+
+    def left(self) -> float:
+        return self.budget_s - (_now() - self.t0)
+
+    def save(self) -> None:
+        self.res["meta"]["elapsed_s"] = _now() - self.t0
+        (self.out / "fp64_fft_gpu.json").write_text(json.dumps(self.res, indent=1, default=str))
+
+
+def _sync(dev: str) -> None:
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn, dev: str, reps: int = 1) -> float:
+    """Seconds per call (median of reps), after the caller's warm-up."""
+    ts = []
+    for _ in range(reps):
+        _sync(dev)
+        if dev == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            torch.cuda.synchronize()
+            ts.append(a.elapsed_time(b) / 1e3)
+        else:
+            t = _now()
+            fn()
+            ts.append(_now() - t)
+    return float(np.median(ts))
+
+
+def self_check(run: Run, dev: str, small: bool) -> None:
+    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated
+    from gpufield.fp64.fft.reference import dft_longdouble, rel_l2
+
+    rng = np.random.default_rng(1)
+    for shape in ((2, 4, 64), (2, 128)) if small else ((8, 16, 64), (4, 1024)):
+        x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * np.exp(3 * rng.standard_normal(shape))
+        ref = fftn_fp64_emulated(x)  # exact CPU path
+        e_ref, e_np = rel_l2(ref, dft_longdouble(x)), rel_l2(np.fft.fftn(x), dft_longdouble(x))
+        key = "x".join(map(str, shape))
+        run.res["self_check"][key] = {"cpu_exact_rel_l2": e_ref, "numpy_rel_l2": e_np}
+        if not e_ref <= e_np:
+            sys.exit(f"SELF-CHECK FAILED: CPU exact path error {e_ref:.3e} > numpy {e_np:.3e} on {key}")
+        xt = torch.from_numpy(x).to(dev)
+        configs = [(b, v, "triton") for b in BACKENDS for v in VARIANTS] + [("int8", "crt", "torch")]
+        for b, v, epi in configs:
+            y = fftn_fp64_emulated(xt, EmulatedFftPlan(backend=b, variant=v, epilogue=epi)).cpu().numpy()
+            same = bool(np.array_equal(y.view(np.float64), ref.view(np.float64)))
+            run.res["self_check"][key][f"{b}/{v}/{epi}"] = same
+            if not same:
+                n = int((y.view(np.float64) != ref.view(np.float64)).sum())
+                run.save()
+                sys.exit(f"SELF-CHECK FAILED: {b}/{v}/{epi} differs from the exact CPU reference in {n} values on {key}")
+        run.save()
+    print("self-check passed: GPU backends x variants bit-identical to the exact CPU reference")
+
+
+def epilogue_bench(run: Run, dev: str, O: int, p_int: float, copy_bw: float) -> None:
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.kernels.fft_epilogue import epilogue_triton
+
+    for kind, r in (("int8", 16), ("fp8", 13)):
+        tab = epilogue_tables(kind, r)
+        g = torch.Generator(device=dev).manual_seed(0)
+        T = torch.randint(-(2**20), 2**20, (r, 3, O), dtype=torch.int32, device=dev, generator=g)
+        shift = torch.full((O,), 100, dtype=torch.int64, device=dev)
+        for v in VARIANTS:
+            epilogue_triton(T, shift, tab, v)  # compile / warm
+            t = _time(lambda v=v: epilogue_triton(T, shift, tab, v), dev, reps=3 if dev == "cuda" else 1)
+            nbytes = O * (r * 3 * 4 + 8 + 16)
+            rec = {"outputs_complex": O, "time_s": t, "ns_per_real_output": t / (2 * O) * 1e9,
+                   "c_epi_measured": t * p_int / (2 * O), "hbm_bytes": nbytes,
+                   "copy_bw_time_s": nbytes / copy_bw if copy_bw else None}
+            try:  # static PTX count of the compiled kernel (no dynamic loops in it)
+                from gpufield.fp64.kernels import fft_epilogue as fe
+
+                k = fe._fft_epilogue_kernel
+                cache = getattr(k, "device_caches", None) or getattr(k, "cache", None)
+                ptx_counts = []
+                if cache:
+                    for dc in (cache.values() if isinstance(cache, dict) else []):
+                        kernels = dc[0] if isinstance(dc, tuple) else dc
+                        for ck in kernels.values():
+                            ptx = ck.asm.get("ptx", "")
+                            n_instr = sum(1 for ln in ptx.splitlines() if ln.strip() and ln.strip()[0].isalpha()
+                                          and ln.rstrip().endswith(";") and not ln.strip().startswith((".", "//")))
+                            ptx_counts.append((n_instr, ck.metadata.num_warps))
+                rec["ptx_static_instr_per_thread_all_variants"] = ptx_counts
+            except Exception as e:  # noqa: BLE001 - diagnostics only
+                rec["ptx_static_instr_error"] = repr(e)
+            run.res["epilogue"][f"{kind}{r}/{v}"] = rec
+            run.save()
+        del T
+
+
+def rank1_input(n: int, dev: str, seed: int):
+    rng = np.random.default_rng(seed)
+    vecs = [rng.integers(-(2**17), 2**17, n) + 1j * rng.integers(-(2**17), 2**17, n) for _ in range(3)]
+    # complex 17-bit integers: each real product component has < 2^53 magnitude only for 2 factors;
+    # use real integers for two factors so x = u v w is exact in float64 (|x| < 2^52).
+    vecs[1], vecs[2] = vecs[1].real.astype(complex), vecs[2].real.astype(complex)
+    u, v, w = (torch.from_numpy(a).to(dev) for a in vecs)
+    x = u[:, None, None] * v[None, :, None] * w[None, None, :]
+    return x, vecs
+
+
+def sampled_rel_err(y: torch.Tensor, vecs, n: int, n_samples: int, seed: int) -> float:
+    from gpufield.fp64.fft.reference import dft_longdouble
+
+    U, V, W = (dft_longdouble(a) for a in vecs)
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, n, (3, n_samples))
+    idx = torch.from_numpy(k[0] * n * n + k[1] * n + k[2]).to(y.device)
+    ys = y.reshape(-1)[idx].cpu().numpy().astype(np.clongdouble)
+    ref = U[k[0]] * V[k[1]] * W[k[2]]
+    d = ys - ref
+    return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
+
+
+def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
+    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
+
+    rec: dict = {"n": n, "points": n**3}
+    run.res["sizes"][str(n)] = rec
+    x, vecs = rank1_input(n, dev, n)
+    native = lambda: torch.fft.fftn(x)  # noqa: E731
+    yc = native()
+    rec["cufft_time_s"] = _time(native, dev, reps=3)
+    rec["cufft_rank1_rel_l2"] = sampled_rel_err(yc, vecs, n, 2**18, 1)
+    del yc
+    g = torch.Generator(device=dev).manual_seed(n)
+    xr = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
+                       torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
+    round_trip = n <= 512
+    if round_trip:
+        rec["cufft_round_trip_rel_l2"] = float(torch.linalg.vector_norm(torch.fft.ifftn(torch.fft.fftn(xr)) - xr)
+                                               / torch.linalg.vector_norm(xr))
+    run.save()
+    chunk = 1 << 25 if dev == "cuda" else 1 << 16
+    for b in BACKENDS:
+        for v in VARIANTS:
+            key = f"{b}/{v}"
+            est = budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3 * 2.5
+            if est > run.left():
+                run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
+                continue
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue="triton", chunk_outputs=chunk)
+            t0 = _now()
+            y = fftn_fp64_emulated(x, plan)
+            _sync(dev)
+            first = _now() - t0
+            r = {"first_call_s": first}
+            r["rank1_rel_l2"] = sampled_rel_err(y, vecs, n, 2**18, 1)
+            del y
+            r["time_s"] = _time(lambda plan=plan: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
+            yr = fftn_fp64_emulated(xr, plan)
+            yc = torch.fft.fftn(xr)
+            r["random_rel_l2_vs_cufft"] = float(torch.linalg.vector_norm(yr - yc) / torch.linalg.vector_norm(yc))
+            del yc
+            if round_trip and v == "crt":
+                back = ifftn_fp64_emulated(yr, plan)
+                r["round_trip_rel_l2"] = float(torch.linalg.vector_norm(back - xr) / torch.linalg.vector_norm(xr))
+                del back
+            del yr
+            r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
+            rec[key] = r
+            budget_guard[key] = r["time_s"] + first
+            budget_guard["n"] = n
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+            run.save()
+            print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms ({r['x_cufft']:.1f}x cuFFT), "
+                  f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e})")
+    del x, xr
+
+
+def model_predictions(run: Run, sizes, copy_bw: float) -> None:
+    try:
+        from gpufield.fp64.model import fft_floor_model
+    except Exception as e:  # noqa: BLE001
+        run.res["model_error"] = repr(e)
+        return
+    cm = [rec["c_epi_measured"] for k, rec in run.res["epilogue"].items() if k.startswith("int8")]
+    out = {}
+    for n in sizes:
+        m = fft_floor_model("H200", n=n)
+        mm = fft_floor_model("H200", n=n, hbm_bandwidth_bytes_per_s=copy_bw, c_epi=[203, 281] + cm) if copy_bw else None
+        out[str(n)] = {"spec": m.to_dict(), "measured_bw_and_c_epi": mm.to_dict() if mm else None}
+    run.res["model_h200"] = out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--small", action="store_true", help="sizes 16^3, 32^3 (dry run)")
+    ap.add_argument("--budget-s", type=float, default=220.0, help="wall-clock budget of the whole run")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    dev = a.device
+    if dev == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda but no CUDA device; use --device cpu --small for a dry run")
+    if dev == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    run = Run(a.out, a.budget_s)
+    from gpufield.telemetry import gpu_spec
+
+    p_int = gpu_spec("H200").int32_ops_per_s
+    run.res["meta"] = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                       "p_int32_instr_per_s": p_int, "argv": sys.argv}
+    run.save()
+    self_check(run, dev, a.small)
+    copy_bw = None
+    if dev == "cuda":
+        src = torch.empty(2**30, dtype=torch.float64, device=dev)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        t = _time(lambda: dst.copy_(src), dev, reps=5)
+        copy_bw = 2 * src.numel() * 8 / t
+        del src, dst
+        run.res["meta"]["copy_bw_bytes_per_s"] = copy_bw
+    epilogue_bench(run, dev, 1 << 24 if dev == "cuda" else 1 << 10, p_int, copy_bw or 0.0)
+    sizes = (16, 32) if a.small else (256, 512, 1024)
+    guard: dict = {}
+    for n in sizes:
+        if dev == "cuda":
+            free, _ = torch.cuda.mem_get_info()
+            need = 16 * n**3 * 7  # input, random input, outputs, transposes + chunk workspace
+            if need > free:
+                run.res["skipped"].append(f"{n}^3: needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
+                continue
+        size_bench(run, dev, n, guard)
+    model_predictions(run, sizes, copy_bw or 0.0)
+    run.save()
+    print_summary(run)
+
+
+def print_summary(run: Run) -> None:
+    r = run.res
+    print(f"\n== emulated FP64 FFT on {r['meta']['device']} (torch {r['meta']['torch']}) ==")
+    if r["meta"].get("copy_bw_bytes_per_s"):
+        print(f"copy bandwidth {r['meta']['copy_bw_bytes_per_s'] / 1e12:.3f} TB/s")
+    for k, e in r["epilogue"].items():
+        print(f"epilogue {k}: {e['ns_per_real_output']:.3f} ns/real output -> c_epi {e['c_epi_measured']:.0f} "
+              f"(memory-bound time {e['copy_bw_time_s'] or 0:.2e} s vs {e['time_s']:.2e} s)")
+    for n, s in r["sizes"].items():
+        print(f"{n}^3: cuFFT {s['cufft_time_s'] * 1e3:.2f} ms, rank-1 err {s['cufft_rank1_rel_l2']:.2e}")
+        for k, v in s.items():
+            if isinstance(v, dict):
+                print(f"   {k:14s} {v['time_s'] * 1e3:9.1f} ms  x{v['x_cufft']:.1f}  err {v['rank1_rel_l2']:.2e}  "
+                      f"vs cuFFT {v['random_rel_l2_vs_cufft']:.2e}")
+        m = r.get("model_h200", {}).get(n)
+        if m:
+            sp = m["spec"]
+            print(f"   model H200: roof {sp['roof_s'] * 1e3:.2f} ms, emulated {sp['emulated_s'][0] * 1e3:.1f}-"
+                  f"{sp['emulated_s'][1] * 1e3:.1f} ms (c_epi 203-281)")
+    for s in r["skipped"]:
+        print("skipped:", s)
+    print(f"elapsed {r['meta']['elapsed_s']:.0f} s; JSON in {run.out / 'fp64_fft_gpu.json'}")
+
+
+if __name__ == "__main__":
+    main()
