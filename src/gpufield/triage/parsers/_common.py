@@ -9,6 +9,11 @@ from gpufield.triage.parsers._prefix import Prefix, find_uuid, norm_bdf, split_p
 from gpufield.triage.protocols import LineContext
 
 
+def at_line(ctx: LineContext, offset: int) -> LineContext:
+    """The context of the line ``offset`` lines after ``ctx.line`` (a record's inner line)."""
+    return LineContext(ctx.file, ctx.line + offset, ctx.year, ctx.utc_offset_s, ctx.not_after_ns)
+
+
 def prefix_of(line: str, ctx: LineContext) -> Prefix:
     """:func:`split_prefix` with the context's year and UTC offset."""
     return split_prefix(line, ctx.year, ctx.utc_offset_s, ctx.not_after_ns)

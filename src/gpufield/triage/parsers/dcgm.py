@@ -29,6 +29,10 @@ from gpufield.triage.parsers._prefix import Prefix
 from gpufield.triage.protocols import LineContext
 
 DCGM_LINE_RE = re.compile(r"^DCGM_\w+(?:\{|\s)")
+# fast path for the common shape (no escapes in label values); anything else goes to the full
+# exposition-format parser: DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-…",Hostname="n1"} 41 [1700000000000]
+SIMPLE_RE = re.compile(r'^(?P<name>DCGM_\w+)(?:\{(?P<labels>[^{}\\]*)\})? (?P<value>[-+\w.]+)(?: (?P<ts>-?\d+))?\s*$')
+LABEL_RE = re.compile(r'\s*(?P<k>[A-Za-z_]\w*)="(?P<v>[^"]*)"\s*,?')
 _CLOCK = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 _ECC = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("SBE volatile total", True),
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("DBE volatile total", True),
@@ -55,12 +59,7 @@ class DcgmParser:
         """Parse one ``DCGM_...{labels} value [ts]`` sample; a malformed one returns None."""
         if not DCGM_LINE_RE.match(line):
             return None
-        from gpufield.telemetry.prometheus import iter_samples
-
-        try:
-            s = next(iter(iter_samples([line], path=ctx.file)), None)
-        except InputError:
-            return None
+        s = _simple(line) or _full(line, ctx.file)
         if s is None:
             return None
         lab = s.labels
@@ -95,3 +94,36 @@ class DcgmParser:
         sev = "warning" if s.name == "DCGM_FI_DEV_XID_ERRORS" and finite and v > 0 else "debug"
         return event("dcgm", "metric_sample", ctx, line, pre, code=s.name, severity=sev,
                      fields={"metric": s.name, "value": v if finite else str(v), "labels": dict(lab)}, **kw)
+
+
+class _Sample:
+    """The parts of a PromSample this module uses."""
+
+    __slots__ = ("name", "labels", "value", "timestamp_ms")
+
+    def __init__(self, name: str, labels: dict[str, str], value: float, timestamp_ms: int | None) -> None:
+        self.name, self.labels, self.value, self.timestamp_ms = name, labels, value, timestamp_ms
+
+
+def _simple(line: str) -> _Sample | None:
+    m = SIMPLE_RE.match(line)
+    if not m:
+        return None
+    body = m["labels"] or ""
+    labels = {x["k"]: x["v"] for x in LABEL_RE.finditer(body)}
+    if LABEL_RE.sub("", body).strip():          # something the simple grammar does not cover
+        return None
+    try:
+        value = float(m["value"])
+    except ValueError:
+        return None
+    return _Sample(m["name"], labels, value, int(m["ts"]) if m["ts"] else None)
+
+
+def _full(line: str, path: str):
+    from gpufield.telemetry.prometheus import iter_samples
+
+    try:
+        return next(iter(iter_samples([line], path=path)), None)
+    except InputError:
+        return None

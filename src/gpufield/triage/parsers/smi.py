@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers._common import event, prefix_of, to_int
+from gpufield.triage.parsers._common import at_line, event, prefix_of, to_int
 from gpufield.triage.protocols import LineContext
 
 # GPU 00000000:18:00.0
@@ -102,7 +102,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         ind, key, val = len(kv["ind"]), kv["key"], kv["val"]
         path = [p for p in path if p[0] < ind]
         names = [p[1] for p in path]
-        lctx = replace(ctx, line=ctx.line + i)
+        lctx = at_line(ctx, i)
         if key == "GPU UUID":
             uuid = val
         elif key == "Minor Number":
@@ -111,13 +111,13 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         if section in ("Clocks Event Reasons", "Clocks Throttle Reasons") and val in _ACTIVE:
             active = _ACTIVE[val]
             hw = bool(_HW_REASONS.search(key))
-            out.append(event("smi", "clock_event", lctx, x, pre, code=key, bdf=bdf,
+            out.append(event("smi", "clock_event", lctx, x, pre, code=key, bdf=bdf, uuid=uuid, gpu_index=index,
                              severity="warning" if active and hw else "info",
                              fields={"reason": key, "active": active, "parent": names[-1] if len(names) > 1 else None}))
         elif section in ("Clocks Event Reasons Counters", "Clocks Throttle Reasons Counters"):
             us = re.match(r"(\d+) us", val)
             if us:
-                out.append(event("smi", "clock_event", lctx, x, pre, code=key, bdf=bdf, severity="info",
+                out.append(event("smi", "clock_event", lctx, x, pre, code=key, bdf=bdf, uuid=uuid, gpu_index=index, severity="info",
                                  fields={"reason": key, "counter_us": int(us.group(1))}))
         elif section in ("ECC Errors", "Retired Pages") and to_int(val) is not None:
             volatile = None
@@ -126,7 +126,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
             counter = " ".join([*names[1 if section == "ECC Errors" else 0:], key])
             value = int(val)
             bad = value > 0 and re.search(r"Uncorr|Double|DBE", counter, re.IGNORECASE)
-            out.append(event("smi", "ecc_counter", lctx, x, pre, code=counter, bdf=bdf,
+            out.append(event("smi", "ecc_counter", lctx, x, pre, code=counter, bdf=bdf, uuid=uuid, gpu_index=index,
                              severity="error" if bad else ("warning" if value else "info"),
                              fields={"counter": counter, "value": value, "volatile": volatile,
                                      "location": key.split()[0] if key.split()[0] in ("SRAM", "DRAM") else None}))
@@ -143,11 +143,11 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         elif section == "Remapped Rows" and "Histogram" in (names[-1] if names else ""):
             remap[f"banks_{key.lower()}"] = to_int(val.split()[0]) if val else None
     if remap:
-        lctx = replace(ctx, line=ctx.line + remap_line)
+        lctx = at_line(ctx, remap_line)
         bad = remap.get("failure") or remap.get("pending")
         out.append(event("smi", "row_remap", lctx, "\n".join(lines[remap_line - 1:remap_line + 4]), pre,
-                         bdf=bdf, severity="error" if bad else "info", fields=remap))
-    return [_with(e, uuid, index) for e in out]
+                         bdf=bdf, uuid=uuid, gpu_index=index, severity="error" if bad else "info", fields=remap))
+    return [e if e.gpu_uuid and e.gpu_index is not None else _with(e, uuid, index) for e in out]
 
 
 def _with(e: Event, uuid: str | None, index: int | None) -> Event:
@@ -165,7 +165,7 @@ def _p2p_matrix(lines: Sequence[str], ctx: LineContext) -> list[Event]:
         if not r:
             continue
         vals = [float(v) for v in r["vals"].split()]
-        lctx = replace(ctx, line=ctx.line + i)
+        lctx = at_line(ctx, i)
         f = {"p2p_enabled": enabled, "direction": (h["dir"] or "").lower() or None,
              "writes": True if h["mode"] and "Writes" in h["mode"] else None, "matrix": lines[0].strip()}
         f["latency_us" if latency else "gb_per_s"] = vals

@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 import signal as _signal
 from collections.abc import Sequence
-from dataclasses import replace
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers._common import event, prefix_of, to_int
+from gpufield.triage.parsers._common import at_line, event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import parse_date_time
 from gpufield.triage.protocols import LineContext
 
@@ -145,7 +144,7 @@ class TorchrunParser:
             s = SIGNAL_RE.search(e.get("traceback") or "")
             if s:
                 sig, name = int(s["n"]), s["name"]
-            line_ctx = replace(ctx, line=ctx.line + start)
+            line_ctx = at_line(ctx, start)
             raw = "\n".join(lines[start:end])
             ts = parse_date_time(e["time"], ctx.utc_offset_s) if e.get("time") else None
             err_file = e.get("error_file")

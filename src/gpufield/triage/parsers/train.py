@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers._common import event, prefix_of, to_float, to_int
+from gpufield.triage.parsers._common import at_line, event, prefix_of, to_float, to_int
 from gpufield.triage.protocols import LineContext
 
 # [2022-02-16 01:23:00,852] [INFO] [stage_1_and_2.py:1644:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648.0
@@ -119,7 +118,7 @@ class TrainParser:
             if not r:
                 continue
             v = float(r["v"])
-            row_ctx = replace(ctx, line=ctx.line + i)
+            row_ctx = at_line(ctx, i)
             out.append(event("tool", "straggler_finding", row_ctx, x, pre, severity="info", rank=int(r["rank"]),
                              fields={"metric": metric, "value_ms": v, "step_ms": v}))
         return out
