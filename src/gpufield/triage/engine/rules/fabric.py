@@ -21,12 +21,15 @@ IB_CLASS = {4: "IB_LOCAL_PROTECTION_ERROR", 12: "IB_TRANSPORT_RETRY_EXCEEDED", 1
 #   "bootstrap.cc:37 NCCL WARN Bootstrap : no socket interface found"
 #   "include/socket.h:333 NCCL WARN Call to bind failed : Address already in use"
 #   "NCCL WARN NET/Socket : no interface found" / "NCCL_SOCKET_IFNAME set to ... but no interface"
+#   "include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol" (IPv4/IPv6 mix)
+#   "ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor AF_INET6(10)" (bad IFNAME)
 _NET_CONFIG = re.compile(
     r"no socket interface found|no interface found|Call to bind failed|Address already in use|"
     r"NCCL_SOCKET_IFNAME|NCCL_IB_HCA|No usable listening interface|Invalid NCCL_|"
     r"Network is unreachable|No route to host|Could not find (?:any )?(?:interface|net plugin)|"
     r"Bootstrap : no|failed to resolve|NET/IB : No device found|Failed to open libibverbs|"
-    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|"
+    r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|Socket creation failed|Address family not supported|"
+    r"neither AF_INET|socketFinalizeAccept: wrong type|version mismatch|"
     r"Call to ibv_(?:create_qp|modify_qp|reg_mr|open_device|alloc_pd|create_cq)\w* failed|ibv_modify_qp failed",
     re.IGNORECASE,
 )
@@ -112,7 +115,7 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
-    return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs,
+    return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs, gpu=None, rank=None,
                     note="NCCL could not set up its network (interface, bind or route failure).")]
 
 
@@ -162,7 +165,7 @@ def shm_ipc_rule(ctx: RuleContext) -> list[Finding]:
     nccl_kinds = ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error", "python_exception")
     explicit = [e for e in ctx.matching(_SHM_IPC, nccl_kinds) if "DataLoader" not in e.raw]
     if explicit:
-        return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc", Tier.HOST, 0.85, explicit,
+        return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc", Tier.HOST, 0.85, explicit, gpu=None, rank=None,
                         note="NCCL's shared-memory/IPC transport failed (container /dev/shm or IPC namespace).")]
     system = [e for e in ctx.kinds("nccl_system_error", "nccl_error", "python_exception")
               if _SYSTEM_ERROR.search(text(e))]
