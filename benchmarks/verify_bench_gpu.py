@@ -47,6 +47,7 @@ def main() -> int:
     ap.add_argument("--alpha-iterations", type=int, default=100)
     ap.add_argument("--attack-rounds", type=int, default=20)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
     a = ap.parse_args()
 
     import torch
@@ -55,8 +56,8 @@ def main() -> int:
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("CUDA is not available; use --device cpu")
-    if a.device == "cpu":
-        torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     data = _find_data(a.data)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -79,7 +80,7 @@ def main() -> int:
         "device": a.device,
         "device_name": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else platform.processor(),
         "torch": torch.__version__,
-        "settings": {"max_instance_s": a.max_instance_s, "total_s": a.total_s, "dtype": a.dtype,
+        "settings": {"threads": torch.get_num_threads(), "max_instance_s": a.max_instance_s, "total_s": a.total_s, "dtype": a.dtype,
                      "alpha_iterations": a.alpha_iterations, "attack_rounds": a.attack_rounds},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,

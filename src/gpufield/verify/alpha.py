@@ -109,6 +109,16 @@ def _spec_rows(spec: Spec, params, like):
     return torch.cat(rows), torch.cat(rhs), torch.cat(cl).numpy()
 
 
+def tables(params: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
+    """Group slopes by start node: ``{start: {relu: [2|1, S, B, *]}}`` (λ entries dropped)."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for key, v in params.items():
+        start, relu = key.split("|")
+        if start != "lambda":
+            out.setdefault(start, {})[relu] = v
+    return out
+
+
 def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
                params: dict[str, torch.Tensor], memory_budget_bytes: int = 2 << 30) -> torch.Tensor:
     """One full α-CROWN evaluation: intermediate bounds with their slopes, then the spec.
@@ -124,18 +134,14 @@ def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
     Returns:
         clause margins ``[K, B]`` (lower bounds of the best row/combination of each clause).
     """
-    tables: dict[str, dict[str, torch.Tensor]] = {}
-    for key, v in params.items():
-        start, relu = key.split("|")
-        if start != "lambda":
-            tables.setdefault(start, {})[relu] = v
+    tabs = tables(params)
     out = graph.output_name
-    inter = crown_intermediate(graph, x_lo, x_hi, ref=ref, alphas=tables,
+    inter = crown_intermediate(graph, x_lo, x_hi, ref=ref, alphas=tabs,
                                memory_budget_bytes=memory_budget_bytes)
     C_SM, b_S, clause_S = _spec_rows(spec, params, x_lo)
     B = x_lo.shape[0]
     C = C_SM.reshape(len(C_SM), 1, *graph.output_shape).expand(len(C_SM), B, *graph.output_shape)
-    lb, _ = backward(graph, out, C, x_lo, x_hi, inter, alphas=tables.get(out), upper=False)
+    lb, _ = backward(graph, out, C, x_lo, x_hi, inter, alphas=tabs.get(out), upper=False)
     return spec.clause_value(lb - b_S.reshape(-1, 1), clause_S)
 
 

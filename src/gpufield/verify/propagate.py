@@ -79,6 +79,7 @@ def backward(
     alphas: AlphaTable | None = None,
     lower: bool = True,
     upper: bool = True,
+    record: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """CROWN bounds of ``C · start`` over the input box.
 
@@ -90,6 +91,8 @@ def backward(
         inter: pre-activation bounds ``(l_B*, u_B*)`` for every ReLU input among the ancestors.
         alphas: optional ReLU slopes for this start node (``[2, S, B, *]`` per ReLU name).
         lower, upper: which bound(s) to compute.
+        record: if given, receives the lower-pass A-matrix arriving at each ReLU output
+            (``[S, B, *relu]``, detached), e.g. for branching scores.
 
     Returns:
         ``(lb_SB, ub_SB)`` (None for a bound not requested).
@@ -105,6 +108,8 @@ def backward(
         if lA is None and uA is None:
             continue
         if node.op.nonlinear:
+            if record is not None and lA is not None:
+                record[node.name] = lA.detach()
             a = None if alphas is None else alphas.get(node.name)
             ctx = BackwardInputs(
                 tuple(inter[i] for i in node.inputs),

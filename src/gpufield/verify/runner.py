@@ -19,13 +19,14 @@ import numpy as np
 import torch
 
 from gpufield.errors import ModelFormatError, SpecFormatError
-from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck
+from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck, tables
 from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
 from gpufield.verify.graph import Graph
 from gpufield.verify.io.onnx_load import load_onnx
 from gpufield.verify.io.ort import OrtModel, differential_check
 from gpufield.verify.io.vnnlib import Case, parse_vnnlib
 from gpufield.verify.propagate import backward, crown_intermediate, ibp
+from gpufield.verify.refine import RefineConfig, refine
 from gpufield.verify.spec import Spec
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -43,6 +44,8 @@ class VerifyConfig:
         alpha: α-CROWN optimiser settings.
         attack: PGD settings of one round.
         attack_rounds: most PGD rounds after bounding failed (stops earlier at the deadline).
+        refine: ReLU-split refinement after α-CROWN (None: off); runs after the first
+            ``min(5, attack_rounds)`` extra PGD rounds.
         margin_tol: a clause counts as proven only if its float64 margin exceeds this.
         ort_atol: tolerance of the load-time differential check against onnxruntime.
         memory_budget_bytes: cap on the A-matrices of one spec chunk.
@@ -54,6 +57,7 @@ class VerifyConfig:
     alpha: AlphaConfig = field(default_factory=AlphaConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     attack_rounds: int = 20
+    refine: RefineConfig | None = field(default_factory=RefineConfig)
     margin_tol: float = 1e-7
     ort_atol: float = 1e-4
     memory_budget_bytes: int = 2 << 30
@@ -148,7 +152,28 @@ class _Case:
         ref = {**ib, **inter}
         res = alpha_crown(g, sp, self.lo, self.hi, ref, inter, cfg.alpha, deadline_s)
         self.margins["alpha"] = float(res.best_KB.min())
-        return bool((res.best_KB > 0).all()) and self._proven64(res.snapshots)
+        proven = self._proven64(res.snapshots)
+        if not proven:  # root bounds for refinement: the latest slopes' intermediate bounds
+            last = {k: v.to(g.dtype) for k, v in res.snapshots[max(res.snapshots)].items()}
+            with torch.no_grad():
+                self.ref = crown_intermediate(g, self.lo, self.hi, ref=ref, alphas=tables(last))
+                last64 = {k: v.to(torch.float64) for k, v in last.items()}
+                self.ref64 = crown_intermediate(self.g64, self.lo64, self.hi64, ref=self.ref64(),
+                                                alphas=tables(last64))
+        return proven
+
+    def refine(self, deadline_s: float) -> bool:
+        """Split refinement of the clauses still open after α-CROWN (see :mod:`.refine`)."""
+        open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
+        if self.cfg.refine is None or not hasattr(self, "ref") or not open_k:
+            return False
+        if any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
+            return False
+        r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
+                   self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
+                   deadline_s=deadline_s)
+        self.margins["refine_domains"] = float(r.domains)
+        return r.proven
 
     def _proven64(self, snapshots, use_ibp=False) -> bool:
         with torch.no_grad():
@@ -161,6 +186,7 @@ class _Case:
                     v = torch.maximum(v, recheck(self.g64, self.spec, self.lo64, self.hi64,
                                                  self.ref64(), snapshots))
         self.margins["float64"] = float(v.min())
+        self.v64 = v
         return bool((v > self.cfg.margin_tol).all())
 
 
@@ -234,15 +260,33 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
             open_states.append(s)
     if not open_states:
         return done("unsat", msg=f"all clauses proven ({cfg.method}), float64 re-check passed")
-    for r in range(1, cfg.attack_rounds + 1):
+    def attack_rounds(first: int, last: int):
+        for r in range(first, last + 1):
+            for s in open_states:
+                if time.monotonic() > deadline:
+                    return done("timeout", msg="deadline reached while attacking")
+                a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
+                                 step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
+                cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
+                if cex is not None:
+                    return done("sat", cex, f"PGD round {r} counterexample validated by onnxruntime")
+        return None
+
+    early = min(5, cfg.attack_rounds)
+    if (out := attack_rounds(1, early)) is not None:
+        return out
+    if cfg.refine is not None and cfg.method == "alpha":
+        still = []
         for s in open_states:
             if time.monotonic() > deadline:
-                return done("timeout", msg="deadline reached while attacking")
-            a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
-                             step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
-            cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
-            if cex is not None:
-                return done("sat", cex, f"PGD round {r} counterexample validated by onnxruntime")
+                return done("timeout", msg="deadline reached while refining")
+            if not s.refine(deadline):
+                still.append(s)
+        if not still:
+            return done("unsat", msg="all clauses proven after split refinement, float64 re-check passed")
+        open_states = still
+    if (out := attack_rounds(early + 1, cfg.attack_rounds)) is not None:
+        return out
     return done("unknown", msg="bounds not tight enough and no counterexample found")
 
 

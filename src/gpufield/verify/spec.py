@@ -67,6 +67,13 @@ class Spec:
         """``lb_SB − b_S`` in ``lb_SB``'s dtype (``[S, B]``)."""
         return lb_SB - torch.as_tensor(self.b_S, dtype=lb_SB.dtype, device=lb_SB.device).reshape(-1, 1)
 
+    def subset(self, clauses: list[int]) -> Spec:
+        """The spec restricted to ``clauses`` (renumbered 0..len-1 in the given order)."""
+        new = {k: i for i, k in enumerate(clauses)}
+        keep = np.isin(self.clause_S, clauses)
+        return Spec(self.C_SM[keep], self.b_S[keep],
+                    np.array([new[k] for k in self.clause_S[keep]], dtype=np.int64), len(clauses))
+
     def multi_row_clauses(self) -> list[int]:
         """Clauses with more than one row (candidates for an optimised combination)."""
         counts = np.bincount(self.clause_S, minlength=self.n_clauses)
