@@ -133,3 +133,8 @@ def test_truncated_xid_line_still_parses():
     e = KernelParser().parse_line("Aug 29 16:58:38 h kernel: [14282.651831] NVRM: Xid (PCI:0000:03:00): 79, pid='<unknow",
                                   LineContext(file="x", line=1, year=2026))
     assert e is not None and e.code == "79" and e.gpu_bdf == "0000:03:00.0" and e.pid is None
+
+
+def test_journal_short_monotonic_prefix():
+    e = EV[31]
+    assert (e.kind, e.host, e.mono_s, e.gpu_bdf) == ("xid", "node-7", pytest.approx(1843.30815), "0000:3b:00.0")

@@ -6,6 +6,7 @@ Formats stripped, in any nesting order (``../shared/reference/triage.md`` §2.2,
     May 18 19:02:39.123456 host kernel: ...                          # journalctl -o short-precise
     2026-05-18T19:02:39.123456+0200 host kernel: ...                 # journalctl -o short-iso(-precise)
     [ 1843.308145] NVRM: ...                                         # dmesg
+    [ 1843.308145] node-7 kernel: NVRM: ...                          # journalctl -o short-monotonic
     [  +0.000316] pcieport ...                                       # dmesg --reltime/-d delta
     [Fri Mar  3 04:27:08 2023] NVRM: ...                             # dmesg -T
     kernel: [16450076.435595] NVRM: ...
@@ -49,6 +50,8 @@ DMESG_T_RE = re.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\] ?")
 # [ 1843.308145]   kernel: [16450076.435595]   [  +0.000316]
 MONO_RE = re.compile(r"(?:kernel: )?\[\s*(?P<delta>\+)?(?P<mono>\d+\.\d+)\] ?")
+# [ 1843.308145] node-7 kernel:   (journalctl -o short-monotonic)
+MONO_HOST_RE = re.compile(r"(?P<host>[^\s\[\]:]+) kernel: ")
 # E1218 20:27:21.426415540 1234 file.cc:12]   [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]   [E ProcessGroupNCCL.cpp:737]
 GLOG_RE = re.compile(
     r"(?P<br>\[)?(?P<lvl>[IWEF])(?:(?P<mm>\d{1,2})(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+))?"
@@ -164,6 +167,9 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
             if not m["delta"]:
                 p.mono_s = float(m["mono"])
             pos = m.end()
+            h = MONO_HOST_RE.match(line, pos)
+            if h:
+                p.host, pos = h["host"], h.end()
             continue
         m = ISO_RE.match(line, pos)
         if m:
