@@ -13,7 +13,13 @@ from gpufield.power.ab import simulate_ab
 from gpufield.power.config import GuardConfig
 from gpufield.power.controller import LaneLimits, static_policy
 from gpufield.power.scenario import load_scenario
-from gpufield.power.shadow import LatencyWindowSource, attest, attestation_unchanged, run_shadow, shadow_plan
+from gpufield.power.shadow import (
+    LatencyWindowSource,
+    attest,
+    attestation_unchanged,
+    run_shadow,
+    shadow_plan,
+)
 from gpufield.power.twin.engine import simulate
 from gpufield.power.twin.gpu import load_gpu_model
 from gpufield.power.types import Lane, LaneSetting

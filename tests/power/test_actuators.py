@@ -18,6 +18,7 @@ from gpufield.power.actuators.dryrun import DryRunActuator, ReadOnlyNvml
 from gpufield.power.actuators.nvml import NvmlActuator
 from gpufield.power.config import GuardConfig, WriteConfig
 from gpufield.power.controller import LaneController, LaneLimits
+from gpufield.power.guard import Fallback
 from gpufield.power.runtime import RuntimeLoop
 from gpufield.power.types import Lane, LaneSetting, LaneSignals
 from gpufield.testing import FakeNvml, h200
@@ -184,3 +185,20 @@ def test_sigterm_restores_the_gpu(tmp_path):
     assert rc == 143  # the previous handler ran after the restore
     assert json.loads(out.read_text()) == {"limit_mw": 700_000, "locked": None}
     assert not list((tmp_path / "st").glob("GPU-*.json"))
+
+
+def test_runtime_failsafe_on_nvml_error_restores_and_falls_back(tmp_path):
+    nv = FakeNvml([h200(0)])
+    nv.nvmlInit()
+    u0 = nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(0))
+    cfg = WriteConfig(allow_uuids=frozenset({u0}), i_own_this_gpu=True, state_dir=str(tmp_path))
+    with NvmlActuator(cfg, nvml=nv, install_signal_handlers=False) as act:
+        loop = _loop(act, [u0], LaneSetting(power_limit_w=450.0, clock_window_mhz=(1000, 1400)))
+        nv.gpus[0].errors["nvmlDeviceSetGpuLockedClocks"] = 15  # NVML_ERROR_GPU_IS_LOST... any failure
+        rec = loop.tick()
+        assert "lock clocks" in rec.error
+        assert nv.gpus[0].power_limit_mw == 700_000  # the half-applied cap was rolled back
+        del nv.gpus[0].errors["nvmlDeviceSetGpuLockedClocks"]
+        rec2 = loop.tick()  # the guard saw nvml_error and holds the lane at defaults
+        assert rec2.settings["decode"] == "default" and not rec2.error
+        assert isinstance(loop.controllers[Lane.DECODE].guard.state, Fallback)

@@ -9,7 +9,12 @@ import pytest
 
 from gpufield.power.calibrate.decode import GateResult, SweepPoint, calibrate_decode
 from gpufield.power.calibrate.knee import fit_knee
-from gpufield.power.calibrate.prefill import PrefillPoint, calibrate_prefill, md1_wait_s, mm1_wait_p99_s
+from gpufield.power.calibrate.prefill import (
+    PrefillPoint,
+    calibrate_prefill,
+    md1_wait_s,
+    mm1_wait_p99_s,
+)
 from gpufield.power.config import CalibrationConfig
 from gpufield.power.types import LaneSetting
 

@@ -65,7 +65,7 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
 
 @app.command()
 def restore(state_dir: str = typer.Option("/var/tmp/gpufield-power", help="where saved settings live"),
-            allow: list[str] = typer.Option([], "--allow", help="GPU UUID that may be written (repeat)"),
+            allow: list[str] = typer.Option([], "--allow", help="GPU UUID that may be written (repeat)"),  # noqa: B008
             i_own_this_gpu: bool = typer.Option(False, "--i-own-this-gpu", help="explicit write flag")) -> None:
     """Restore GPUs left changed by a crashed run (needs --allow UUIDs and --i-own-this-gpu).
 

@@ -66,18 +66,35 @@ from gpufield.power.ab import AbReport, ArmResult, simulate_ab
 from gpufield.power.actuators.dryrun import DryRunActuator, ReadOnlyNvml
 from gpufield.power.actuators.nvml import NvmlActuator
 from gpufield.power.actuators.sim import SimActuator
-from gpufield.power.calibrate.decode import DecodeCalibration, GateResult, SweepPoint, calibrate_decode
+from gpufield.power.calibrate.decode import (
+    DecodeCalibration,
+    GateResult,
+    SweepPoint,
+    calibrate_decode,
+)
 from gpufield.power.calibrate.knee import KneeFit, fit_knee
 from gpufield.power.calibrate.prefill import PrefillCalibration, PrefillPoint, calibrate_prefill
 from gpufield.power.config import CalibrationConfig, GuardConfig, WriteConfig, mode_calibration
-from gpufield.power.controller import LaneController, LaneLimits, PairPolicy, static_policy, vendor_setting
+from gpufield.power.controller import (
+    LaneController,
+    LaneLimits,
+    PairPolicy,
+    static_policy,
+    vendor_setting,
+)
 from gpufield.power.engines import ENGINES, PromLaneSource
 from gpufield.power.guard import AtCalibrated, Fallback, Raised, SloGuard
 from gpufield.power.profiles import Profile, ProfileKey, load_profile, save_profile
 from gpufield.power.protocols import Actuator, Policy, TelemetrySource
 from gpufield.power.runtime import RuntimeLoop, apply_setting
 from gpufield.power.scenario import Scenario, SloTargets, bundled_scenarios, load_scenario
-from gpufield.power.shadow import LatencyWindowSource, attest, attestation_unchanged, run_shadow, shadow_plan
+from gpufield.power.shadow import (
+    LatencyWindowSource,
+    attest,
+    attestation_unchanged,
+    run_shadow,
+    shadow_plan,
+)
 from gpufield.power.twin.engine import LanePair, SimResult, simulate
 from gpufield.power.twin.gpu import Firmware, GpuModel, load_gpu_model
 from gpufield.power.twin.server import TwinMetricsServer

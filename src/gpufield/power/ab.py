@@ -23,11 +23,16 @@ import numpy as np
 from gpufield.power.calibrate.decode import DecodeCalibration, calibrate_decode
 from gpufield.power.calibrate.prefill import PrefillCalibration, calibrate_prefill
 from gpufield.power.config import CalibrationConfig, GuardConfig, mode_calibration
-from gpufield.power.controller import LaneController, LaneLimits, PairPolicy, static_policy, vendor_setting
+from gpufield.power.controller import (
+    LaneController,
+    LaneLimits,
+    PairPolicy,
+    static_policy,
+    vendor_setting,
+)
 from gpufield.power.scenario import Scenario
 from gpufield.power.twin.bench import TwinBench, maxq_standin
 from gpufield.power.twin.engine import SimResult, simulate, simulate_prefill
-
 from gpufield.power.types import Lane, LaneSetting, Mode
 
 __all__ = ["ArmResult", "AbReport", "simulate_ab", "arm_metrics"]
@@ -188,7 +193,6 @@ def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: fl
     feas_d = [(r.decode_energy_j, s) for s, r in runs_d
               if np.all(r.itl_p99_windows() <= sc.slo.itl_p99_s)
               and np.percentile(r.ttft_s, 99) <= sc.slo.ttft_p99_s and r.e2e_s.mean() <= e2e_max]
-    dec_tail = ref.first_token_s - ref.handoff_s  # decode share of TTFT, per completed request
     feas_p = []
     for s, po in runs_p:
         shift = po.handoff_s[:len(ref.handoff_s)] - pre0.handoff_s[:len(ref.handoff_s)]

@@ -8,7 +8,8 @@ allowance at the provisioned peak rate (DistServe models prefill as M/D/1 with m
 with ``t_p99(f) + W_q99(f) <= B``. The floor must
 be enforceable: the board has to hold it under the power limit on the heaviest prompts
 (``P(f_lo) <= 0.95 * enforced limit``); otherwise the lane keeps the vendor default and says why. The
-window top is the energy sweet spot: ``argmin J/token`` over measured clocks ``>= f_lo``.
+window top is the energy sweet spot: the fastest measured clock ``>= f_lo`` whose J/token is within
+``sweet_tol`` (2%) of the minimum.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ def fit_beta(clocks_mhz: Sequence[float], service_s: Sequence[float]) -> float:
 def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: Sequence[int],
                       clock_step_mhz: float, peak_rate_per_s: float, instances: int, ttft_p99_slo_s: float,
                       headroom: float, kv_transfer_p99_s: float, first_decode_s: float,
-                      enforced_limit_w: float, gate: Callable[[LaneSetting], float] | None = None
-                      ) -> PrefillCalibration:
+                      enforced_limit_w: float, gate: Callable[[LaneSetting], float] | None = None,
+                      sweet_tol: float = 0.02) -> PrefillCalibration:
     """Choose the prefill clock window.
 
     Args:
@@ -111,6 +112,8 @@ def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: 
         enforced_limit_w: the prefill GPUs' enforced power limit (W).
         gate: optional peak replay returning the TTFT p99 (s) at a setting; the floor is raised one
             sweep step at a time until it meets ``(1-h) SLO``.
+        sweet_tol: the window top is the fastest measured clock whose J/token is within this
+            fraction of the minimum (the sweet spot is flat; measurement noise is ~2%).
     """
     clocks = sorted(set(int(c) for c in sm_clocks_mhz), reverse=True)
     fmax, fmin = clocks[0], clocks[-1]
@@ -139,7 +142,11 @@ def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: 
                                   reason=(f"floor {floor} MHz not enforceable: {at_floor.power_peak_w:.0f} W"
                                           f" > 0.95 x {enforced_limit_w:.0f} W limit: keep default"))
     cands = [p for p in pts if p.clock_mhz >= floor and p.held]
-    top_p = min(cands, key=lambda p: p.j_per_token) if cands else at_floor
+    if cands:  # the sweet spot is flat: take the fastest clock within sweet_tol of the minimum J/token
+        jmin = min(p.j_per_token for p in cands)
+        top_p = max((p for p in cands if p.j_per_token <= (1 + sweet_tol) * jmin), key=lambda p: p.clock_mhz)
+    else:
+        top_p = at_floor
     hi = max(top_p.clock_mhz, floor)
 
     def make(lo: int) -> LaneSetting:

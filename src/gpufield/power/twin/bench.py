@@ -24,7 +24,12 @@ from gpufield.power.calibrate.decode import GateResult, SweepPoint
 from gpufield.power.calibrate.prefill import PrefillPoint
 from gpufield.power.controller import static_policy
 from gpufield.power.scenario import Scenario
-from gpufield.power.twin.engine import simulate, simulate_prefill, weighted_quantile, prefix_new_tokens
+from gpufield.power.twin.engine import (
+    prefix_new_tokens,
+    simulate,
+    simulate_prefill,
+    weighted_quantile,
+)
 from gpufield.power.twin.gpu import Firmware, GpuModel
 from gpufield.power.twin.load import fixed_concurrency
 from gpufield.power.types import LaneSetting
