@@ -206,3 +206,14 @@ def test_year_from_mtime_with_new_year_rollover(tmp_path):
     assert b.ts_ns == int(datetime(2027, 1, 1, 0, 0, 3, tzinfo=UTC).timestamp()) * 10**9
     a2, _ = ingest([p], options=IngestOptions(year=2027)).events   # an explicit year is taken as given
     assert a2.ts_ns == int(datetime(2027, 12, 31, 23, 59, 58, tzinfo=UTC).timestamp()) * 10**9
+
+
+def test_loss_thinning(tmp_path):
+    p = tmp_path / "train.log"
+    p.write_text("".join(f"iter {i} step {i}: loss {2 - i / 100:.4f}\n" for i in range(10)) + "iter 10 step 10: loss nan\n")
+    assert [e.kind for e in ingest([p]).events] == ["nan_loss"]
+    every3 = ingest([p], options=IngestOptions(with_loss=True, loss_every=3)).events
+    assert [(e.kind, e.fields.get("iter")) for e in every3] == [("loss", 0), ("loss", 3), ("loss", 6), ("loss", 9),
+                                                                ("nan_loss", 10)]
+    with pytest.raises(ValueError, match="loss_every"):
+        IngestOptions(loss_every=0)
