@@ -126,10 +126,9 @@ def milp_min(layers, lo, hi, c):
 
     n0 = len(lo)
     # variable layout: x, then per hidden layer: z (pre), a (post), d (binary); final z.
-    blocks, lbs, ubs, integ = [], list(lo), list(hi), [0] * n0
+    lbs, ubs, integ = list(lo), list(hi), [0] * n0
     l, u = np.asarray(lo, float), np.asarray(hi, float)
     idx = list(range(n0))
-    A_rows, A_lo, A_hi = [], [], []
     nvar = n0
 
     def new(k, lb, ub, integer=0):

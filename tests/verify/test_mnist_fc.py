@@ -11,8 +11,17 @@ import pytest
 import torch
 
 from gpufield.verify import (
-    AlphaConfig, AttackConfig, OrtModel, VerifyConfig, backward, crown_intermediate, ibp,
-    load_onnx, parse_vnnlib, read_results, verify_instance,
+    AlphaConfig,
+    AttackConfig,
+    OrtModel,
+    VerifyConfig,
+    backward,
+    crown_intermediate,
+    ibp,
+    load_onnx,
+    parse_vnnlib,
+    read_results,
+    verify_instance,
 )
 from gpufield.verify.spec import Spec
 

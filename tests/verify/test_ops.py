@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpufield.verify.ops import Affine, AddSub, Conv, Linear, Relu, Reshape, Transpose
+from gpufield.verify.ops import AddSub, Affine, Conv, Linear, Relu, Reshape, Transpose
 from gpufield.verify.protocols import BackwardInputs
-
 
 G = torch.Generator().manual_seed(0)
 

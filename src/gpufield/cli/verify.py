@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, PGD.",
                   no_args_is_help=True)
+
+Method = Annotated[str, typer.Option(help="ibp | crown | alpha")]
+Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:N")]
+Dtype = Annotated[str, typer.Option(help="float32 | float64")]
+AlphaIters = Annotated[int, typer.Option(help="alpha-CROWN Adam steps")]
 
 
 def _config(method: str, device: str, dtype: str, alpha_iterations: int):
@@ -19,15 +25,15 @@ def _config(method: str, device: str, dtype: str, alpha_iterations: int):
 
 @app.command("run")
 def run(
-    model: Path = typer.Argument(..., help="ONNX model (.onnx or .onnx.gz)"),
-    prop: Path = typer.Argument(..., help="VNN-LIB property (.vnnlib or .vnnlib.gz)"),
-    timeout: float = typer.Option(60.0, "--timeout", help="seconds, loading included"),
-    out: Path = typer.Option(..., "--out", help="VNN-COMP result file to write"),
-    force: bool = typer.Option(False, "--force", help="overwrite an existing result file"),
-    method: str = typer.Option("alpha", help="ibp | crown | alpha"),
-    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N"),
-    dtype: str = typer.Option("float32", help="float32 | float64"),
-    alpha_iterations: int = typer.Option(100, help="alpha-CROWN Adam steps"),
+    model: Annotated[Path, typer.Argument(help="ONNX model (.onnx or .onnx.gz)")],
+    prop: Annotated[Path, typer.Argument(help="VNN-LIB property (.vnnlib or .vnnlib.gz)")],
+    out: Annotated[Path, typer.Option("--out", help="VNN-COMP result file to write")],
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds, loading included")] = 60.0,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing result file")] = False,
+    method: Method = "alpha",
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    alpha_iterations: AlphaIters = 100,
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
@@ -43,17 +49,18 @@ def run(
 
 @app.command("bench")
 def bench(
-    bench_dir: Path = typer.Argument(..., help="benchmark directory with instances.csv"),
-    out: Path = typer.Option(Path("verify_results.csv"), "--out", help="results CSV"),
-    reference: Path = typer.Option(None, "--reference", help="published results CSV to compare with"),
-    max_instance_s: float = typer.Option(None, "--max-instance-s", help="cap per-instance timeout"),
-    resume: bool = typer.Option(False, "--resume", help="skip rows already in --out"),
-    force: bool = typer.Option(False, "--force", help="overwrite --out"),
-    limit: int = typer.Option(None, "--limit", help="first N instances only"),
-    method: str = typer.Option("alpha", help="ibp | crown | alpha"),
-    device: str = typer.Option("cpu", help="cpu, cuda, cuda:N"),
-    dtype: str = typer.Option("float32", help="float32 | float64"),
-    alpha_iterations: int = typer.Option(100, help="alpha-CROWN Adam steps"),
+    bench_dir: Annotated[Path, typer.Argument(help="benchmark directory with instances.csv")],
+    out: Annotated[Path, typer.Option("--out", help="results CSV")] = Path("verify_results.csv"),
+    reference: Annotated[Path | None, typer.Option("--reference", help="published results CSV")] = None,
+    max_instance_s: Annotated[float | None, typer.Option("--max-instance-s", help="cap per-instance timeout")] = None,
+    total_s: Annotated[float | None, typer.Option("--total-s", help="wall budget for the whole run")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="skip rows already in --out")] = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite --out")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", help="first N instances only")] = None,
+    method: Method = "alpha",
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    alpha_iterations: AlphaIters = 100,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 
@@ -63,7 +70,7 @@ def bench(
     from gpufield.verify import bench as run_bench
 
     s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
-                  resume=resume, force=force, limit=limit,
+                  total_budget_s=total_s, resume=resume, force=force, limit=limit,
                   config=_config(method, device, dtype, alpha_iterations))
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:

@@ -8,7 +8,7 @@ whose assertions describe an input box and an *unsafe* output set. The answer is
 
 * ``unsat``: proven that no input in the box reaches the unsafe set (the property holds);
 * ``sat``: a counterexample, validated with onnxruntime, is written with the answer;
-* ``unknown`` / ``timeout``: neither could be established (v1 has no branch-and-bound).
+* ``unknown`` / ``timeout``: neither could be established in time.
 
 Command line::
 
@@ -39,7 +39,10 @@ How it works
    ReLU input, A-matrices shaped ``[spec, batch, *node_shape]`` and spec chunking under a memory
    budget; α-CROWN (Xu et al. 2021) optimising the lower slopes of every ReLU for every start
    node (intermediate layers included) with Adam and learning-rate decay, best bound kept.
-4. **Decision.** A clause ``A y ≤ b`` is infeasible when a non-negative combination of its rows
+4. **Refinement.** Clauses still open after α-CROWN are split on unstable ReLUs (BaBSR
+   intercept score), the domains bounded together as a batch by α-CROWN; a split only clamps
+   that neuron's bounds (no β multipliers yet: :mod:`gpufield.verify.refine`).
+5. **Decision.** A clause ``A y ≤ b`` is infeasible when a non-negative combination of its rows
    has a positive lower bound (each row, plus one optimised softmax combination per multi-row
    clause). ``unsat`` needs every clause of every box infeasible.
 
@@ -61,6 +64,7 @@ from gpufield.verify.io.results import read_instances, read_results, write_resul
 from gpufield.verify.io.vnnlib import Case, Clause, Property, parse_vnnlib
 from gpufield.verify.propagate import backward, crown_intermediate, ibp
 from gpufield.verify.protocols import BoundOp
+from gpufield.verify.refine import RefineConfig, RefineResult, refine
 from gpufield.verify.runner import VerifyConfig, VerifyResult, run_instance, verify_instance
 from gpufield.verify.spec import Spec
 
@@ -77,6 +81,8 @@ __all__ = [
     "Node",
     "OrtModel",
     "Property",
+    "RefineConfig",
+    "RefineResult",
     "Spec",
     "VerifyConfig",
     "VerifyResult",
@@ -91,6 +97,7 @@ __all__ = [
     "pgd_attack",
     "read_instances",
     "read_results",
+    "refine",
     "run_instance",
     "verify_instance",
     "write_result_file",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -108,7 +109,13 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
     name = bench_dir.name
     prog = None
     if progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), transient=False)
@@ -130,8 +137,12 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
                     onnx_p = _materialise(bench_dir, inst.onnx, cache)
                     vnn_p = _materialise(bench_dir, inst.vnnlib, cache)
                     result = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config).verdict
-                except GpufieldError:
+                except GpufieldError as e:
                     result = "error"
+                    print(f"{inst.onnx},{inst.vnnlib}: {e}", file=sys.stderr)
+                except Exception as e:  # an internal bug: record it, keep the other instances
+                    result = "error"
+                    print(f"{inst.onnx},{inst.vnnlib}: internal error {type(e).__name__}: {e}", file=sys.stderr)
                 secs = time.monotonic() - t0
                 summary.total_s += secs
                 writer.write(name, inst.onnx, inst.vnnlib, 0.0, result, secs)

@@ -164,8 +164,10 @@ class _Case:
 
     def refine(self, deadline_s: float) -> bool:
         """Split refinement of the clauses still open after α-CROWN (see :mod:`.refine`)."""
+        if self.cfg.refine is None or not hasattr(self, "ref"):
+            return False
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
-        if self.cfg.refine is None or not hasattr(self, "ref") or not open_k:
+        if not open_k:
             return False
         if any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return False

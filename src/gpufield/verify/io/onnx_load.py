@@ -19,7 +19,7 @@ import torch
 
 from gpufield.errors import ModelFormatError, require
 from gpufield.verify.graph import Graph, Node
-from gpufield.verify.ops import OPS, Affine, AddSub, Conv, Linear, Relu, Reshape, Transpose
+from gpufield.verify.ops import OPS, AddSub, Affine, Conv, Linear, Relu, Reshape, Transpose
 
 _FOLDABLE = {
     "Identity": lambda a, at: a[0],

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufield.verify.ops.activation import Relu
-from gpufield.verify.ops.elementwise import Affine, AddSub
+from gpufield.verify.ops.elementwise import AddSub, Affine
 from gpufield.verify.ops.linear import Conv, Linear
 from gpufield.verify.ops.shape import Reshape, Transpose
 
