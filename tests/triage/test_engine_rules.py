@@ -85,14 +85,15 @@ def test_ib_errors_from_two_hosts_naming_one_peer_blame_that_peer():
 
 
 def test_example_without_the_kernel_log_still_points_at_node_b(tmp_path):
-    """Ablation: with node-b's kernel log gone, the IB retry errors towards node-b's address lead and the
+    """Ablation: with node-b's kernel log gone, the IB retry errors towards node-b lead and the
     watchdog timeouts name rank 13 as the one rank that never reported."""
     d = tmp_path / "job"
     shutil.copytree(example_dir(), d)
     (d / "node-b" / "kern.log").unlink()
     res = analyze([str(d)])
     top = res.incidents[0]
-    assert (top.cls, top.host, top.action_kind) == ("IB_TRANSPORT_RETRY_EXCEEDED", "10.42.0.12", "EXCLUDE_NODE")
+    # node-b's NCCL bootstrap line maps 10.42.0.12 to node-b
+    assert (top.cls, top.host, top.action_kind) == ("IB_TRANSPORT_RETRY_EXCEEDED", "node-b", "EXCLUDE_NODE")
     assert "NCCL_COLLECTIVE_TIMEOUT" in top.cascade_classes
     missing = [f.facts.get("missing") for f in res.engine.findings if f.cls == "NCCL_COLLECTIVE_TIMEOUT"]
     assert missing == ["13"]
@@ -169,3 +170,12 @@ def test_seqnum_mismatch_during_a_save_stays_a_desync_and_says_so():
            watchdog(1, None, None, seq=126, op="_ALLGATHER_BASE", line=3, file="r.log")]
     top = run_engine(evs, phases=marks).incidents[0]
     assert top.cls == "COLLECTIVE_DESYNC" and "checkpoint save" in top.note and top.action_kind == "STOP"
+
+
+def test_address_book_from_nccl_bootstrap_lines():
+    from gpufield.triage.engine import topology
+
+    text = ("node-b:51220:51220 [0] NCCL INFO Bootstrap : Using eth0:10.42.0.12<0>\n"
+            "[rank9]:node-b:51221:51221 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.42.0.12<0>\n"
+            "gpu7:9:9 [0] NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>\n")
+    assert topology.scan_text(text) == {"10.42.0.12": "node-b", "192.168.1.7": "gpu7"}

@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpufield.triage.engine.model import EvidenceLine
+from gpufield.triage.engine.topology import from_events
 from gpufield.triage.events import Event
 
 _NCCL_PREFIX = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?[^\s:]+:\d+:\d+ \[\d+\]\s*")
@@ -73,6 +74,7 @@ class Timeline:
         gpu_uuid: ``(host, bdf) -> GPU-uuid`` from NVRM map lines.
         gpu_rank: ``(host, bdf) -> rank`` from events that carry both (e.g. NCCL ``Init COMPLETE``
             lines with ``busId``): the join between host-side and job-side evidence.
+        ip_host: ``ip -> hostname`` (see :mod:`gpufield.triage.engine.topology`).
     """
 
     events: list[Event]
@@ -81,6 +83,7 @@ class Timeline:
     skew_tolerance_ns: int
     gpu_uuid: dict[tuple[str | None, str], str] = field(default_factory=dict)
     gpu_rank: dict[tuple[str | None, str], int] = field(default_factory=dict)
+    ip_host: dict[str, str] = field(default_factory=dict)
 
     def t(self, e: Event) -> int | None:
         """Corrected time of ``e`` in ns since the epoch, or None."""
@@ -171,7 +174,8 @@ def infer_hosts(events: Sequence[Event]) -> list[Event]:
             for e in events]
 
 
-def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -> Timeline:
+def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
+                   addresses: Mapping[str, str] | None = None) -> Timeline:
     """Order events by skew-corrected time; untimed events inherit the previous time in their file.
 
     Host-less events first get their file's host (:func:`infer_hosts`).
@@ -180,6 +184,7 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -
         events: parsed events in ingestion order (file by file, line by line).
         skew_tolerance_s: cross-host clock uncertainty in seconds after correction (default 30 s,
             typical of NTP-less clusters; chrony-synced clusters are within milliseconds).
+        addresses: ``ip -> hostname`` found in the raw inputs (NCCL bootstrap lines).
 
     Returns:
         A :class:`Timeline`.
@@ -219,4 +224,5 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0) -
         skew_tolerance_ns=int(skew_tolerance_s * 1e9),
         gpu_uuid=gpu_uuid,
         gpu_rank=gpu_rank,
+        ip_host={**from_events(events), **(addresses or {})},
     )

@@ -68,13 +68,19 @@ def _peer_host(e: Event) -> str | None:
     return peer or None
 
 
+def peer_name(ctx: RuleContext, e: Event) -> str | None:
+    """The peer of an IB/socket error as a hostname when the address book knows it, else the address."""
+    peer = _peer_host(e)
+    return ctx.timeline.ip_host.get(peer, peer) if peer else None
+
+
 def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
     """IB completion errors, grouped by status; blames the peer when several reporters agree."""
     out = []
     errs = [e for e in ctx.kinds("ib_completion_error") if _status(e) in IB_CLASS]
     for cls, evs in group_by(errs, lambda e: IB_CLASS[_status(e)]).items():
         reporters = sorted({e.host for e in evs if e.host})
-        peers = Counter(p for p in (_peer_host(e) for e in evs) if p)
+        peers = Counter(p for p in (peer_name(ctx, e) for e in evs) if p)
         host, conf, note_who = None, CONF_INFERRED + 0.15, "the reporting pair"
         top = peers.most_common(1)
         if top and len(reporters) >= 2 and top[0][1] >= 2 and len(peers) == 1 or top and top[0][1] >= 3:
