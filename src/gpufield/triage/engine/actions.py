@@ -109,8 +109,8 @@ ACTIONS: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
     "NCCL_COLLECTIVE_TIMEOUT": (RETRY, "Retry once with Flight Recorder on; if it recurs exclude the most "
                                 "implicated host.", (_FR, _DMESG + " (the rank that never joined)",
                                                      "IB port counters of the hosts of the missing rank(s)")),
-    "PEER_PROCESS_EXIT": (RETRY, "Find the first failing rank/host in time order (this host is a victim); retry "
-                          "once if none is found.", ("logs of every rank, first error in time order", _DMESG)),
+    "PEER_PROCESS_EXIT": (RETRY, "Find the first failing rank/host in time order, starting with peer {peer} "
+                          "(the reporting host is a victim); retry once if none is found.", ("logs of every rank, first error in time order", _DMESG)),
     "HEARTBEAT_MONITOR_TIMEOUT": (RETRY, "Retry once with a py-spy dump on timeout; check whether nodes started "
                                   "at different times.", ("py-spy dump of the stuck ranks", "launch time of every node",
                                                           _FR)),
@@ -128,7 +128,7 @@ UNKNOWN_EXCEPTION: Final = (STOP, "Stop: {exception} ends the job on one rank; f
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
         return {"host": "<host not named in the logs>", "gpu": "<GPU not named in the logs>",
-                "rank": "<rank not named>"}.get(key, "?")
+                "rank": "<rank not named>", "peer": "<peer not named>"}.get(key, "?")
 
 
 def render(template: str, values: dict[str, object]) -> str:

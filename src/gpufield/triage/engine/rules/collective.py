@@ -10,6 +10,7 @@ the symptom and the root is UNKNOWN until a lower-tier rule explains them.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
@@ -188,8 +189,12 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     reporters = sorted({e.host for e in evs if e.host})
+    from gpufield.triage.engine.rules.fabric import peer_name
+
+    peers = Counter(p for p in (peer_name(ctx, e) for e in evs if e.fields.get("peer")) if p)
+    peer = peers.most_common(1)[0][0] if peers else "-"
     return [finding(ctx, "PEER_PROCESS_EXIT", "peer_exit", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, evs, established=False,
-                    host=None, gpu=None, rank=None, facts={"reporters": ",".join(reporters) or "-"},
+                    host=None, gpu=None, rank=None, facts={"reporters": ",".join(reporters) or "-", "peer": peer},
                     note="A remote rank went away (broken pipe / connection closed / ncclRemoteError); "
                          f"{', '.join(reporters) or 'this host'} is a victim - the first failing peer is elsewhere.")]
 
