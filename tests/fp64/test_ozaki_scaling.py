@@ -85,3 +85,19 @@ def test_uniqueness_property(M, K, N, phi, sa, sb, n, seed, accurate):
     t = moduli_table("int8", n)
     s, u = _shifts(A, B.T, t, be, "accurate" if accurate else "fast")
     assert 2 * max_abs_int_product(A, s, B, u) < t.M
+
+
+def test_integer_log2_bound_is_exact_upper_bound():
+    from gpufield.fp64.ozaki.scaling import bit_length, log2_upper_int
+
+    rng = np.random.default_rng(0)
+    vals = [1, 2, 3, 255, 256, 257, 2**53 - 1, 2**53, 2**53 + 1, 2**62, 2**63 - 1]
+    vals += [int(v) for v in rng.integers(1, 2**63 - 1, 300, dtype=np.int64)]
+    vals += [int(v) for v in rng.integers(1, 2**20, 300)]
+    x = torch.tensor(vals, dtype=torch.int64)
+    assert bit_length(x).tolist() == [v.bit_length() for v in vals]
+    lu = log2_upper_int(x).tolist()
+    for v, b in zip(vals, lu):
+        # 2**b >= v, checked exactly: b >= log2(v) <=> v <= 2**b
+        assert v <= 2 ** math.floor(b) * 2 ** (b - math.floor(b)) * (1 + 1e-15)
+        assert b - math.log2(v) < 0.012
