@@ -14,6 +14,7 @@ from collections import Counter
 
 from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
+from gpufield.triage.engine.rules.fabric import peer_name
 from gpufield.triage.events import Event
 
 SETUP_MAX_SEQ = 8  # the first collectives of a job: init broadcast, barriers
@@ -189,8 +190,6 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     reporters = sorted({e.host for e in evs if e.host})
-    from gpufield.triage.engine.rules.fabric import peer_name
-
     peers = Counter(p for p in (peer_name(ctx, e) for e in evs if e.fields.get("peer")) if p)
     peer = peers.most_common(1)[0][0] if peers else "-"
     return [finding(ctx, "PEER_PROCESS_EXIT", "peer_exit", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, evs, established=False,
