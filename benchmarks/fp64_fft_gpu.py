@@ -119,39 +119,35 @@ def self_check(run: Run, dev: str, small: bool) -> None:
     print("self-check passed: GPU backends x variants bit-identical to the exact CPU reference")
 
 
-def epilogue_bench(run: Run, dev: str, O: int, p_int: float, copy_bw: float) -> None:
+def epilogue_bench(run: Run, dev: str, n_out: int, p_int: float, copy_bw: float) -> None:
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.kernels.fft_epilogue import epilogue_triton
 
     for kind, r in (("int8", 16), ("fp8", 13)):
         tab = epilogue_tables(kind, r)
         g = torch.Generator(device=dev).manual_seed(0)
-        T = torch.randint(-(2**20), 2**20, (r, 3, O), dtype=torch.int32, device=dev, generator=g)
-        shift = torch.full((O,), 100, dtype=torch.int64, device=dev)
+        T = torch.randint(-(2**20), 2**20, (r, 3, n_out), dtype=torch.int32, device=dev, generator=g)
+        shift = torch.full((n_out,), 100, dtype=torch.int64, device=dev)
         for v in VARIANTS:
             epilogue_triton(T, shift, tab, v)  # compile / warm
-            t = _time(lambda v=v: epilogue_triton(T, shift, tab, v), dev, reps=3 if dev == "cuda" else 1)
-            nbytes = O * (r * 3 * 4 + 8 + 16)
-            rec = {"outputs_complex": O, "time_s": t, "ns_per_real_output": t / (2 * O) * 1e9,
-                   "c_epi_measured": t * p_int / (2 * O), "hbm_bytes": nbytes,
+            t = _time(lambda v=v, T=T, shift=shift, tab=tab: epilogue_triton(T, shift, tab, v), dev,
+                      reps=3 if dev == "cuda" else 1)
+            nbytes = n_out * (r * 3 * 4 + 8 + 16)
+            rec = {"outputs_complex": n_out, "time_s": t, "ns_per_real_output": t / (2 * n_out) * 1e9,
+                   "c_epi_measured": t * p_int / (2 * n_out), "hbm_bytes": nbytes,
                    "copy_bw_time_s": nbytes / copy_bw if copy_bw else None}
-            try:  # static PTX count of the compiled kernel (no dynamic loops in it)
-                from gpufield.fp64.kernels import fft_epilogue as fe
+            try:  # static PTX count of the compiled kernel (no dynamic loops in it: static ~ dynamic)
+                from gpufield.fp64.kernels.fft_epilogue import COMPILED
 
-                k = fe._fft_epilogue_kernel
-                cache = getattr(k, "device_caches", None) or getattr(k, "cache", None)
-                ptx_counts = []
-                if cache:
-                    for dc in (cache.values() if isinstance(cache, dict) else []):
-                        kernels = dc[0] if isinstance(dc, tuple) else dc
-                        for ck in kernels.values():
-                            ptx = ck.asm.get("ptx", "")
-                            n_instr = sum(1 for ln in ptx.splitlines() if ln.strip() and ln.strip()[0].isalpha()
-                                          and ln.rstrip().endswith(";") and not ln.strip().startswith((".", "//")))
-                            ptx_counts.append((n_instr, ck.metadata.num_warps))
-                rec["ptx_static_instr_per_thread_all_variants"] = ptx_counts
+                ck = COMPILED[(kind, r, v)]
+                ptx = ck.asm.get("ptx", "") if hasattr(ck, "asm") else ""
+                n_instr = sum(1 for ln in ptx.splitlines()
+                              if ln.strip()[:1].isalpha() or ln.strip()[:1] == "@")
+                warps = ck.metadata.num_warps
+                rec["ptx_instr_per_thread"] = n_instr
+                rec["c_epi_ptx_static"] = n_instr * 32 * warps / (2 * 128) if n_instr else None
             except Exception as e:  # noqa: BLE001 - diagnostics only
-                rec["ptx_static_instr_error"] = repr(e)
+                rec["ptx_error"] = repr(e)
             run.res["epilogue"][f"{kind}{r}/{v}"] = rec
             run.save()
         del T
@@ -165,13 +161,13 @@ def rank1_input(n: int, dev: str, seed: int):
     vecs[1], vecs[2] = vecs[1].real.astype(complex), vecs[2].real.astype(complex)
     u, v, w = (torch.from_numpy(a).to(dev) for a in vecs)
     x = u[:, None, None] * v[None, :, None] * w[None, None, :]
-    return x, vecs
-
-
-def sampled_rel_err(y: torch.Tensor, vecs, n: int, n_samples: int, seed: int) -> float:
     from gpufield.fp64.fft.reference import dft_longdouble
 
-    U, V, W = (dft_longdouble(a) for a in vecs)
+    return x, [dft_longdouble(a) for a in vecs]
+
+
+def sampled_rel_err(y: torch.Tensor, refs, n: int, n_samples: int, seed: int) -> float:
+    U, V, W = refs
     rng = np.random.default_rng(seed)
     k = rng.integers(0, n, (3, n_samples))
     idx = torch.from_numpy(k[0] * n * n + k[1] * n + k[2]).to(y.device)
@@ -187,7 +183,7 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
     rec: dict = {"n": n, "points": n**3}
     run.res["sizes"][str(n)] = rec
     x, vecs = rank1_input(n, dev, n)
-    native = lambda: torch.fft.fftn(x)  # noqa: E731
+    native = lambda x=x: torch.fft.fftn(x)  # noqa: E731
     yc = native()
     rec["cufft_time_s"] = _time(native, dev, reps=3)
     rec["cufft_rank1_rel_l2"] = sampled_rel_err(yc, vecs, n, 2**18, 1)
@@ -201,14 +197,18 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
                                                / torch.linalg.vector_norm(xr))
     run.save()
     chunk = 1 << 25 if dev == "cuda" else 1 << 16
-    for b in BACKENDS:
-        for v in VARIANTS:
-            key = f"{b}/{v}"
-            est = budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3 * 2.5
+    configs = [(b, v, "triton") for b in BACKENDS for v in VARIANTS]
+    if n <= 256:
+        configs.append(("int8", "crt", "torch"))
+    for b, v, epi in configs:
+        if True:
+            key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "")
+            # two calls at this size, scaled from the per-call time at the previous size, 30% margin
+            est = 2 * 1.3 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
             if est > run.left():
                 run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
                 continue
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue="triton", chunk_outputs=chunk)
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, chunk_outputs=chunk if epi == "triton" else chunk // 4)
             t0 = _now()
             y = fftn_fp64_emulated(x, plan)
             _sync(dev)
@@ -216,7 +216,7 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
             r = {"first_call_s": first}
             r["rank1_rel_l2"] = sampled_rel_err(y, vecs, n, 2**18, 1)
             del y
-            r["time_s"] = _time(lambda plan=plan: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
+            r["time_s"] = _time(lambda plan=plan, x=x: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
             yr = fftn_fp64_emulated(xr, plan)
             yc = torch.fft.fftn(xr)
             r["random_rel_l2_vs_cufft"] = float(torch.linalg.vector_norm(yr - yc) / torch.linalg.vector_norm(yc))
@@ -228,7 +228,7 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
             del yr
             r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
             rec[key] = r
-            budget_guard[key] = r["time_s"] + first
+            budget_guard[key] = max(r["time_s"], first)
             budget_guard["n"] = n
             if dev == "cuda":
                 torch.cuda.empty_cache()
@@ -236,6 +236,43 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
             print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms ({r['x_cufft']:.1f}x cuFFT), "
                   f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e})")
     del x, xr
+
+
+def phase_breakdown(run: Run, dev: str, n: int) -> None:
+    """GPU time per phase (torch.profiler kernel times) of one transform, for int8/crt and fp8/crt."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated
+
+    g = torch.Generator(device=dev).manual_seed(3)
+    x = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
+                      torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
+    out = {}
+    for b in BACKENDS:
+        plan = EmulatedFftPlan(backend=b, variant="crt", epilogue="triton", chunk_outputs=1 << 25)
+        fftn_fp64_emulated(x, plan)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fftn_fp64_emulated(x, plan)
+            torch.cuda.synchronize()
+        phases: dict = {}
+        for ev in prof.key_averages():
+            t = getattr(ev, "self_device_time_total", None)
+            if t is None:
+                t = getattr(ev, "self_cuda_time_total", 0.0)
+            name = ev.key.lower()
+            if "fft_epilogue" in name:
+                ph = "epilogue (triton)"
+            elif "scale_residue" in name:
+                ph = "scaling+residues (triton)"
+            elif "gemm" in name or "int_mm" in name or "scaled_mm" in name or "sm90" in name or "cutlass" in name:
+                ph = "tensor-core GEMMs"
+            else:
+                ph = "other (transposes, copies, digit planes, casts)"
+            phases[ph] = phases.get(ph, 0.0) + t / 1e6
+        out[f"{b}/crt"] = {k: round(v, 6) for k, v in sorted(phases.items())}
+    run.res["phases_s"] = {f"{n}^3": out}
+    run.save()
 
 
 def model_predictions(run: Run, sizes, copy_bw: float) -> None:
@@ -294,6 +331,11 @@ def main() -> None:
                 run.res["skipped"].append(f"{n}^3: needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
                 continue
         size_bench(run, dev, n, guard)
+        if dev == "cuda" and n == sizes[0]:
+            try:
+                phase_breakdown(run, dev, n)
+            except Exception as e:  # noqa: BLE001 - diagnostics only
+                run.res["phases_error"] = repr(e)
     model_predictions(run, sizes, copy_bw or 0.0)
     run.save()
     print_summary(run)
@@ -318,6 +360,9 @@ def print_summary(run: Run) -> None:
             sp = m["spec"]
             print(f"   model H200: roof {sp['roof_s'] * 1e3:.2f} ms, emulated {sp['emulated_s'][0] * 1e3:.1f}-"
                   f"{sp['emulated_s'][1] * 1e3:.1f} ms (c_epi 203-281)")
+    for sz, ph in r.get("phases_s", {}).items():
+        for k, v in ph.items():
+            print(f"phases {sz} {k}: " + ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v.items()))
     for s in r["skipped"]:
         print("skipped:", s)
     print(f"elapsed {r['meta']['elapsed_s']:.0f} s; JSON in {run.out / 'fp64_fft_gpu.json'}")

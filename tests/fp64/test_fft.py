@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from gpufield.errors import InputError, NumericsError
-from gpufield.fp64.fft import EmulatedFftPlan, auto_num_moduli, fftn_fp64_emulated, ifftn_fp64_emulated
+from gpufield.fp64.fft import (
+    EmulatedFftPlan,
+    auto_num_moduli,
+    fftn_fp64_emulated,
+    ifftn_fp64_emulated,
+)
 from gpufield.fp64.fft.epilogue import VARIANTS, epilogue_tables, epilogue_torch
 from gpufield.fp64.fft.reference import dft_longdouble, dft_mpmath, rel_l2, stage_exact_python
 from gpufield.fp64.fft.sixstep import _dft_idx, _fused_idx
@@ -77,18 +82,18 @@ def test_epilogue_bit_exact_near_crt_bound(kind, r):
     rnd = random.Random(r)
     mt = moduli_table(kind, r)
     tab = epilogue_tables(kind, r)
-    O = 400
+    n_out = 400
     bits = [0, 1, 30, 62, 64, 100, int(mt.log2_M) - 3]
-    vals = [rnd.randint(-(1 << b), 1 << b) for b in (rnd.choice(bits) for _ in range(O))]
+    vals = [rnd.randint(-(1 << b), 1 << b) for b in (rnd.choice(bits) for _ in range(n_out))]
     vals[:3] = [0, 1, -1]
-    T = torch.zeros((r, 3, O), dtype=torch.int64)
+    T = torch.zeros((r, 3, n_out), dtype=torch.int64)
     for i, p in enumerate(mt.moduli):  # T1 - T2 = v, T3 - T1 - T2 = -v (mod p), arbitrary offsets
         for k, v in enumerate(vals):
             a = rnd.randint(-5000, 5000)
             T[i, 0, k] = a
             T[i, 1, k] = a - (v % p) + p * rnd.randint(-3, 3)
             T[i, 2, k] = (-v % p) + a + int(T[i, 1, k])
-    shift = torch.tensor([rnd.randint(-50, 1200) for _ in range(O)], dtype=torch.int64)
+    shift = torch.tensor([rnd.randint(-50, 1200) for _ in range(n_out)], dtype=torch.int64)
     want = [math.ldexp(float(v), -int(sh)) for v, sh in zip(vals, shift, strict=True)]
     for variant in VARIANTS:
         y = epilogue_torch(T, shift, tab, variant)

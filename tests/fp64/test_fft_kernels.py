@@ -27,21 +27,21 @@ from gpufield.fp64.ozaki.moduli import moduli_table  # noqa: E402
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _products(kind: str, r: int, O: int, seed: int):
+def _products(kind: str, r: int, n_out: int, seed: int):
     """Raw 3M products whose residues encode random integers up to 2^(log2 M - 3), and their values."""
     rnd = random.Random(seed)
     mt = moduli_table(kind, r)
     bits = [0, 1, 30, 62, 100, int(mt.log2_M) - 3]
-    vals = [rnd.randint(-(1 << b), 1 << b) for b in (rnd.choice(bits) for _ in range(O))]
+    vals = [rnd.randint(-(1 << b), 1 << b) for b in (rnd.choice(bits) for _ in range(n_out))]
     vals[:3] = [0, 1, -1]
-    T = torch.zeros((r, 3, O), dtype=torch.int32)
+    T = torch.zeros((r, 3, n_out), dtype=torch.int32)
     for i, p in enumerate(mt.moduli):
         for k, v in enumerate(vals):
             a = rnd.randint(-5000, 5000)
             T[i, 0, k] = a
             T[i, 1, k] = a - (v % p) + p * rnd.randint(-3, 3)
             T[i, 2, k] = (-v % p) + a + int(T[i, 1, k])
-    shift = torch.tensor([rnd.randint(-50, 1200) for _ in range(O)], dtype=torch.int64)
+    shift = torch.tensor([rnd.randint(-50, 1200) for _ in range(n_out)], dtype=torch.int64)
     return T, shift, vals
 
 

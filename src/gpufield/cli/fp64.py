@@ -8,6 +8,7 @@ Commands:
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
 import typer
 
@@ -20,11 +21,11 @@ def _ms(x: float | None) -> str:
 
 @app.command("model")
 def model_cmd(
-    gpu: list[str] = typer.Option(None, "--gpu", help="GPU name (repeatable); default B300 B200 Rubin H100 H200"),
-    c_epi: list[float] = typer.Option(None, "--c-epi", help="epilogue instructions per real output (repeatable); default 203 281"),
-    n: int = typer.Option(1024, help="points per axis (power of two)"),
-    dims: int = typer.Option(3, help="number of axes"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU name (repeatable); default B300 B200 Rubin H100 H200")] = None,
+    c_epi: Annotated[list[float] | None, typer.Option("--c-epi", help="epilogue instructions per real output (repeatable); default 203 281")] = None,
+    n: Annotated[int, typer.Option(help="points per axis (power of two)")] = 1024,
+    dims: Annotated[int, typer.Option(help="number of axes")] = 3,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
 ) -> None:
     """Emulated FP64 3-D FFT floor model (FP8 is All You Need, Part 3) per GPU."""
     from gpufield.fp64.model import model_table
@@ -59,11 +60,11 @@ def model_cmd(
 
 @app.command("fft")
 def fft_cmd(
-    shape: str = typer.Option("16,16,16", help="comma-separated power-of-two sides (1 to 3 axes)"),
-    backend: str = typer.Option("cpu", help="cpu | int8 | fp8"),
-    variant: str = typer.Option("crt", help="garner | crt | kulisch"),
-    seed: int = typer.Option(0, help="random seed"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON"),
+    shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides (1 to 3 axes)")] = "16,16,16",
+    backend: Annotated[str, typer.Option(help="cpu | int8 | fp8")] = "cpu",
+    variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's."""
     from gpufield.fp64.fft.check import check_fft

@@ -25,7 +25,7 @@ For each complex output the modular GEMMs deliver, per modulus p_i, the three re
    the power-of-two scaling is exact except in the subnormal range, where it rounds like
    ``math.ldexp(float(Y'), -shift)`` does.
 
-Shape legend: R = number of moduli r, O = number of real outputs, L = number of 32-bit limbs,
+Shape legend: R = number of moduli r, O = number of outputs (n_out), L = number of 32-bit limbs,
 C = number of 9-bit bulk columns. Dtypes: residues/limbs int64, output float64.
 """
 
@@ -79,19 +79,23 @@ class EpilogueTables:
     bulk: tuple[tuple[int, ...], ...]
     n_bulk_limbs: int
 
-    @functools.cache
     def tensors(self, device: str) -> dict[str, torch.Tensor]:
-        """Device tensors of the tables (cached per device string)."""
-        dev = torch.device(device)
-        i64 = dict(dtype=torch.int64, device=dev)
-        return {
-            "p": torch.tensor(self.moduli, **i64),
-            "C": torch.tensor(self.C_limbs, **i64),  # [R, L]
-            "M": torch.tensor(self.M_limbs, **i64),  # [L]
-            "frac": torch.tensor(self.frac, **i64),  # [R]
-            "inv": torch.tensor(self.garner_inv, **i64),  # [R, R]
-            "bulk": torch.tensor(self.bulk, dtype=torch.float32, device=dev),  # [R, C]
-        }
+        """Device tensors of the tables (cached per tables and device string)."""
+        return _device_tables(self, device)
+
+
+@functools.cache
+def _device_tables(tab: EpilogueTables, device: str) -> dict[str, torch.Tensor]:
+    dev = torch.device(device)
+    i64 = dict(dtype=torch.int64, device=dev)
+    return {
+        "p": torch.tensor(tab.moduli, **i64),
+        "C": torch.tensor(tab.C_limbs, **i64),  # [R, L]
+        "M": torch.tensor(tab.M_limbs, **i64),  # [L]
+        "frac": torch.tensor(tab.frac, **i64),  # [R]
+        "inv": torch.tensor(tab.garner_inv, **i64),  # [R, R]
+        "bulk": torch.tensor(tab.bulk, dtype=torch.float32, device=dev),  # [R, C]
+    }
 
 
 @functools.cache
@@ -145,7 +149,7 @@ def karatsuba_residues(T_R3O: torch.Tensor, p_R: torch.Tensor) -> torch.Tensor:
         p_R: int64 moduli [r].
 
     Returns:
-        int64 [r, 2*O]: symmetric residues of the real parts (first O) then the imaginary parts.
+        int64 [r, 2*O]: symmetric residues of the real parts (first n_out) then the imaginary parts.
     """
     T = T_R3O.to(torch.int64)
     p = p_R[:, None]
@@ -302,5 +306,5 @@ def epilogue_torch(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTabl
     c = karatsuba_residues(T_R3O, T["p"])
     X = _RECON[variant](c, tab)
     y = limbs_to_float(X, torch.cat([shift_O, shift_O]))
-    O = T_R3O.shape[2]
-    return torch.complex(y[:O], y[O:])
+    n_out = T_R3O.shape[2]
+    return torch.complex(y[:n_out], y[n_out:])

@@ -53,22 +53,24 @@ def _fused_idx(n: int) -> np.ndarray:
 
 
 def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
-    """Forward emulated DFT along the last axis of a [B, N] complex128 tensor.
+    """Forward emulated DFT along the last axis of a [..., N] complex128 tensor (any strides).
 
     Args:
-        x_BN: complex128 [B, N], N a power of two <= 1024.
+        x_BN: complex128 [..., N], N a power of two <= 1024; read once (the first stage's input
+            copy is made straight from this view).
         plan: :class:`EmulatedFftPlan`.
 
     Returns:
-        complex128 [B, N], X[b, k] = sum_j x[b, j] exp(-2 pi i j k / N).
+        complex128 [B, N] with B = x_BN.numel() / N, X[b, k] = sum_j x[b, j] exp(-2 pi i j k / N).
     """
-    B, N = x_BN.shape
+    N = x_BN.shape[-1]
+    B = x_BN.numel() // N
     if N == 1:
-        return x_BN.clone()
+        return x_BN.reshape(B, N).clone()
     if N <= 32:
-        return dft_stage(x_BN[None], _dft_idx(N), plan)[0]
+        return dft_stage(x_BN.reshape(1, B, N), _dft_idx(N), plan)[0]
     n1, n2 = _split(N)
-    a = x_BN.view(B, n1, n2).transpose(1, 2).reshape(1, B * n2, n1)  # rows (b, j2), vector j1
+    a = x_BN.unflatten(-1, (n1, n2)).transpose(-1, -2).reshape(1, B * n2, n1)  # rows (b, j2), vector j1
     y = dft_stage(a, _dft_idx(n1), plan)  # [1, B*n2, k1]
     del a
     y = y.view(B, n2, n1).permute(2, 0, 1).contiguous()  # [k1, b, j2]
@@ -100,8 +102,8 @@ def _fftn(x: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
     for axis in range(x.ndim):
         moved = x.movedim(axis, -1)
         shape = moved.shape
-        y = fft_last_axis(moved.reshape(-1, shape[-1]).contiguous(), plan)
-        x = y.view(shape).movedim(-1, axis)
+        x = fft_last_axis(moved, plan).view(shape).movedim(-1, axis)
+        del moved
     return x.contiguous()
 
 

@@ -21,7 +21,7 @@ Bit-identical to :func:`gpufield.fp64.fft.epilogue.epilogue_torch` (tests/fp64/t
 runs both; on CPU through ``TRITON_INTERPRET=1``, which :mod:`gpufield.fp64.kernels` sets when no
 CUDA device is present).
 
-Shape legend: R moduli (r), O complex outputs, RP = R padded, CP = bulk columns padded, NL = 7 limbs.
+Shape legend: R moduli (r), O complex outputs (n_out), RP = R padded, CP = bulk columns padded, NL = 7 limbs.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ from gpufield.fp64.fft.epilogue import (
 
 NL = 7
 """Limbs held per output in the kernel (enough for 20 INT8 or FP8 moduli)."""
+
+COMPILED: dict = {}
+"""(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
+instruction counts in benchmarks/fp64_fft_gpu.py."""
 
 
 @triton.jit
@@ -193,19 +197,19 @@ def _reconstruct(c, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
 
 @triton.jit
 def _fft_epilogue_kernel(
-    T_ptr, O, shift_ptr, out_ptr, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    T_ptr, n_out, shift_ptr, out_ptr, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
     R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr, VARIANT: tl.constexpr,
     FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    omask = offs < O
+    omask = offs < n_out
     cols = tl.arange(0, RP)
     p = tl.load(p_ptr + cols).to(tl.int64)
     m2 = omask[:, None] & (cols < R)[None, :]
-    base = cols[None, :].to(tl.int64) * (3 * O) + offs[:, None]
+    base = cols[None, :].to(tl.int64) * (3 * n_out) + offs[:, None]
     t1 = tl.load(T_ptr + base, mask=m2, other=0).to(tl.int64)
-    t2 = tl.load(T_ptr + base + O, mask=m2, other=0).to(tl.int64)
-    t3 = tl.load(T_ptr + base + 2 * O, mask=m2, other=0).to(tl.int64)
+    t2 = tl.load(T_ptr + base + n_out, mask=m2, other=0).to(tl.int64)
+    t3 = tl.load(T_ptr + base + 2 * n_out, mask=m2, other=0).to(tl.int64)
     shift = tl.load(shift_ptr + offs, mask=omask, other=0)
     c_re = _symmod(t1 - t2, p[None, :])
     x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_re, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
@@ -268,15 +272,15 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     if variant not in VARIANTS:
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
     T = T_R3O.to(torch.int32).contiguous()
-    O = T.shape[2]
+    n_out = T.shape[2]
     tb = _padded_tables(tab, str(T.device))
-    out = torch.empty(2 * O, dtype=torch.float64, device=T.device)
+    out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
     if block is None:
-        block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(O))
-    grid = (triton.cdiv(O, block),)
-    _fft_epilogue_kernel[grid](
-        T, O, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["C"], tb["M"], tb["frac"], tb["inv"],
+        block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
+    grid = (triton.cdiv(n_out, block),)
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
+        T, n_out, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["C"], tb["M"], tb["frac"], tb["inv"],
         tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"], VARIANT=VARIANTS.index(variant),
         FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
     )
-    return torch.view_as_complex(out.view(O, 2))
+    return torch.view_as_complex(out.view(n_out, 2))
