@@ -64,11 +64,11 @@ def one_line(result: TriageResult) -> str:
 
 
 def _evidence_table(inc: Incident, width: int) -> Table:
-    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=False)
-    t.add_column("role", style="dim", no_wrap=True, min_width=7)
-    t.add_column("where", no_wrap=True, overflow="ellipsis", max_width=26)
-    t.add_column("n", justify="right", no_wrap=True, min_width=3)
-    t.add_column("line", overflow="ellipsis", no_wrap=True, min_width=30)
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=True)
+    t.add_column("role", style="dim", no_wrap=True, width=7)
+    t.add_column("where", no_wrap=True, overflow="ellipsis", width=min(28, max(14, width // 4)))
+    t.add_column("n", justify="right", no_wrap=True, width=4)
+    t.add_column("line", overflow="ellipsis", no_wrap=True, ratio=1)
     roots = [x for x in inc.evidence if x.role == "root" and x.event.kind != "gpu_map"]
     rank = {k: i for i, k in enumerate(_CASCADE_ORDER)}
     casc, kinds = [], set()
@@ -81,7 +81,7 @@ def _evidence_table(inc: Incident, width: int) -> Table:
     shown += casc[: MAX_EVIDENCE - len(shown)]
     for x in shown:
         e = x.event
-        where = f"{e.file.rsplit('/', 1)[-1]}:{e.line}"
+        where = f"{'/'.join(e.file.replace(chr(92), '/').split('/')[-2:])}:{e.line}"  # parent/name:line
         t.add_row(x.role, Text(where), f"x{x.count}" if x.count > 1 else "", Text(display_line(e)))
     return t
 
