@@ -3,8 +3,9 @@ validation of every counterexample with onnxruntime.
 
 Projected gradient descent in the input box (Madry et al. 2018, arXiv:1706.06083) on the
 clause violation ``max_i (A_i y − b_i)`` (``≤ 0`` means ``y`` lies in the unsafe polytope);
-each clause gets its own restarts (targeted attack), steps are signed gradients scaled by the
-box width with a linearly decaying step size. A point counts only after onnxruntime's float32
+each clause gets its own restarts (targeted attack) which first take a few output-diversified
+initialisation (ODI) steps along a random output direction, as α,β-CROWN's ``diversed_PGD``
+does; steps are signed gradients scaled by the box width with a linearly decaying step size. A point counts only after onnxruntime's float32
 forward puts it in an unsafe polytope and the point lies in the box.
 
 Shape legend: R batch of attack points, N input size, M outputs, K rows of a clause.
@@ -32,12 +33,15 @@ class AttackConfig:
         steps: PGD steps per round.
         step_frac: initial step as a fraction of the box width (decays linearly to 0).
         seed: RNG seed of the first round (later rounds add the round index).
+        odi_steps: output-diversified initialisation steps (Tashiro et al. 2020,
+            arXiv:2003.06878): each restart first ascends a random direction of the output.
     """
 
-    restarts: int = 8
+    restarts: int = 16
     steps: int = 100
-    step_frac: float = 0.25
+    step_frac: float = 0.1
     seed: int = 0
+    odi_steps: int = 10
 
     def __post_init__(self):
         if self.restarts < 1 or self.steps < 1 or self.step_frac <= 0:
@@ -117,6 +121,15 @@ def pgd_attack(graph: Graph, ort_model: OrtModel, case: Case, cfg: AttackConfig,
         x = lo + width * torch.rand(len(rows) * R, len(lo), generator=g, dtype=dt).to(dev)
         if rnd == 0:
             x[::R] = (lo + hi) / 2
+        if cfg.odi_steps:
+            w = (torch.rand(len(x), int(torch.Size(graph.output_shape).numel()), generator=g, dtype=dt) * 2 - 1).to(dev)
+            w[::R] = 0.0  # the first restart of every clause starts undiversified
+            for _ in range(cfg.odi_steps):
+                x.requires_grad_(True)
+                y = graph.forward(x.reshape(len(x), *graph.input_shape)).reshape(len(x), -1)
+                grad, = torch.autograd.grad((y * w).sum(), x)
+                with torch.no_grad():
+                    x = torch.minimum(torch.maximum(x + cfg.step_frac * width * grad.sign(), lo), hi)
         for t in range(cfg.steps):
             x.requires_grad_(True)
             y = graph.forward(x.reshape(len(x), *graph.input_shape)).reshape(len(x), -1)
