@@ -31,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 
+if "cpu" in sys.argv:  # dry run: Triton must run in its interpreter, set before triton is first imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import numpy as np
 import torch
 

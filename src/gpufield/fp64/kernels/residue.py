@@ -26,6 +26,13 @@ def _pow2(e):
 
 
 @triton.jit
+def _imax(a, b):
+    # own combine function: tl.max is a @jit of triton.language.standard, which is not interpretable when
+    # triton was imported before TRITON_INTERPRET was set (CPU runs); builtins and our own @jit are.
+    return tl.maximum(a, b)
+
+
+@triton.jit
 def _split(x, s1, s2):
     y = x * _pow2(s1)[:, None]
     y = y * _pow2(s2)[:, None]
@@ -89,9 +96,9 @@ def _scale_residue_kernel(
     yi, y, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
     if COMPLEX:
         yi2, y2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
-    any_big = tl.max(tl.max(tl.where(small, 0, 1), axis=1), axis=0)
+    any_big = tl.reduce(tl.reduce(tl.where(small, 0, 1), 1, _imax), 0, _imax)
     if COMPLEX:
-        any_big = tl.maximum(any_big, tl.max(tl.max(tl.where(small2, 0, 1), axis=1), axis=0))
+        any_big = tl.maximum(any_big, tl.reduce(tl.reduce(tl.where(small2, 0, 1), 1, _imax), 0, _imax))
     # output element (comp, l, r, k) at comp*so_comp + (l // GROUP)*so_grp + r*so_row + (l % GROUP)*K + k
     out_off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
     c1 = tl.cast(so_comp, tl.int64)
