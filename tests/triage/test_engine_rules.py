@@ -178,4 +178,9 @@ def test_address_book_from_nccl_bootstrap_lines():
     text = ("node-b:51220:51220 [0] NCCL INFO Bootstrap : Using eth0:10.42.0.12<0>\n"
             "[rank9]:node-b:51221:51221 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.42.0.12<0>\n"
             "gpu7:9:9 [0] NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>\n")
-    assert topology.scan_text(text) == {"10.42.0.12": "node-b", "192.168.1.7": "gpu7"}
+    text += ("node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000 "
+             "commId 0x3f1c9a2b7e104d55 - Init COMPLETE\n"
+             "gpu7:9:9 [1] NCCL INFO comm 0x7f00 rank 1 nranks 8 cudaDev 1 busId 11b000 commId 0x1 - Init START\n")
+    topo = topology.scan_text(text)
+    assert topo.ip_host == {"10.42.0.12": "node-b", "192.168.1.7": "gpu7"}
+    assert topo.gpu_rank == {("node-b", "0000:ab:00.0"): 13, ("gpu7", "0001:1b:00.0"): 1}

@@ -37,7 +37,8 @@ def test_json_schema_and_example_verdict(example):
     top = incs[0]
     # values from the example's own files: node-b kern.log holds the Xid 79 for bus 0000:ab:00
     assert top["root"]["host"] == "node-b" and top["root"]["gpu"] == "0000:ab:00.0"
-    assert top["blamed"] == {"host": "node-b", "gpu": "0000:ab:00.0", "rank": None}
+    # rank 13 from the NCCL init line "rank 13 ... busId ab000" on node-b (topology join)
+    assert top["blamed"] == {"host": "node-b", "gpu": "0000:ab:00.0", "rank": 13}
     assert top["root"]["file"].endswith("node-b/kern.log")
     line_no = top["root"]["line"]
     text = open(top["root"]["file"], encoding="utf-8").read().splitlines()[line_no - 1]

@@ -116,7 +116,7 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     events, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
     files = _files_under(given)
     result = run_engine(events, phases=scan_files(files), skew_tolerance_s=skew_tolerance_s,
-                        addresses=topology.scan_files(files))
+                        topology=topology.scan_files(files))
     return TriageResult(
         incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
         clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},

@@ -7,7 +7,7 @@ every rule of :data:`~gpufield.triage.engine.rules.RULES` -> findings ->
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufield.triage.engine.correlate import Timeline, build_timeline
@@ -15,6 +15,7 @@ from gpufield.triage.engine.incidents import build_incidents
 from gpufield.triage.engine.model import Finding, Incident
 from gpufield.triage.engine.phases import PhaseMark
 from gpufield.triage.engine.rules import RULES, Rule, RuleContext
+from gpufield.triage.engine.topology import Topology
 from gpufield.triage.events import Event
 
 
@@ -34,14 +35,14 @@ class EngineResult:
 
 
 def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), skew_tolerance_s: float = 30.0,
-               addresses: Mapping[str, str] | None = None, rules: Sequence[Rule] = RULES) -> EngineResult:
+               topology: Topology | None = None, rules: Sequence[Rule] = RULES) -> EngineResult:
     """Classify ``events`` into incidents.
 
     Args:
         events: parsed events, in ingestion order.
         phases: phase markers found in the same inputs (see :mod:`.phases`).
         skew_tolerance_s: cross-host clock uncertainty after correction, seconds.
-        addresses: ``ip -> hostname`` from the raw inputs (see :mod:`.topology`).
+        topology: IP and GPU->rank maps from the raw inputs (see :mod:`.topology`).
         rules: the rule table (default :data:`RULES`); tests may pass a subset.
 
     Returns:
@@ -50,7 +51,7 @@ def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), ske
     Raises:
         ValueError: ``skew_tolerance_s`` < 0, or a rule emitted a class outside the taxonomy.
     """
-    tl = build_timeline(events, skew_tolerance_s=skew_tolerance_s, addresses=addresses)
+    tl = build_timeline(events, skew_tolerance_s=skew_tolerance_s, topology=topology)
     ctx = RuleContext(tl, phases)
     findings: list[Finding] = []
     for rule in rules:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from gpufield.triage.engine.model import EvidenceLine
-from gpufield.triage.engine.topology import from_events
+from gpufield.triage.engine.topology import Topology, from_events
 from gpufield.triage.events import Event
 
 _NCCL_PREFIX = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?[^\s:]+:\d+:\d+ \[\d+\]\s*")
@@ -175,7 +175,7 @@ def infer_hosts(events: Sequence[Event]) -> list[Event]:
 
 
 def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
-                   addresses: Mapping[str, str] | None = None) -> Timeline:
+                   topology: Topology | None = None) -> Timeline:
     """Order events by skew-corrected time; untimed events inherit the previous time in their file.
 
     Host-less events first get their file's host (:func:`infer_hosts`).
@@ -184,7 +184,7 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         events: parsed events in ingestion order (file by file, line by line).
         skew_tolerance_s: cross-host clock uncertainty in seconds after correction (default 30 s,
             typical of NTP-less clusters; chrony-synced clusters are within milliseconds).
-        addresses: ``ip -> hostname`` found in the raw inputs (NCCL bootstrap lines).
+        topology: IP and GPU->rank maps found in the raw inputs (NCCL init lines).
 
     Returns:
         A :class:`Timeline`.
@@ -211,7 +211,8 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         t = t_ns[id(e)]
         keyed.append((0 if t is not None else 1, t if t is not None else 0, e.file, e.line, order, e))
     keyed.sort(key=lambda k: k[:5])
-    gpu_uuid, gpu_rank = {}, {}
+    gpu_uuid: dict[tuple[str | None, str], str] = {}
+    gpu_rank: dict[tuple[str | None, str], int] = dict(topology.gpu_rank) if topology else {}
     for e in events:
         if e.kind == "gpu_map" and e.gpu_bdf and e.gpu_uuid:
             gpu_uuid[(e.host, e.gpu_bdf)] = e.gpu_uuid
@@ -224,5 +225,5 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         skew_tolerance_ns=int(skew_tolerance_s * 1e9),
         gpu_uuid=gpu_uuid,
         gpu_rank=gpu_rank,
-        ip_host={**from_events(events), **(addresses or {})},
+        ip_host={**from_events(events), **(topology.ip_host if topology else {})},
     )
