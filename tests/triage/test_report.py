@@ -39,6 +39,8 @@ def test_json_schema_and_example_verdict(example):
     assert top["root"]["host"] == "node-b" and top["root"]["gpu"] == "0000:ab:00.0"
     # rank 13 from the NCCL init line "rank 13 ... busId ab000" on node-b (topology join)
     assert top["blamed"] == {"host": "node-b", "gpu": "0000:ab:00.0", "rank": 13}
+    # host side (Xid on 0000:ab:00) and job side (rank 13 silent at SeqNum 48213) agree
+    assert "Rank 13, the only rank that never reported" in top["note"] and top["confidence"] == 0.95
     assert top["root"]["file"].endswith("node-b/kern.log")
     line_no = top["root"]["line"]
     text = open(top["root"]["file"], encoding="utf-8").read().splitlines()[line_no - 1]

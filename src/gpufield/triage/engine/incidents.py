@@ -120,13 +120,19 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
                                    exception=root.rule == "python_exception")
     if not root.established and not nxt:
         nxt = action_for("UNKNOWN", values)[2]
+    note, conf = root.note, root.confidence
+    silent = {m for c in cascades for m in c.facts.get("missing", "").split(",") if m not in ("", "-")}
+    if root.rank is not None and silent == {str(root.rank)}:
+        # the job side agrees with the host side: the one rank that never reported runs on the blamed GPU
+        note += f" Rank {root.rank}, the only rank that never reported, runs on this GPU."
+        conf = min(0.95, conf + 0.05)
     return Incident(
-        cls=root.cls, confidence=round(root.confidence, 2), established=root.established, root=root.root,
+        cls=root.cls, confidence=round(conf, 2), established=root.established, root=root.root,
         host=root.host, gpu=root.gpu, rank=root.rank, action_kind=kind, action=action, next_evidence=nxt,
         evidence=dedupe(root.evidence, "root") + dedupe(cascade_events, "cascade"),
         cascade_count=len(cascade_events),
         cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),
-        rule=root.rule, note=root.note, t_ns=root.t_ns,
+        rule=root.rule, note=note, t_ns=root.t_ns,
     )
 
 
