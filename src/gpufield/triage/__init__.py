@@ -34,8 +34,9 @@ CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi du
    collect (Flight Recorder, dmesg of the missing rank's host, ...).
 
 **Confidence** is a calibrated-ish probability that the incident's class names the *root cause*,
-i.e. that acting on it addresses the failure: 0.9 a catalogued code/message with the blamed host or
-GPU identified; 0.8 the same without an entity; ~0.65 an inference across events (SeqNum mismatch,
+i.e. that acting on it addresses the failure: 0.95 when host-side and job-side evidence agree (the
+one rank that never reported runs on the GPU the kernel blames); 0.9 a catalogued code/message with
+the blamed host or GPU identified; 0.8 the same without an entity; ~0.65 an inference across events (SeqNum mismatch,
 setup barrier); ~0.45-0.5 a class chosen by prior with corroboration missing (SIGKILL without an
 OOM-killer line); 0.3-0.4 cascade-only evidence (the class names the symptom; root UNKNOWN).
 ``gpufield triage eval`` prints class accuracy per confidence bin; low-confidence cascade-only cases

@@ -14,7 +14,8 @@
   look *earlier* than the Xid; the engine corrects the skew from the shared SeqNum timeouts.
 - ``node-a/kern.log``: a clean kernel log (nothing wrong on node-a).
 
-Expected verdict: ``GPU_FELL_OFF_BUS`` on node-b, GPU 0000:ab:00.0, action ``EXCLUDE_NODE``, with the
-IB errors, the 15 watchdog timeouts and both ChildFailedErrors as its cascade.
+Expected verdict: ``GPU_FELL_OFF_BUS`` on node-b, GPU 0000:ab:00.0 = rank 13 (from NCCL's ``Init``
+line ``busId ab000``), action ``EXCLUDE_NODE``, with the IB errors, the 15 watchdog timeouts (every
+rank but 13) and both ChildFailedErrors as its cascade.
 ``_make_xid79_two_hosts.py`` regenerates the files.
 """
