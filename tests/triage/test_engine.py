@@ -268,3 +268,9 @@ def test_engine_invariants_on_arbitrary_events():
             assert all(id(x.event) in cited or x.role == "root" for x in inc.evidence)
 
     check()
+
+
+def test_seqnums_of_different_attempts_are_not_mistaken_for_clock_skew():
+    # the same (SeqNum, OpType) two hours apart on two hosts: a restarted job, not a 2 h clock offset
+    evs = [watchdog(0, "node-a", 0, seq=7), watchdog(8, "node-b", 7200, seq=7)]
+    assert run_engine(evs).timeline.offsets_ns.get("node-b", 0) == 0

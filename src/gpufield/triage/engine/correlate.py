@@ -107,6 +107,11 @@ class Timeline:
         return None  # one side has no time at all (e.g. pasted output above a syslog excerpt)
 
 
+#: larger "offsets" are not clock skew but a coincidence of keys (e.g. SeqNums restarting after an
+#: elastic restart): they are ignored
+MAX_OFFSET_S = 3600.0
+
+
 def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:
     """Per-host clock offsets (ns) from watchdog timeouts of the same collective on several hosts.
 
@@ -139,7 +144,8 @@ def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:
         for h, ts in per_host.items():
             if h != ref:
                 diffs[h].append(int(statistics.median(ts) - t_ref))
-    offsets = {h: int(statistics.median(d)) for h, d in diffs.items()}
+    offsets = {h: int(statistics.median(d)) for h, d in diffs.items()
+               if abs(statistics.median(d)) <= MAX_OFFSET_S * 1e9}
     offsets[ref] = 0
     return offsets
 
