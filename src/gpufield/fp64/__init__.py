@@ -7,11 +7,20 @@ Public API:
 * :func:`ozaki_error_bound`: the a-priori entrywise error bound of that product.
 * :class:`ModularBackend`: the backend Protocol (see :mod:`gpufield.fp64.protocols`).
 * :func:`moduli_table` / :class:`ModuliTable`: the INT8/FP8 moduli and CRT constants.
+* :func:`fftn_fp64_emulated` / :func:`ifftn_fp64_emulated` / :class:`EmulatedFftPlan` /
+  :func:`auto_num_moduli`: full-FP64 1-3-D FFT by Bailey six-step on modular DFT-GEMMs (INT8/FP8/
+  exact CPU), exact CRT (Garner, fixed-point CRT, tensor-core bulk + Kulisch) and one rounding per stage.
+* :func:`fft_floor_model` / :func:`model_table` / :class:`FftFloorModel` / :func:`model_params`: the
+  Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time).
 """
 
 from gpufield.fp64.ozaki.gemm import ozaki_error_bound, ozaki_matmul
 from gpufield.fp64.ozaki.moduli import ModuliTable, moduli_table
 from gpufield.fp64.protocols import ModularBackend
+
+# FFT (issue 7): emulated FP64 FFT and its floor model
+from gpufield.fp64.fft import EmulatedFftPlan, auto_num_moduli, fftn_fp64_emulated, ifftn_fp64_emulated
+from gpufield.fp64.model import FftFloorModel, fft_floor_model, model_params, model_table
 
 __all__: list[str] = [
     "ModularBackend",
@@ -20,4 +29,12 @@ __all__: list[str] = [
     "ozaki_error_bound",
     "ozaki_matmul",
     # --- FFT (issue 7) exports go below this line ---
+    "EmulatedFftPlan",
+    "FftFloorModel",
+    "auto_num_moduli",
+    "fft_floor_model",
+    "fftn_fp64_emulated",
+    "ifftn_fp64_emulated",
+    "model_params",
+    "model_table",
 ]
