@@ -84,3 +84,14 @@ def test_bad_input(kw):
 def test_unknown_gpu():
     with pytest.raises(InputError):
         fft_floor_model("NVIDIA Z9000")
+
+
+def test_tensor_term_uses_the_fft_moduli_counts():
+    from gpufield.fp64.fft import auto_num_moduli
+
+    tt = model_params()["tensor_term"]
+    assert tt["int8"]["moduli"] == auto_num_moduli("int8")
+    assert tt["fp8"]["moduli"] == auto_num_moduli("fp8")
+    m = fft_floor_model("H200")
+    # INT8: 2 stages x 3 dims x 2^30 points x 3 (3M) x 16 moduli x 2 x 32 / 1979 TOPS
+    assert m.tensor_s["int8"] == pytest.approx(6 * 2**30 * 3 * 16 * 64 / 1978.9e12)
