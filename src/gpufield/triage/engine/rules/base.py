@@ -24,6 +24,9 @@ from gpufield.triage.engine.phases import PhaseMark
 from gpufield.triage.events import Event
 
 
+_BULK = frozenset({"loss", "metric_sample"})  # one event per step / sample: never error text
+
+
 class Rule(Protocol):
     """One entry of the ordered rule table (``gpufield.triage.engine.rules.RULES``).
 
@@ -75,12 +78,14 @@ class RuleContext:
     phases: Sequence[PhaseMark] = ()
     by_kind: dict[str, list[Event]] = field(default_factory=dict)
     cited: set[int] = field(default_factory=set)
+    _pos: dict[int, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         idx: dict[str, list[Event]] = defaultdict(list)
         for e in self.timeline.events:
             idx[e.kind].append(e)
         self.by_kind = dict(idx)
+        self._pos = {id(e): i for i, e in enumerate(self.timeline.events)}
 
     def cite(self, findings: Iterable[Finding]) -> None:
         """Mark the evidence of ``findings`` as explained (fallback rules skip cited events)."""
@@ -100,14 +105,17 @@ class RuleContext:
         """Events of any of ``kinds``, in timeline order."""
         if len(kinds) == 1:
             return list(self.by_kind.get(kinds[0], ()))
-        want = set(kinds)
-        return [e for e in self.timeline.events if e.kind in want]
+        found = [e for k in dict.fromkeys(kinds) for e in self.by_kind.get(k, ())]
+        return sorted(found, key=lambda e: self._pos[id(e)])
 
     def matching(self, pattern: re.Pattern[str], kinds: Iterable[str] | None = None) -> list[Event]:
-        """Events (optionally of ``kinds``) whose message or raw text matches ``pattern``."""
-        want = set(kinds) if kinds is not None else None
-        return [e for e in self.timeline.events
-                if (want is None or e.kind in want) and pattern.search(text(e))]
+        """Events (optionally of ``kinds``) whose message or raw text matches ``pattern``.
+
+        Without ``kinds``, per-step progress events (``loss``, ``metric_sample``) are not searched.
+        """
+        if kinds is not None:
+            return [e for e in self.kinds(*kinds) if pattern.search(text(e))]
+        return [e for e in self.timeline.events if e.kind not in _BULK and pattern.search(text(e))]
 
     def t(self, e: Event) -> int | None:
         """Corrected time of ``e`` (ns) or None."""
