@@ -134,3 +134,28 @@ def test_prefill_floor_meets_budget_and_refuses_an_unenforceable_floor():
     # a board that cannot hold the floor under its limit keeps the default, with the reason
     res2 = calibrate_prefill(enforced_limit_w=400.0, **kw)
     assert res2.setting.is_default and "not enforceable" in res2.reason
+
+
+def test_efficiency_descends_past_the_cliff_only_while_the_gate_holds():
+    from gpufield.power.config import mode_calibration
+    from gpufield.power.types import Mode
+
+    measure, _ = _synthetic_lane(450.0, 0.0, 0)
+
+    def run(gate_floor_w: float):
+        def gate(s: LaneSetting) -> GateResult:  # the latency budget holds down to gate_floor_w
+            cap = s.power_limit_w or 700.0
+            return GateResult(itl_p99_s=0.02 if cap >= gate_floor_w else 0.2, e2e_mean_s=5.0)
+        kw = dict(measure=measure, gate=gate, default_limit_w=700.0, min_limit_w=200.0,
+                  sm_clocks_mhz=[1980, 1500], slo_itl_p99_s=0.05)
+        bal = calibrate_decode(cfg=CalibrationConfig(step_w=STEP, n_boot=50), **kw)
+        eff = calibrate_decode(cfg=mode_calibration(Mode.EFFICIENCY, CalibrationConfig(step_w=STEP, n_boot=50)), **kw)
+        return ({f.family: f for f in bal.families}["power_cap"], {f.family: f for f in eff.families}["power_cap"])
+
+    cb, ce = run(300.0)
+    assert cb.chosen_x == 500.0  # balanced: cliff 450 + max(25, 35) W = 485 -> next grid step
+    # efficiency: margin one step (475), then descends to the end of the flat part (the cliff) and
+    # never below it
+    assert ce.chosen_x == 450.0 and ce.j_per_token < cb.j_per_token
+    cb, ce = run(460.0)
+    assert ce.chosen_x == 475.0  # here the gate, not the flat part, stops the descent

@@ -114,3 +114,14 @@ def test_guard_never_lets_a_violation_persist_past_its_window_budget():
     budget_windows = math.ceil((30 + g.fast_breaches * g.period_s) / 10) + 1
     assert longest_run(guarded) <= budget_windows
     assert any(s.is_default for _t, lane, s in guarded.settings if lane == "decode")
+
+
+def test_fallback_recovers_to_the_top_notch_after_a_calm_period():
+    g = SloGuard(Lane.DECODE, CFG)
+    g.step(sig(0, itl_fast=0.06))
+    assert isinstance(g.step(sig(5, itl_fast=0.06)), Fallback)
+    t = 10
+    while t < 10 + CFG.recover_s:
+        assert isinstance(g.step(sig(t)), Fallback)
+        t += 5
+    assert g.step(sig(t)) == Raised(CFG.max_level, t)

@@ -31,6 +31,9 @@ class CalibrationConfig:
         gate_e2e_tolerance: ``delta``: gate accepts mean e2e <= (1 + delta) * baseline.
         n_boot: bootstrap resamples for the knee interval.
         passes: sweep passes (descending then ascending cancels thermal drift).
+        descend: after gating the cliff + margin point, keep stepping down the sweep grid (never
+            below the flat part) while the latency gate still passes and the measured J/token still
+            falls (efficiency mode: gives back the margin where the gate shows it is not needed).
     """
 
     step_w: float = 25.0
@@ -46,6 +49,7 @@ class CalibrationConfig:
     gate_e2e_tolerance: float = 0.05
     n_boot: int = 200
     passes: int = 2
+    descend: bool = False
 
     def __post_init__(self) -> None:
         if self.step_w <= 0 or self.clock_step_mhz <= 0:
@@ -66,11 +70,12 @@ class CalibrationConfig:
 
 
 def mode_calibration(mode: Mode, base: CalibrationConfig | None = None) -> CalibrationConfig:
-    """Calibration settings of a mode: balanced h=10%, margin max(step, 5% TGP); efficiency h=5%, margin=step."""
+    """Calibration settings of a mode: balanced h=10%, margin max(step, 5% TGP); efficiency h=5%,
+    margin = one step, and descend past the cliff while the latency gate holds."""
     base = base or CalibrationConfig()
     fields = {f: getattr(base, f) for f in base.__dataclass_fields__}
     if mode is Mode.EFFICIENCY:
-        fields.update(headroom=0.05, margin_w=base.step_w)
+        fields.update(headroom=0.05, margin_w=base.step_w, descend=True)
     return CalibrationConfig(**fields)
 
 
@@ -84,6 +89,9 @@ class GuardConfig:
         fast_breaches: consecutive fast-window breaches (p99 > SLO) that send the lane to defaults.
         slow_frac: slow-window p99 above ``slow_frac * SLO`` steps one notch up.
         relax_frac / relax_s: p99 below ``relax_frac * SLO`` for ``relax_s`` relaxes one notch.
+        recover_s: calm time after which Fallback returns to the highest notch (``max_level``), from
+            where the lane relaxes one notch per ``relax_s`` ([RECON]: a burst should not cost the
+            whole run; 2 min = 4 fast windows).
         queue_s: waiting queue non-empty this long is a leading indicator; kv_usage_max likewise.
         dwell_s: minimum time between changes of one lane (fast breach and fail-safe ignore it).
         stale_periods: telemetry older than this many control periods -> fail-safe.
@@ -97,6 +105,7 @@ class GuardConfig:
     slow_frac: float = 0.9
     relax_frac: float = 0.7
     relax_s: float = 600.0
+    recover_s: float = 120.0
     queue_s: float = 10.0
     kv_usage_max: float = 0.9
     dwell_s: float = 60.0
@@ -111,7 +120,7 @@ class GuardConfig:
             raise ValueError(f"need 0 < relax_frac({self.relax_frac}) < slow_frac({self.slow_frac}) <= 1")
         if self.fast_breaches < 1 or self.stale_periods < 1 or self.max_level < 1:
             raise ValueError("fast_breaches, stale_periods and max_level must be >= 1")
-        if min(self.relax_s, self.queue_s, self.dwell_s) < 0 or self.period_s <= 0:
+        if min(self.relax_s, self.recover_s, self.queue_s, self.dwell_s) < 0 or self.period_s <= 0:
             raise ValueError("times must be >= 0 and period_s > 0")
 
 

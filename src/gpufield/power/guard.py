@@ -6,7 +6,7 @@ States (frozen dataclasses, joined in :data:`GuardState`)::
     Raised(k)    --slow breach | leading indicator (dwell ok)--> Raised(k+1)   (k+1 > max -> Fallback)
     Raised(k)    --healthy for relax_s (dwell ok)------------> Raised(k-1) or AtCalibrated
     any          --fast breach x fast_breaches | stale | NVML error | thermal--> Fallback
-    Fallback     --healthy for relax_s-----------------------> Raised(max_level)
+    Fallback     --healthy for recover_s---------------------> Raised(max_level)
 
 "Notch" ``k`` is interpreted by the lane controller (decode: cap + k steps; prefill: floor + k clock
 steps). Fallback means vendor defaults. A fast breach or fail-safe acts at once; every other move
@@ -111,10 +111,11 @@ class SloGuard:
             self._healthy_since = now if self._healthy_since is None else self._healthy_since
         else:
             self._healthy_since = None
-        calm = self._healthy_since is not None and now - self._healthy_since >= cfg.relax_s
+        calm_for = now - self._healthy_since if self._healthy_since is not None else -1.0
+        calm = calm_for >= cfg.relax_s
         dwell_ok = now - st.since_s >= cfg.dwell_s
         if isinstance(st, Fallback):
-            return self._move(Raised(cfg.max_level, now), "recovered") if calm else st
+            return self._move(Raised(cfg.max_level, now), "recovered") if calm_for >= cfg.recover_s else st
         level = st.level if isinstance(st, Raised) else 0
         if pressure and dwell_ok:
             why = "queue" if queued else "kv usage" if (self.lane is Lane.DECODE and s.kv_usage > cfg.kv_usage_max) \

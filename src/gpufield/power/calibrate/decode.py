@@ -122,7 +122,12 @@ def sweep_family(family: str, values: Sequence[float], make: Callable[[float], L
                  *, base: SweepPoint, base_gate: GateResult, slo_itl_p99_s: float,
                  cfg: CalibrationConfig, margin: float, x_max: float,
                  snap_grid: Sequence[float] | None = None) -> FamilyResult:
-    """Sweep ``values`` (highest first), fit the cliff, place ``max(flat_min, knee_hi) + margin``, gate.
+    """Sweep ``values`` (highest first), fit the cliff, place the point above it, gate.
+
+    Placement: ``max(flat_min + margin, knee + max(margin, knee_ci_high - knee))`` snapped up to the
+    grid; the gate then raises it one step at a time until the peak-load replay passes. With
+    ``cfg.descend`` the point then steps down (never below ``flat_min``) while the gate passes and the
+    measured J/token falls.
 
     Args:
         family: name for reports. values: swept x, highest first. make: x -> setting.
@@ -166,17 +171,36 @@ def sweep_family(family: str, values: Sequence[float], make: Callable[[float], L
     if math.isnan(flat):
         return FamilyResult(family=family, points=tuple(pts), flat_min=flat, knee=knee, chosen=None,
                             chosen_x=math.nan, j_per_token=math.nan, gate=None)
-    anchor = max(flat, knee.ci_high) if knee is not None else flat
+    # margin in units of measured uncertainty (power.md 8.2): at least `margin` above the flat part,
+    # and above the knee by the larger of `margin` and the knee's upper CI half-width
+    placed = flat + margin
+    if knee is not None:
+        placed = max(placed, knee.knee + max(margin, knee.ci_high - knee.knee))
     step = abs(values[0] - values[1]) if len(values) > 1 else margin
-    x = _snap_up(anchor + margin, snap_grid if snap_grid is not None else values)
+    x = _snap_up(placed, snap_grid if snap_grid is not None else values)
     tries = 0
+
+    def passes(g: GateResult) -> bool:
+        return g.itl_p99_s <= (1 - cfg.headroom) * slo_itl_p99_s and \
+            g.e2e_mean_s <= (1 + cfg.gate_e2e_tolerance) * base_gate.e2e_mean_s
+
+    def _jpt(x: float) -> float:
+        near = [p for p in pts if p.x == x] or [measure(make(x))]
+        return float(np.mean([p.j_per_token for p in near]))
+
     while x <= x_max + 1e-9:
         tries += 1
         g = gate(make(x))
-        if g.itl_p99_s <= (1 - cfg.headroom) * slo_itl_p99_s and \
-                g.e2e_mean_s <= (1 + cfg.gate_e2e_tolerance) * base_gate.e2e_mean_s:
-            near = [p for p in pts if p.x == x] or [measure(make(x))]
-            jpt = float(np.mean([p.j_per_token for p in near]))
+        if passes(g):
+            jpt = _jpt(x)
+            if cfg.descend:  # spend the remaining latency headroom while energy keeps falling
+                for lower in sorted((v for v in values if flat <= v < x), reverse=True):
+                    g2 = gate(make(lower))
+                    tries += 1
+                    j2 = _jpt(lower)
+                    if not passes(g2) or j2 >= jpt:
+                        break
+                    x, g, jpt = lower, g2, j2
             return FamilyResult(family=family, points=tuple(pts), flat_min=flat, knee=knee, chosen=make(x),
                                 chosen_x=x, j_per_token=jpt, gate=g, gate_tries=tries)
         x += step
