@@ -23,7 +23,6 @@ from gpufield.triage.engine.model import (
 from gpufield.triage.engine.phases import PhaseMark
 from gpufield.triage.events import Event
 
-
 _BULK = frozenset({"loss", "metric_sample"})  # one event per step / sample: never error text
 
 
