@@ -56,8 +56,9 @@ class IngestOptions:
         with_loss: also emit a ``loss`` event for every finite training-loss line (off by
             default: on a long run that is one event per step, and every line becomes a
             candidate, so ingestion is several times slower).
-        loss_every: with ``with_loss``, keep only every n-th finite ``loss`` event of each file
-            (non-finite losses are ``nan_loss`` events and always kept).
+        loss_every: with ``with_loss``, parse only every n-th line of each file that nothing but
+            the loss parser wants (so also n times less work); non-finite losses are ``nan_loss``
+            events and always kept.
         block_bytes: read size in bytes (>= 4096).
     """
 
@@ -228,7 +229,8 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     """
     opts = options or IngestOptions()
     st = stats if stats is not None else IngestStats()
-    table = Table(PARSERS + ((LOSS_PARSER,) if opts.with_loss else ()))
+    table = Table(PARSERS + ((LOSS_PARSER,) if opts.with_loss else ()),
+                  thin=(len(PARSERS), opts.loss_every) if opts.with_loss else None)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     t0 = time.perf_counter()
@@ -284,11 +286,8 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
                                                               f"line {lines} ({type(e).__name__}: {e}); kept what was read"))
 
     try:
-        events = scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
-                      opts.block_bytes, on_error, not_after)
-        if opts.with_loss and opts.loss_every > 1:
-            events = _thin_losses(events, opts.loss_every)
-        yield from events
+        yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
+                        opts.block_bytes, on_error, not_after)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
@@ -296,16 +295,6 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
     if counters.events == 0:
         st.warnings.append(IngestWarning(path, None, f"no recognised log records in {counters.lines} lines "
                                                      f"(known: {', '.join(p.name for p in table.parsers)})"))
-
-
-def _thin_losses(events: Iterator[Event], every: int) -> Iterator[Event]:
-    n = 0
-    for e in events:
-        if e.kind == "loss":
-            n += 1
-            if (n - 1) % every:
-                continue
-        yield e
 
 
 def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,

@@ -30,6 +30,7 @@ import re
 from calendar import timegm
 from dataclasses import dataclass
 
+_MONTH_INITIALS = frozenset("JFMASOND")
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
@@ -141,7 +142,9 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
     for _ in range(6):
         if pos >= len(line):
             break
-        m = RANK_PREFIX_RE.match(line, pos)
+        c = line[pos]  # cheap first-character dispatch: only the formats that can start here
+        bracket, digit = c == "[", c.isdigit()
+        m = RANK_PREFIX_RE.match(line, pos) if bracket else None
         if m:
             if m["rank"]:
                 p.rank = int(m["n"])
@@ -149,7 +152,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.local_rank = int(m["n"])
             pos = m.end()
             continue
-        m = SYSLOG_RE.match(line, pos)
+        m = SYSLOG_RE.match(line, pos) if c in _MONTH_INITIALS else None
         if m:
             p.ts_ns = _yearless(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
             p.host = m["host"]
@@ -157,12 +160,12 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.pid = int(m["pid"])
             pos = m.end()
             continue
-        m = DMESG_T_RE.match(line, pos)
+        m = DMESG_T_RE.match(line, pos) if bracket else None
         if m and m["mon"] in _MONTHS:
             p.ts_ns = _ns(int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"], None, utc_offset_s)
             pos = m.end()
             continue
-        m = MONO_RE.match(line, pos)
+        m = MONO_RE.match(line, pos) if bracket or c == "k" else None
         if m:
             if not m["delta"]:
                 p.mono_s = float(m["mono"])
@@ -171,7 +174,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
             if h:
                 p.host, pos = h["host"], h.end()
             continue
-        m = ISO_RE.match(line, pos)
+        m = ISO_RE.match(line, pos) if bracket or digit else None
         if m:
             y, mo, d = (int(x) for x in m["date"].split("-"))
             p.ts_ns = _ns(y, mo, d, m["hms"], m["frac"], _tz_seconds(m["tz"], utc_offset_s))
@@ -184,7 +187,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                         p.pid = int(h["pid"])
                     pos = h.end()
             continue
-        m = GLOG_RE.match(line, pos)
+        m = GLOG_RE.match(line, pos) if bracket or c in "IWEF" else None
         if m:
             p.level = m["lvl"]
             if m["mm"]:
@@ -193,7 +196,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.pid = int(m["tid"])  # glog's field is the thread id; torchrun writes the pid there
             pos = m.end()
             continue
-        m = NCCL_PREFIX_RE.match(line, pos)
+        m = NCCL_PREFIX_RE.match(line, pos) if not bracket and c not in " \t" else None
         if m:
             p.host, p.pid, p.gpu_index = m["host"], int(m["pid"]), int(m["dev"])
             pos = m.end()
@@ -201,10 +204,11 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         break
     p.body = line[pos:] if pos else line
     if p.rank is None:
-        m = TORCH_RANK_RE.search(line)
-        if m and (m["pg"] is None or m["pg"] == "0"):
-            p.rank = int(m["rank"])
-        elif m is None and "rank=" in line:
+        m = TORCH_RANK_RE.search(line) if "Rank " in line else None
+        if m is not None:
+            if m["pg"] is None or m["pg"] == "0":
+                p.rank = int(m["rank"])
+        elif "rank=" in line:
             k = KV_RANK_RE.search(line)
             p.rank = int(k["rank"]) if k else None
     return p

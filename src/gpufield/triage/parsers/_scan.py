@@ -17,7 +17,6 @@ Memory is O(block size + longest record), independent of file size.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -56,12 +55,24 @@ class ScanCounters:
 class Table:
     """Parsers plus their compiled prefilters (Python ``re`` per parser, one RE2 union)."""
 
-    def __init__(self, parsers: Sequence[LogParser]) -> None:
+    def __init__(self, parsers: Sequence[LogParser], thin: tuple[int, int] | None = None) -> None:
+        """``thin=(k, n)``: of the lines that only parser ``k`` wants, parse every n-th (its lines
+        are also kept out of the per-parser passes, which matters when it wants every line)."""
         self.parsers = tuple(parsers)
-        self.rx = tuple(re.compile(p.prefilter) for p in self.parsers)
+        self.thin = thin
+        self._ks: dict[int, list[int]] = {}
         self.union = "|".join(f"(?:{p.prefilter})" for p in self.parsers)
+        self.union_main = "|".join(f"(?:{p.prefilter})" for k, p in enumerate(self.parsers)
+                                   if self.thin is None or k != self.thin[0])
         self.keyword_union = "|".join(_literal(k) for p in self.parsers for k in p.keywords)
         self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
+
+    def parsers_of(self, code: int) -> list[int]:
+        """Parser indices whose bit is set in ``code`` (cached)."""
+        ks = self._ks.get(code)
+        if ks is None:
+            ks = self._ks[code] = [k for k in range(len(self.parsers)) if code >> k & 1]
+        return ks
 
 
 _SPECIAL = set("\\.^$|?*+()[]{}")
@@ -102,6 +113,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         Events in file order.
     """
     carry = b""
+    thin_n = 0  # lines seen by the thinned parser alone
     base = 0  # lines before the current block
     pending: tuple[int, list[str], int] | None = None  # (parser index, lines, first line number)
     eof = False
@@ -140,7 +152,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         starts[1:len(nl) + 1] = nl + 1
         if not ends_nl:
             starts[n] = len(block)
-        cand = _candidates(block, starts, n, table)
+        cand, member = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
         if pending is not None:
@@ -157,14 +169,21 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             pending = None
             yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)
             nxt = j
-        for i in cand.tolist():
+        codes = member.astype(np.int64) @ (np.int64(1) << np.arange(member.shape[1], dtype=np.int64))
+        if table.thin is not None and table.thin[1] > 1 and len(codes):
+            only = codes == (1 << table.thin[0])              # lines only the thinned parser wants
+            seq = thin_n + np.cumsum(only)                     # 1-based running count over the file
+            thin_n = int(seq[-1])
+            keep = ~only | ((seq - 1) % table.thin[1] == 0)
+            cand, codes = cand[keep], codes[keep]
+        for i, code in zip(cand.tolist(), codes.tolist(), strict=True):
             if i < nxt:
                 continue
+            ks = table.parsers_of(code)
             line = _line(block, starts, i)
             lineno = base + i + 1
-            for k, p in enumerate(table.parsers):
-                if not table.rx[k].search(line):
-                    continue
+            for k in ks:
+                p = table.parsers[k]
                 if table.is_record[k] and p.opens_record(line):  # type: ignore[attr-defined]
                     lines = [line]
                     j = i + 1
@@ -196,12 +215,13 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)  # type: ignore[attr-defined]
 
 
-def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> np.ndarray:
-    """Indices of the lines of ``block`` that match the union of the parsers' prefilters.
+def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the lines of ``block`` that match the union of the parsers' prefilters, and for
+    each of them which parsers' prefilters match (bool matrix, one column per parser).
 
-    Two vectorised passes: the literal keywords on chunks of :data:`CHUNK_LINES` lines (RE2 on a
-    literal alternation runs at GB/s), then the exact prefilter union on the lines of the chunks
-    that hit.
+    Vectorised passes: the literal keywords on chunks of :data:`CHUNK_LINES` lines, the exact
+    prefilter union on the lines of the chunks that hit, then each parser's prefilter on the lines
+    that matched the union (so no Python regex runs to pick parsers).
     """
     buf = pa.py_buffer(block)
     chunk_starts = np.ascontiguousarray(starts[0:n:CHUNK_LINES])
@@ -209,13 +229,26 @@ def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> np.nd
     chunks = pa.BinaryArray.from_buffers(pa.binary(), len(chunk_offsets) - 1, [None, pa.py_buffer(chunk_offsets), buf])
     hit = np.flatnonzero(_match(chunks, table.keyword_union))
     if len(hit) == 0:
-        return hit
+        return hit, np.zeros((0, len(table.parsers)), dtype=bool)
     lines = (hit[:, None] * CHUNK_LINES + np.arange(CHUNK_LINES)[None, :]).ravel()
     lines = lines[lines < n]
     arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), buf])
     sub = arr.take(pa.array(lines))
-    mask = pc.match_substring_regex(sub, table.union).to_numpy(zero_copy_only=False)
-    return lines[mask]
+    P = len(table.parsers)
+    main = pc.match_substring_regex(sub, table.union_main).to_numpy(zero_copy_only=False)
+    thin = (pc.match_substring_regex(sub, table.parsers[table.thin[0]].prefilter).to_numpy(zero_copy_only=False)
+            if table.thin is not None else np.zeros(len(lines), dtype=bool))
+    keep = main | thin
+    member = np.zeros((int(keep.sum()), P), dtype=bool)
+    if table.thin is not None:
+        member[:, table.thin[0]] = thin[keep]
+    if main.any():  # which parsers: one RE2 pass per parser over the (few) non-thinned candidates
+        rows = np.flatnonzero(main[keep])
+        msub = sub.filter(pa.array(main))
+        for k, p in enumerate(table.parsers):
+            if table.thin is None or k != table.thin[0]:
+                member[rows, k] = pc.match_substring_regex(msub, p.prefilter).to_numpy(zero_copy_only=False)
+    return lines[keep], member
 
 
 def _match(arr: pa.Array, pattern: str) -> np.ndarray:
