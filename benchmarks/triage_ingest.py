@@ -7,8 +7,9 @@ lines) with incident records sprinkled in (all fixture files of ``tests/triage/d
 temporary directory that is deleted afterwards, plus a 256-MiB "dense" stress file with the incident
 block after every chunk. Then, in the same run:
 
-* ``gpufield.triage.ingest.ingest(path, sink=...)`` in a child process (wall time, MB/s, events,
-  peak RSS of that process), on the full file and on its first tenth (flat memory = same RSS);
+* ``gpufield.triage.ingest.ingest(path, sink=...)`` in a child process (wall time, CPU time, MB/s,
+  events, peak RSS of that process), on the full file (1 and 2 keyword-pass threads) and on its
+  first tenth (flat memory = same RSS);
 * the same on a gzip copy of a 256 MiB slice (decompression included);
 * ``grep -c NVRM`` and ``grep -c -E 'NVRM|NCCL WARN|Watchdog caught|Xid'`` on the same file;
 * a correctness check: events found == events in one insertion x number of insertions.
@@ -102,9 +103,10 @@ def _copy_head(src_path: Path, dst_path: Path, n: int, opener) -> None:
         dst.write(src.readline())
 
 
-def child(path: Path) -> dict:
+def child(path: Path, threads: int = 1) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "GPUFIELD_INGEST_THREADS": str(threads)}
     out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, check=True,
-                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                         cwd=REPO, env=env)
     return json.loads(out.stdout)
 
 
@@ -161,12 +163,13 @@ def main() -> None:
         g1 = grep(["NVRM"], big)
         g2 = grep(["-E", "NVRM|NCCL WARN|Watchdog caught|Xid"], big)
         full = child(big)
+        full2 = child(big, threads=2)
         tenth = child(small)
         gzr = child(gz)
         den = child(dense)
         res = {
             "file_bytes": total, "insertions": n_ins, "incident_bytes_share": len(inc) * n_ins / total,
-            "generate_s": gen_s, "events_expected": per_insertion * n_ins, "full": full, "tenth": tenth,
+            "generate_s": gen_s, "events_expected": per_insertion * n_ins, "full": full, "full_2_threads": full2, "tenth": tenth,
             "gzip_256MiB": gzr, "dense": den, "dense_expected": dense_expected, "grep_c_NVRM": {"seconds": g1[0], "count": g1[1]},
             "grep_c_E_4patterns": {"seconds": g2[0], "count": g2[1]}, "wc_l_seconds": wc_s, "cpus": os.cpu_count(),
             "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
@@ -177,6 +180,7 @@ def main() -> None:
               f"{mb / full['cpu_seconds']:.0f} MB per CPU-s, {full['events']:,} events "
               f"(expected {per_insertion * n_ins:,}), peak RSS {full['peak_rss_mb']:.0f} MB "
               f"({full['rss_after_import_mb']:.0f} MB after imports)")
+        print(f"2 threads: {mb / full2['seconds']:.0f} MB/s wall, {mb / full2['cpu_seconds']:.0f} MB per CPU-s")
         print(f"tenth   {tenth['bytes'] / 1e6:,.0f} MB: {tenth['bytes'] / 1e6 / tenth['seconds']:.0f} MB/s, "
               f"peak RSS {tenth['peak_rss_mb']:.0f} MB")
         print(f"gzip    {gzr['bytes'] / 1e6:,.0f} MB (uncompressed): {gzr['bytes'] / 1e6 / gzr['seconds']:.0f} MB/s")
