@@ -79,7 +79,13 @@ class IngestOptions:
 
 @dataclass(frozen=True, slots=True)
 class IngestWarning:
-    """A problem with one input, located as precisely as known."""
+    """A problem with one input, located as precisely as known (``str()`` gives ``file:line: msg``).
+
+    Attributes:
+        path: the input file or directory.
+        line: 1-based line number, or None for a whole-file problem.
+        message: what is wrong and what was done about it.
+    """
 
     path: str
     line: int | None
@@ -92,7 +98,15 @@ class IngestWarning:
 
 @dataclass(slots=True)
 class FileStats:
-    """Per-file counters: ``bytes`` after decompression, ``bytes_on_disk`` as stored."""
+    """Per-file counters.
+
+    Attributes:
+        path: the file.
+        compression: ``gzip``, ``bzip2``, ``xz`` or None.
+        bytes_on_disk: size as stored; ``bytes``: after decompression.
+        lines: lines read; ``candidates``: lines that passed the prefilter; ``events``: emitted.
+        seconds: wall time spent on this file.
+    """
 
     path: str
     compression: str | None = None
@@ -106,7 +120,18 @@ class FileStats:
 
 @dataclass(slots=True)
 class IngestStats:
-    """How much was read. ``nothing_read`` is the CLI's "exit non-zero" condition."""
+    """How much was read. ``nothing_read`` is the CLI's "exit non-zero" condition.
+
+    Attributes:
+        files_seen: files found (named or under a directory), skipped ones included.
+        files_read: files scanned to the end (or to a truncation point).
+        files_skipped: binary, empty, unsupported or unreadable files.
+        bytes, bytes_on_disk, lines, candidates, events: totals of :class:`FileStats`.
+        seconds: wall time of the whole ingestion.
+        files: per-file :class:`FileStats`, in reading order.
+        warnings: every :class:`IngestWarning`.
+        unreadable: paths that could not be opened at all (missing, permission, zstd).
+    """
 
     files_seen: int = 0
     files_read: int = 0
@@ -134,7 +159,12 @@ class IngestStats:
 
 @dataclass(slots=True)
 class IngestResult:
-    """Events (unless a sink took them) and the statistics of one :func:`ingest` call."""
+    """Events (unless a sink took them) and the statistics of one :func:`ingest` call.
+
+    Attributes:
+        events: the events in file order (empty when ``ingest`` was given a ``sink``).
+        stats: :class:`IngestStats`.
+    """
 
     events: list[Event]
     stats: IngestStats
