@@ -78,6 +78,7 @@ class RuleContext:
     by_kind: dict[str, list[Event]] = field(default_factory=dict)
     cited: set[int] = field(default_factory=set)
     _pos: dict[int, int] = field(default_factory=dict, repr=False)
+    _first_loss: tuple[dict[str, int], int | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         idx: dict[str, list[Event]] = defaultdict(list)
@@ -121,11 +122,24 @@ class RuleContext:
         return self.timeline.t(e)
 
     def progress_before(self, e: Event) -> bool:
-        """True when a training-progress line (loss) precedes ``e`` (the job was running)."""
-        for ev in self.by_kind.get("loss", ()):
-            if self.timeline.before(ev, e):
-                return True
-        return False
+        """True when a training-progress line (loss) precedes ``e`` (the job was running).
+
+        Earlier in the same file, or timed clearly (beyond the skew tolerance) before ``e``.
+        """
+        if self._first_loss is None:
+            first_line: dict[str, int] = {}
+            first_t = None
+            for ev in self.by_kind.get("loss", ()):
+                first_line[ev.file] = min(first_line.get(ev.file, ev.line), ev.line)
+                t = self.t(ev)
+                if t is not None and (first_t is None or t < first_t):
+                    first_t = t
+            self._first_loss = (first_line, first_t)
+        first_line, first_t = self._first_loss
+        if first_line.get(e.file, e.line) < e.line:
+            return True
+        t = self.t(e)
+        return t is not None and first_t is not None and first_t < t - self.timeline.skew_tolerance_ns
 
 
 def text(e: Event) -> str:
