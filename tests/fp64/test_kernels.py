@@ -86,11 +86,11 @@ def test_crt_kernel_bit_identical_to_python_oracle(kind, n):
 @pytest.mark.parametrize("complex_", [False, True])
 def test_end_to_end_triton_paths_match_cpu_exact(complex_):
     g = torch.Generator().manual_seed(9)
-    A = torch.randn(24, 40, dtype=torch.float64, generator=g) * torch.exp(2 * torch.randn(24, 40, dtype=torch.float64, generator=g))
-    B = torch.randn(40, 16, dtype=torch.float64, generator=g)
+    A = torch.randn(24, 60, dtype=torch.float64, generator=g) * torch.exp(2 * torch.randn(24, 60, dtype=torch.float64, generator=g))
+    B = torch.randn(60, 16, dtype=torch.float64, generator=g)
     if complex_:
-        A = torch.complex(A, torch.randn(24, 40, dtype=torch.float64, generator=g))
-        B = torch.complex(B, torch.randn(40, 16, dtype=torch.float64, generator=g))
+        A = torch.complex(A, torch.randn(24, 60, dtype=torch.float64, generator=g))
+        B = torch.complex(B, torch.randn(60, 16, dtype=torch.float64, generator=g))
     for be, ref in [(Int8Backend(kernels="triton"), CpuExactBackend("int8")),
                     (Fp8Backend(kernels="triton"), CpuExactBackend("fp8"))]:
         for mode in ("fast", "accurate"):

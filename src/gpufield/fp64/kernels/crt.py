@@ -119,10 +119,19 @@ def _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def _digit_combine(ptr, si_dig, coef, mask):
+    d = tl.cast(si_dig, tl.int64)
+    c0 = tl.load(ptr, mask=mask, other=0.0).to(tl.int64)  # exact integers < 2**24
+    c1 = tl.load(ptr + d, mask=mask, other=0.0).to(tl.int64)
+    c2 = tl.load(ptr + 2 * d, mask=mask, other=0.0).to(tl.int64)
+    return tl.load(coef) * c0 + tl.load(coef + 1) * c1 + tl.load(coef + 2) * c2
+
+
+@triton.jit
 def _crt_kernel(
-    res_ptr, res2_ptr, res3_ptr, si_grp, si_row, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr, qp_ptr, climb_ptr,
-    mlimb_ptr, out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr, GROUP: tl.constexpr,
-    BLOCK: tl.constexpr,
+    res_ptr, res2_ptr, res3_ptr, si_grp, si_row, si_dig, coef_ptr, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr,
+    qp_ptr, climb_ptr, mlimb_ptr, out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr,
+    GROUP: tl.constexpr, DIGITS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < MN
@@ -157,10 +166,17 @@ def _crt_kernel(
         c4 = tl.load(climb_ptr + l * 6 + 4).to(tl.int64)
         c5 = tl.load(climb_ptr + l * 6 + 5).to(tl.int64)
         lo = (l // GROUP) * sgrp + (l % GROUP) * N + in_off
-        x = tl.load(res_ptr + lo, mask=mask, other=0).to(tl.int64)
+        if DIGITS:  # FP8: x = a*C0 + b*C1 + c*C2 from the 3 exact FP32 digit products
+            x = _digit_combine(res_ptr + lo, si_dig, coef_ptr + l * 3, mask)
+        else:
+            x = tl.load(res_ptr + lo, mask=mask, other=0).to(tl.int64)
         if COMPLEX:  # residue-domain Karatsuba: re = T1 - T2, im = T3 - T1 - T2
-            x2 = tl.load(res2_ptr + lo, mask=mask, other=0).to(tl.int64)
-            x3 = tl.load(res3_ptr + lo, mask=mask, other=0).to(tl.int64)
+            if DIGITS:
+                x2 = _digit_combine(res2_ptr + lo, si_dig, coef_ptr + l * 3, mask)
+                x3 = _digit_combine(res3_ptr + lo, si_dig, coef_ptr + l * 3, mask)
+            else:
+                x2 = tl.load(res2_ptr + lo, mask=mask, other=0).to(tl.int64)
+                x3 = tl.load(res3_ptr + lo, mask=mask, other=0).to(tl.int64)
             y = _sym_residue(x3 - x - x2, p, invp)
             x = x - x2
             qg += y.to(tl.float64) * qp
@@ -206,17 +222,21 @@ def _consts(table: ModuliTable, device):
 def crt_triton_rows_cols(
     res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable,
     T2_LMN: torch.Tensor | None = None, T3_LMN: torch.Tensor | None = None, group: int = 1,
+    digits: bool = False,
 ):
     """Launch the CRT kernel with separate row and column shifts (no [M, N] shift tensor in memory).
 
     Args:
         res_LMN: int32/int64 products congruent to the residues (T1 for complex): [L, M, N] contiguous
-            when ``group == 1``, else the grouped layout [G, M, g*N] of ``Int8Backend.modular_matmul_grouped``.
+            when ``group == 1``, else the grouped layout [G, M, g*N] of ``Int8Backend.modular_matmul_grouped``;
+            with ``digits`` the float32 [L, 3, M, N] digit products of ``Fp8Backend.modular_matmul_digits``.
         s_M: int64 [M]; t_N: int64 [N].
         table: moduli table.
         T2_LMN, T3_LMN: complex 3M products A_i B_i and (A_r+A_i)(B_r+B_i), same layout and dtype as T1.
             When given, re = CRT(T1 - T2) and im = CRT(T3 - T1 - T2) come out of one pass over T1, T2, T3.
         group: moduli per group of the grouped layout (1 = plane per modulus).
+        digits: inputs are FP8 digit products, recombined in the kernel with per-modulus coefficients
+            (square p = s^2: (s, s, 1); Karatsuba: (240, -15, 16), i.e. 256 C0 + 16 (C2 - C0 - C1) + C1).
 
     Returns:
         float64 [M, N], or (re, im) when T2/T3 are given.
@@ -226,20 +246,36 @@ def crt_triton_rows_cols(
     cplx = T2_LMN is not None
     r2 = T2_LMN.contiguous() if cplx else res
     r3 = T3_LMN.contiguous() if cplx else res
-    if group == 1:
+    si_dig = 0
+    if digits:
+        si_grp, si_row, si_dig = 3 * M * N, N, M * N
+    elif group == 1:
         si_grp, si_row = M * N, N
     else:
         si_grp, si_row = M * group * N, group * N
     mods, invp, qp, cl, ml = _consts(table, res.device)
+    coef = _digit_coefs(table, res.device)
     out = torch.empty((M, N), dtype=torch.float64, device=res.device)
     out2 = torch.empty((M, N), dtype=torch.float64, device=res.device) if cplx else out
     if M * N:
         BLOCK = 256
         _crt_kernel[(triton.cdiv(M * N, BLOCK),)](
-            res, r2, r3, si_grp, si_row, s_M.to(torch.int64).contiguous(), t_N.to(torch.int64).contiguous(), N,
-            M * N, mods, invp, qp, cl, ml, out, out2, L=table.num_moduli, COMPLEX=cplx, GROUP=group, BLOCK=BLOCK,
+            res, r2, r3, si_grp, si_row, si_dig, coef, s_M.to(torch.int64).contiguous(),
+            t_N.to(torch.int64).contiguous(), N, M * N, mods, invp, qp, cl, ml, out, out2,
+            L=table.num_moduli, COMPLEX=cplx, GROUP=group, DIGITS=digits, BLOCK=BLOCK,
         )
     return (out, out2) if cplx else out
+
+
+def _digit_coefs(table: ModuliTable, device) -> torch.Tensor:
+    key = ("coef", table.kind, table.num_moduli, str(device))
+    if key not in _CONST_CACHE:
+        rows = []
+        for l in range(table.num_moduli):
+            s = table.square_root(l)
+            rows.append([s, s, 1] if s is not None else [240, -15, 16])
+        _CONST_CACHE[key] = torch.tensor(rows, dtype=torch.int64, device=device)
+    return _CONST_CACHE[key]
 
 
 def crt_triton(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: ModuliTable) -> torch.Tensor:

@@ -78,9 +78,9 @@ def _sym(r, p):
 @triton.jit
 def _scale_residue_kernel(
     x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
-    so_comp, so_grp, so_row,
+    so_comp, so_grp, so_row, so_dig, sq_ptr,
     L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    DIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -112,16 +112,51 @@ def _scale_residue_kernel(
             r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + l * 2048)
             r3 = r + r2
             r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
-            if OUT_INT8:
+            if DIGITS:
+                sq = tl.load(sq_ptr + l)
+                _store_digits(base + c1, _sym(r2, p), sq, so_dig, mask)
+                _store_digits(base + 2 * c1, _sym(r3, p), sq, so_dig, mask)
+            elif OUT_INT8:
                 tl.store(base + c1, _sym(r2, p).to(tl.int8), mask=mask)
                 tl.store(base + 2 * c1, _sym(r3, p).to(tl.int8), mask=mask)
             else:
                 tl.store(base + c1, _sym(r2, p).to(tl.int16), mask=mask)
                 tl.store(base + 2 * c1, _sym(r3, p).to(tl.int16), mask=mask)
-        if OUT_INT8:
+        if DIGITS:
+            _store_digits(base, _sym(r, p), tl.load(sq_ptr + l), so_dig, mask)
+        elif OUT_INT8:
             tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
         else:
             tl.store(base, _sym(r, p).to(tl.int16), mask=mask)
+
+
+@triton.jit
+def _store_digits(ptr, a, sq, so_dig, mask):
+    """FP8 digit planes of symmetric residues a (fp64.md 2.4), as in ``residues.fp8_digit_planes``.
+
+    sq > 0 (p = sq**2): hi = round_half_even(a / sq), lo = a - sq*hi; planes [hi, lo] (third unused).
+    sq == 0 (Karatsuba, base 16): hi = sign(a) ceil(|a| / 16), lo = a - 16 hi; planes [hi, lo, hi + lo].
+    """
+    d = tl.cast(so_dig, tl.int64)
+    a64 = a.to(tl.int64)
+    sqd = tl.maximum(sq, 1).to(tl.float64)
+    hs = _rint_small(a64.to(tl.float64) / sqd)
+    aa = tl.abs(a64)
+    hk = tl.where(a64 < 0, -((aa + 15) >> 4), (aa + 15) >> 4)
+    hi = tl.where(sq > 0, hs, hk)
+    lo = a64 - tl.where(sq > 0, sq, 16) * hi
+    tl.store(ptr, hi.to(tl.int8), mask=mask)
+    tl.store(ptr + d, lo.to(tl.int8), mask=mask)
+    tl.store(ptr + 2 * d, (hi + lo).to(tl.int8), mask=mask)
+
+
+@triton.jit
+def _rint_small(x):
+    """Round half to even (as torch.round) for |x| < 2**51, via the 2**52 trick."""
+    big = 4503599627370496.0
+    ax = tl.abs(x)
+    r = (ax + big) - big
+    return tl.where(x < 0, -r, r).to(tl.int64)
 
 
 _TABLE_CACHE: dict = {}
@@ -140,6 +175,7 @@ def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor, tor
 
 def scale_residues_triton(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
+    digits: bool = False,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
 
@@ -153,23 +189,31 @@ def scale_residues_triton(
             [C, G, R, g*K] (C = 1 real / 3 complex, G = ceil(L/g)): row r of group q holds the residues of
             moduli q*g .. q*g+g-1 side by side, the A operand of one block-diagonal GEMM per group
             (``Int8Backend.modular_matmul_grouped``); slots past L are left unwritten.
+        digits: FP8 table only: emit the FP8 digit planes (int8, |d| <= 16) instead of residues, layout
+            [C, L, 3, R, K] (square moduli use planes 0-1, Karatsuba moduli 0-2; see ``fp8_digit_planes``).
 
     Returns:
         group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
-        group > 1: [C, G, R, g*K].
+        group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] int8.
     """
     R, K = X_RK.shape
     L = table.num_moduli
     cplx = X_RK.is_complex()
     C = 3 if cplx else 1
     mods, invp, tab = _tables(table, X_RK.device)
-    if group == 1:
+    sq = _sqrt_table(table, X_RK.device)
+    if digits:
+        if table.kind != "fp8" or group != 1:
+            raise ValueError("digits=True needs the fp8 table and group=1")
+        out = torch.empty((C, L, 3, R, K), dtype=torch.int8, device=X_RK.device)
+        so_comp, so_grp, so_row, so_dig = L * 3 * R * K, 3 * R * K, K, R * K
+    elif group == 1:
         out = torch.empty((C * L, R, K), dtype=dtype, device=X_RK.device)
-        so_comp, so_grp, so_row = L * R * K, R * K, K
+        so_comp, so_grp, so_row, so_dig = L * R * K, R * K, K, 0
     else:
         G = -(-L // group)
         out = torch.empty((C, G, R, group * K), dtype=dtype, device=X_RK.device)
-        so_comp, so_grp, so_row = G * R * group * K, R * group * K, group * K
+        so_comp, so_grp, so_row, so_dig = G * R * group * K, R * group * K, group * K, 0
     if R == 0 or K == 0:
         return out
     x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
@@ -177,7 +221,15 @@ def scale_residues_triton(
     grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
     _scale_residue_kernel[grid](
         x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, invp, tab, out, R, K,
-        so_comp, so_grp, so_row,
-        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, BLOCK_R=BR, BLOCK_K=BK,
+        so_comp, so_grp, so_row, so_dig, sq,
+        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, DIGITS=digits, BLOCK_R=BR, BLOCK_K=BK,
     )
     return out
+
+
+def _sqrt_table(table: ModuliTable, device) -> torch.Tensor:
+    key = ("sqrt", table.kind, table.num_moduli, str(device))
+    if key not in _TABLE_CACHE:
+        _TABLE_CACHE[key] = torch.tensor([table.square_root(l) or 0 for l in range(table.num_moduli)],
+                                         dtype=torch.int64, device=device)
+    return _TABLE_CACHE[key]

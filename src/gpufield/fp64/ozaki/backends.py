@@ -293,6 +293,58 @@ class Fp8Backend:
             outs.append(fp8_combine(C, table, l))
         return torch.stack(outs)
 
+    def modular_matmul_digits(self, digA_L3MK, digB_L3NK, table):
+        """Digit products for the fused path: FP32 [L, 3, M, N], recombined inside the CRT kernel.
+
+        Args:
+            digA_L3MK: int8 [L, 3, M, K] digit planes of A (``scale_residues_triton(..., digits=True)``).
+            digB_L3NK: int8 [L, 3, N, K] digit planes of B^T.
+            table: an fp8 moduli table.
+
+        Returns:
+            float32 [L, 3, M, N]: square moduli (hi lo', lo hi', lo lo'), Karatsuba (hi hi', lo lo', s s'),
+            each an exact integer (K * 256 < 2**24 required).
+
+        Raises:
+            InputError: K too large for exact FP32 chunk sums.
+        """
+        L, _, M, K = digA_L3MK.shape
+        N = digB_L3NK.shape[2]
+        if K * FP8_MAX_DIGIT**2 >= 2**24:
+            raise InputError(f"K={K}: FP32 digit sums would exceed 2**24; use modular_matmul")
+        A8 = digA_L3MK.to(torch.float8_e4m3fn)
+        B8 = digB_L3NK.to(torch.float8_e4m3fn)
+        out = torch.empty((L, 3, M, N), dtype=torch.float32, device=digA_L3MK.device)
+        for l in range(L):
+            pairs = ((0, 1), (1, 0), (1, 1)) if table.square_root(l) is not None else ((0, 0), (1, 1), (2, 2))
+            for d, (i, j) in enumerate(pairs):
+                self._mm_f32(A8[l, i], B8[l, j], out[l, d])
+        return out
+
+    def _mm_f32(self, A_MK, B_NK, out_MN):
+        """out = A @ B.T in exact FP32 (chunks of K summed in FP32; K * 256 < 2**24)."""
+        M, K = A_MK.shape
+        N = B_NK.shape[0]
+        Mp, Np = _round_up(max(M, 16), 16), _round_up(max(N, 16), 16)
+        one = torch.ones((), dtype=torch.float32, device=A_MK.device)
+        for c, k0 in enumerate(range(0, max(K, 1), self.k_chunk)):
+            a = A_MK[:, k0:k0 + self.k_chunk]
+            b = B_NK[:, k0:k0 + self.k_chunk]
+            Kp = _round_up(max(a.shape[1], 16), 16)
+            a = _pad_to(a, Mp, Kp).contiguous()
+            b = _pad_to(b, Np, Kp).contiguous()
+            if c == 0 and (Mp, Np) == (M, N):
+                torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32,
+                                 use_fast_accum=False, out=out_MN)
+                continue
+            r = torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.float32,
+                                 use_fast_accum=False)[:M, :N]
+            if c == 0:
+                out_MN.copy_(r)
+            else:
+                out_MN.add_(r)
+        return out_MN
+
     def bound_matmul(self, hiA_MK, hiB_NK):
         """Exact hiA @ hiB.T with entries <= 16 in FP8 (same K chunking)."""
         return self._mm(self.to_fp8(hiA_MK.to(torch.int8)), self.to_fp8(hiB_NK.to(torch.int8)))

@@ -96,6 +96,8 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
     out = torch.empty((M, N), dtype=A_MK.dtype, device=A_MK.device)
     dt = be.residue_dtype
     kn = getattr(be, "kernels", "torch")
+    if getattr(be, "name", "") == "fp8" and use_triton(kn, A_MK.device) and K * 256 < 2**24:
+        return _finite_2d_fp8_fused(A_MK, BT_NK, s_M, t_N, table, be, out)
     if not cplx:
         rB = scale_residues(BT_NK.contiguous(), t_N, table, dt, kn)
     else:
@@ -118,6 +120,30 @@ def _finite_2d(A_MK, B_KN, table, be, mode):
         if T1.dtype != T2.dtype or T1.dtype != T3.dtype:
             T1, T2, T3 = (T.to(torch.int64) for T in (T1, T2, T3))
         out[m0:m1] = reconstruct_complex(be, T1, T2, T3, sb, t_N, table)
+    return out
+
+
+def _finite_2d_fp8_fused(A_MK, BT_NK, s_M, t_N, table, be, out):
+    """FP8 on the Triton path: digit planes from the residue kernel, FP32 digit products, combine in the CRT."""
+    from gpufield.fp64.kernels.crt import crt_triton_rows_cols
+    from gpufield.fp64.kernels.residue import scale_residues_triton
+
+    M, N = out.shape
+    cplx = A_MK.is_complex()
+    L = table.num_moduli
+    dB = scale_residues_triton(BT_NK.contiguous(), t_N, table, torch.int16, digits=True)  # [C, L, 3, N, K]
+    for m0, m1 in _row_blocks(M, L * 3 * N * 4 * (3 if cplx else 1)):
+        if m1 <= m0:
+            break
+        sb = s_M[m0:m1]
+        dA = scale_residues_triton(A_MK[m0:m1], sb, table, torch.int16, digits=True)
+        T = [be.modular_matmul_digits(dA[c], dB[c], table) for c in range(dA.shape[0])]
+        del dA
+        if not cplx:
+            out[m0:m1] = crt_triton_rows_cols(T[0], sb, t_N, table, digits=True)
+        else:
+            re, im = crt_triton_rows_cols(T[0], sb, t_N, table, T[1], T[2], digits=True)
+            out[m0:m1] = torch.complex(re, im)
     return out
 
 
