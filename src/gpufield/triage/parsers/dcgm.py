@@ -32,6 +32,8 @@ DCGM_LINE_RE = re.compile(r"^DCGM_\w+(?:\{|\s)")
 # fast path for the common shape (no escapes in label values); anything else goes to the full
 # exposition-format parser: DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-…",Hostname="n1"} 41 [1700000000000]
 SIMPLE_RE = re.compile(r'^(?P<name>DCGM_\w+)(?:\{(?P<labels>[^{}\\]*)\})? (?P<value>[-+\w.]+)(?: (?P<ts>-?\d+))?\s*$')
+# decoded reason names that mean a hardware-side slowdown: "hw slowdown", "sw thermal slowdown", ...
+HW_REASON_RE = re.compile(r"hw|thermal|power brake")
 LABEL_RE = re.compile(r'\s*(?P<k>[A-Za-z_]\w*)="(?P<v>[^"]*)"\s*,?')
 _CLOCK = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 _ECC = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("SBE volatile total", True),
@@ -75,7 +77,7 @@ class DcgmParser:
             mask = int(v)
             names = decode_clock_event_reasons(mask)
             readable = [n.replace("_", " ") for n in names]
-            hw = any(re.search(r"hw|thermal|power brake", n) for n in readable)
+            hw = any(HW_REASON_RE.search(n) for n in readable)
             return event("dcgm", "clock_event", ctx, line, pre, code=mask, severity="warning" if hw else "info",
                          fields={"reason": ", ".join(readable) or "none", "reasons": list(names), "mask": mask,
                                  "active": bool(mask)}, **kw)

@@ -25,6 +25,10 @@ SMI_KV_RE = re.compile(r"^(?P<ind> *)(?P<key>\S[^:]*?)\s*: ?(?P<val>.*?)\s*$")
 SMI_HEAD_RE = re.compile(r"^(?P<ind> *)(?P<key>\S.*?)\s*$")
 _ACTIVE = {"Active": True, "Not Active": False}
 _HW_REASONS = re.compile(r"HW|Thermal|Power Brake", re.IGNORECASE)
+#         SW Power Capping                               : 0 us
+US_RE = re.compile(r"(?P<us>\d+) us")
+# ECC counter names meaning uncorrectable: "Volatile DRAM Uncorrectable", "Volatile Double Bit Total"
+UNCORRECTABLE_RE = re.compile(r"Uncorr|Double|DBE", re.IGNORECASE)
 # Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
 # P2P=Disabled Latency Matrix (us)
 P2P_HEAD_RE = re.compile(
@@ -115,7 +119,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
                              severity="warning" if active and hw else "info",
                              fields={"reason": key, "active": active, "parent": names[-1] if len(names) > 1 else None}))
         elif section in ("Clocks Event Reasons Counters", "Clocks Throttle Reasons Counters"):
-            us = re.match(r"(\d+) us", val)
+            us = US_RE.match(val)
             if us:
                 out.append(event("smi", "clock_event", lctx, x, pre, code=key, bdf=bdf, uuid=uuid, gpu_index=index, severity="info",
                                  fields={"reason": key, "counter_us": int(us.group(1))}))
@@ -125,7 +129,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
                 volatile = names[1] == "Volatile"
             counter = " ".join([*names[1 if section == "ECC Errors" else 0:], key])
             value = int(val)
-            bad = value > 0 and re.search(r"Uncorr|Double|DBE", counter, re.IGNORECASE)
+            bad = value > 0 and UNCORRECTABLE_RE.search(counter)
             out.append(event("smi", "ecc_counter", lctx, x, pre, code=counter, bdf=bdf, uuid=uuid, gpu_index=index,
                              severity="error" if bad else ("warning" if value else "info"),
                              fields={"counter": counter, "value": value, "volatile": volatile,
