@@ -118,3 +118,9 @@ def test_a_healthy_log_is_a_verdict_too(capsys, tmp_path):
     assert rc == 0 and "No failure signature found" in out
     rc, out, _ = run(capsys, str(f), "--json")
     assert rc == 0 and json.loads(out)["verdict"] is None and json.loads(out)["incidents"] == []
+
+
+def test_a_missing_path_among_readable_ones_is_a_warning(capsys, tmp_path, shared_dir):
+    rc, out, err = run(capsys, str(tmp_path / "typo.log"), str(CASES / "13-xid79-gpu-lost-syslog.log"), "--quiet")
+    assert rc == 0 and out.startswith("GPU_FELL_OFF_BUS")
+    assert "warning" in err and "typo.log" in err

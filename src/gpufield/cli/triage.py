@@ -78,6 +78,8 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         if out:
             check_writable(out, force=force, append_ok=out == db)
     result = analyze(paths, skew_tolerance_s=skew_tolerance_s)
+    for w in result.stats.get("warnings", [])[:20]:
+        print(f"gpufield: warning: {w}", file=sys.stderr)
     if html:
         write_html(result, html, force=force)
     if db:

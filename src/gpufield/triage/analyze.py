@@ -83,12 +83,12 @@ def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], dic
 
 
 def _check_paths(paths: Sequence[str]) -> None:
-    for p in paths:
-        if not os.path.exists(p):
-            raise InputError("no such file or directory", path=p)
-    files = _files_under(paths)
-    if not files:
-        raise LogFormatError("no files to read (empty directory)", path=paths[0])
+    """Fail only when nothing at all is readable; a missing path among good ones is a warning."""
+    existing = [p for p in paths if os.path.exists(p)]
+    if not existing:
+        raise InputError("no such file or directory", path=paths[0])
+    if not _files_under(existing):
+        raise LogFormatError("no files to read (empty directory)", path=existing[0])
 
 
 def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_tolerance_s: float = 30.0) -> TriageResult:
@@ -106,7 +106,8 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
         "no failure signature found" is a verdict).
 
     Raises:
-        InputError: a path does not exist.
+        InputError: none of the paths exists (a missing path among readable ones only adds a
+            warning to ``stats["warnings"]``).
         LogFormatError: nothing at all could be read (empty directory, only binary files).
         ValueError: ``skew_tolerance_s`` is negative.
     """
