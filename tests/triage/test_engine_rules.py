@@ -55,6 +55,12 @@ def test_staggered_launch_is_launch_skew():
             file="a.log", line=5)
     top = run_engine([early, late, hb]).incidents[0]
     assert (top.cls, top.host, top.action_kind) == ("LAUNCH_SKEW", "node-b", "FIX_CONFIG")
+    # rank 0's progress lines start early on node-a only: that is not a staggered launch
+    steps = [ev("loss", f"step {s} loss 2.0", host="node-a", t_s=-600 + s, file="a.log", line=s,
+                fields={"loss": 2.0}) for s in range(3)]
+    early2 = ev("nccl_warn", "node-a:1:1 [0] NCCL WARN x", host="node-a", t_s=880, file="a.log", line=9)
+    classes = [i.cls for i in run_engine([*steps, early2, late, hb]).incidents]
+    assert "LAUNCH_SKEW" not in classes
 
 
 def test_connect_failure_is_config_at_startup_and_a_peer_exit_mid_run():

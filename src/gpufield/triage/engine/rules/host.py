@@ -77,7 +77,7 @@ def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
 
 
 def launch_skew_rule(ctx: RuleContext) -> list[Finding]:
-    """Hosts whose first log record is > 120 s apart, with an init-phase timeout -> ``LAUNCH_SKEW``.
+    """Hosts whose first records of the same kinds are > 120 s apart, with an init-phase timeout -> ``LAUNCH_SKEW``.
 
     The timeout must be a heartbeat timeout or a watchdog timeout at a low SeqNum (init collectives):
     early ranks waited for late ones (INDEX case 05 diagnosis).
@@ -86,10 +86,18 @@ def launch_skew_rule(ctx: RuleContext) -> list[Finding]:
                 if e.kind == "heartbeat_timeout" or (as_int(e.fields.get("seq")) or 10**9) <= 8]
     if not timeouts:
         return []
+    # compare like with like: only kinds every host logged (rank 0 alone prints progress lines)
+    kinds_of: dict[str, set[str]] = {}
+    for e in ctx.events:
+        if e.host and ctx.t(e) is not None and e.source in _JOB_SOURCES and e.kind != "loss":
+            kinds_of.setdefault(e.host, set()).add(e.kind)
+    if len(kinds_of) < 2:
+        return []
+    common = set.intersection(*kinds_of.values())
     first: dict[str, int] = {}
     for e in ctx.events:
         t = ctx.t(e)
-        if e.host and t is not None and e.source in _JOB_SOURCES:
+        if e.host in kinds_of and t is not None and e.kind in common:
             first[e.host] = min(first.get(e.host, t), t)
     if len(first) < 2:
         return []
