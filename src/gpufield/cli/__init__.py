@@ -40,10 +40,13 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map gpufield errors to exit codes with a one-line message on stderr."""
+    click = _click()
     try:
-        app(args=argv, standalone_mode=False)
+        rv = app(args=argv, standalone_mode=False)
     except SystemExit as e:  # typer/click exits
         return int(e.code or 0)
+    except typer.Exit as e:
+        return int(e.exit_code or 0)
     except InputError as e:
         print(f"gpufield: error: {e}", file=sys.stderr)
         return 2
@@ -57,15 +60,22 @@ def main(argv: list[str] | None = None) -> int:
         print("gpufield: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # click usage errors etc.
-        import click
-
         if isinstance(e, click.exceptions.ClickException):
             e.show()
             return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
+        if isinstance(e, typer.Abort):
             return 130
         raise
-    return 0
+    return rv if isinstance(rv, int) else 0
+
+
+def _click():
+    """The click module typer runs on (typer >= 0.29 vendors it as ``typer._click``)."""
+    try:
+        from typer import _click as click
+    except ImportError:  # older typer depends on click itself
+        import click
+    return click
 
 
 if __name__ == "__main__":  # pragma: no cover
