@@ -4,7 +4,8 @@ Per complex output (fp64.md 1.6, 2.4; Part 3's "per-output integer epilogue"): r
 3M products (int32), then in registers
 
 1. modular reduction + residue-domain Karatsuba combine: c_re = T1 - T2, c_im = T3 - T1 - T2 mod p
-   (symmetric), as [BLOCK, RP] tiles (RP = r padded to a power of two);
+   (symmetric), as int32 [BLOCK, RP] tiles (RP = r padded to a power of two), reduced with an FP32
+   reciprocal and one correction step each way (no integer division);
 2. exact reconstruction into 7 signed 32-bit limbs (int64 lanes), by one of three variants:
    ``VARIANT == 0`` Garner (balanced mixed radix, O(r^2) modular ops, Horner into limbs);
    ``VARIANT == 1`` CRT in fixed point: limb sums sum_i c_i C_{i,j} and the 40-bit quotient
@@ -55,9 +56,13 @@ def _pow2(e):
 
 
 @triton.jit
-def _symmod(x, p):
-    r = x % p
+def _symmod(x, p, invp):
+    """Symmetric x mod p for int32 |x| < 2^26 without integer division: q = floor(x * fl(1/p)) in
+    FP32 is off by at most one (|x/p| * 2^-23 < 1/2 for p >= 173), fixed by one step each way."""
+    q = tl.floor(x.to(tl.float32) * invp).to(tl.int32)
+    r = x - q * p
     r = tl.where(r < 0, r + p, r)
+    r = tl.where(r >= p, r - p, r)
     return tl.where(r >= (p + 1) // 2, r - p, r)
 
 
@@ -133,16 +138,17 @@ def _to_float(x0, x1, x2, x3, x4, x5, x6, shift):
 
 
 @triton.jit
-def _reconstruct(c, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+def _reconstruct(c, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
                  R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr,
                  VARIANT: tl.constexpr, FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr):
     if VARIANT == 0:  # Garner, balanced digits
-        t = c
+        t = c  # int32 digits; (t - v) * inv < 2^11 * 2^11 stays in the fast-mod range
         for j in tl.static_range(R - 1):
             v = _col(t, cols, j)
-            invj = tl.load(inv_ptr + j * RP + cols)
-            upd = _symmod((t - v[:, None]) * invj[None, :], p[None, :])
+            invj = tl.load(inv_ptr + j * RP + cols).to(tl.int32)
+            upd = _symmod((t - v[:, None]) * invj[None, :], p[None, :], invp[None, :])
             t = tl.where(cols[None, :] > j, upd, t)
+        t = t.to(tl.int64)
         x0 = _col(t, cols, R - 1)
         x1 = tl.zeros_like(x0)
         x2 = tl.zeros_like(x0)
@@ -155,6 +161,7 @@ def _reconstruct(c, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
             x0, x1, x2, x3, x4, x5, x6 = _norm(x0 * pj + _col(t, cols, R - 2 - jj), x1 * pj, x2 * pj,
                                                x3 * pj, x4 * pj, x5 * pj, x6 * pj)
     else:
+        c = c.to(tl.int64)
         if VARIANT == 1:  # CRT limb sums on the integer pipe
             x0 = tl.sum(c * tl.load(C_ptr + 0 * RP + cols)[None, :], axis=1)
             x1 = tl.sum(c * tl.load(C_ptr + 1 * RP + cols)[None, :], axis=1)
@@ -197,26 +204,27 @@ def _reconstruct(c, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
 
 @triton.jit
 def _fft_epilogue_kernel(
-    T_ptr, n_out, shift_ptr, out_ptr, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    T_ptr, n_out, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
     R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr, VARIANT: tl.constexpr,
     FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     omask = offs < n_out
     cols = tl.arange(0, RP)
-    p = tl.load(p_ptr + cols).to(tl.int64)
+    p = tl.load(p_ptr + cols).to(tl.int32)
+    invp = tl.load(invp_ptr + cols)
     m2 = omask[:, None] & (cols < R)[None, :]
     base = cols[None, :].to(tl.int64) * (3 * n_out) + offs[:, None]
-    t1 = tl.load(T_ptr + base, mask=m2, other=0).to(tl.int64)
-    t2 = tl.load(T_ptr + base + n_out, mask=m2, other=0).to(tl.int64)
-    t3 = tl.load(T_ptr + base + 2 * n_out, mask=m2, other=0).to(tl.int64)
+    t1 = tl.load(T_ptr + base, mask=m2, other=0)
+    t2 = tl.load(T_ptr + base + n_out, mask=m2, other=0)
+    t3 = tl.load(T_ptr + base + 2 * n_out, mask=m2, other=0)
     shift = tl.load(shift_ptr + offs, mask=omask, other=0)
-    c_re = _symmod(t1 - t2, p[None, :])
-    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_re, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    c_re = _symmod(t1 - t2, p[None, :], invp[None, :])
+    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_re, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
                                               R, RP, CP, NB, VARIANT, FRAC, BFRAC, BLIMB)
     tl.store(out_ptr + 2 * offs, _to_float(x0, x1, x2, x3, x4, x5, x6, shift), mask=omask)
-    c_im = _symmod(t3 - t1 - t2, p[None, :])
-    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_im, p, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    c_im = _symmod(t3 - t1 - t2, p[None, :], invp[None, :])
+    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_im, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
                                               R, RP, CP, NB, VARIANT, FRAC, BFRAC, BLIMB)
     tl.store(out_ptr + 2 * offs + 1, _to_float(x0, x1, x2, x3, x4, x5, x6, shift), mask=omask)
 
@@ -246,7 +254,8 @@ def _padded_tables(tab: EpilogueTables, device: str) -> dict:
     inv[:r, :r] = torch.tensor(tab.garner_inv)
     bulk = torch.zeros((RP, CP), dtype=torch.float16)
     bulk[:r, : len(tab.bulk[0])] = torch.tensor(tab.bulk, dtype=torch.float16)
-    t = dict(p=p, C=C, M=M, frac=frac, inv=inv, bulk=bulk)
+    invp = (1.0 / p.to(torch.float64)).to(torch.float32)
+    t = dict(p=p, invp=invp, C=C, M=M, frac=frac, inv=inv, bulk=bulk)
     return {"RP": RP, "CP": CP, "NB": nb, **{k: v.to(dev) for k, v in t.items()}}
 
 
@@ -271,7 +280,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     """
     if variant not in VARIANTS:
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
-    T = T_R3O.to(torch.int32).contiguous()
+    T = T_R3O.to(torch.int32).contiguous()  # |T| <= 2^25 for every backend (fast FP32 mod needs < 2^26)
     n_out = T.shape[2]
     tb = _padded_tables(tab, str(T.device))
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
@@ -279,7 +288,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
-        T, n_out, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["C"], tb["M"], tb["frac"], tb["inv"],
+        T, n_out, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"], tb["M"], tb["frac"], tb["inv"],
         tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"], VARIANT=VARIANTS.index(variant),
         FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
     )
