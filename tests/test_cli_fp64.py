@@ -22,3 +22,15 @@ def test_model_table(capsys):
 
 def test_model_unknown_gpu_exit_2(capsys):
     assert main(["fp64", "model", "--gpu", "nope"]) == 2
+
+
+def test_fft_check_json(capsys):
+    assert main(["fp64", "fft", "--shape", "8,16", "--backend", "int8", "--variant", "garner", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["reference"] == "long-double DFT" and out["num_moduli"] == 16
+    assert out["rel_l2_emulated"] <= out["rel_l2_numpy"]
+    assert out["round_trip_rel_l2"] < 4e-16
+
+
+def test_fft_bad_shape_exit_2(capsys):
+    assert main(["fp64", "fft", "--shape", "12"]) == 2
