@@ -138,14 +138,11 @@ def backward(
     return lb, ub
 
 
-def identity_spec(shape: tuple[int, ...], rows: slice, batch: int, like: torch.Tensor) -> torch.Tensor:
-    """Rows ``rows`` of the identity over a node: ``[S, B, *shape]`` (one-hot spec)."""
-    n = 1
-    for d in shape:
-        n *= d
-    idx = torch.arange(rows.start, rows.stop, device=like.device)
+def onehot_spec(shape: tuple[int, ...], idx: torch.Tensor, batch: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows ``idx`` (flat neuron indices) of the identity over a node: ``[S, B, *shape]``."""
+    n = torch.Size(shape).numel()
     C = torch.zeros(len(idx), n, dtype=like.dtype, device=like.device)
-    C[torch.arange(len(idx), device=like.device), idx] = 1.0
+    C[torch.arange(len(idx), device=like.device), idx.to(like.device)] = 1.0
     return C.reshape(len(idx), 1, *shape).expand(len(idx), batch, *shape)
 
 
@@ -169,8 +166,10 @@ def crown_intermediate(
     """CROWN bounds of every ReLU input, layer by layer in topological order.
 
     Each ReLU input is bounded by its own backward pass with ``C = I`` (all its neurons),
-    chunked along the spec rows under ``memory_budget_bytes``; the result is intersected with
-    ``ref`` (e.g. IBP bounds) where given.
+    chunked along the spec rows under ``memory_budget_bytes``. With ``ref`` (sound bounds, e.g.
+    IBP): only neurons unstable under ``ref`` (in any batch element) are re-bounded, the others
+    keep ``ref`` (a stable neuron's relaxation is exact whatever its bounds), results are
+    intersected with ``ref``, and a node that is an affine image of the box takes ``ref`` as is.
 
     Args:
         graph, x_lo, x_hi: network and input box ``[B, *input_shape]``.
@@ -183,25 +182,42 @@ def crown_intermediate(
     """
     B = x_lo.shape[0]
     inter: dict[str, Interval] = {graph.input_name: (x_lo, x_hi)}
+    relus = {r.name for r in graph.relu_nodes()}
     for relu in graph.relu_nodes():
         start = relu.inputs[0]
         if start in inter:
             continue
         shape = graph.shape(start)
         n = torch.Size(shape).numel()
+        r = None if ref is None else ref.get(start)
+        if r is not None and not (relus & ancestors(graph, start)):
+            inter[start] = r  # an affine image of the box: the reference (IBP) is already exact
+            continue
+        if r is None:
+            rows = torch.arange(n, device=x_lo.device)
+        else:  # only neurons unstable under the reference bounds can change a relaxation
+            rows = ((r[0] < 0) & (r[1] > 0)).flatten(1).any(0).nonzero().flatten()
+            if len(rows) == 0:
+                inter[start] = r
+                continue
         step = chunk_rows(graph, start, B, memory_budget_bytes, x_lo.element_size())
         los, his = [], []
         table = None if alphas is None else alphas.get(start)
-        for i in range(0, n, step):
-            rows = slice(i, min(n, i + step))
-            C = identity_spec(shape, rows, B, x_lo)
-            tab = None if table is None else {k: v[:, rows] for k, v in table.items()}
+        for i in range(0, len(rows), step):
+            idx = rows[i:i + step]
+            C = onehot_spec(shape, idx, B, x_lo)
+            tab = None if table is None else {k: v[:, idx] for k, v in table.items()}
             lb, ub = backward(graph, start, C, x_lo, x_hi, inter, alphas=tab)
             los.append(lb)
             his.append(ub)
-        lo = torch.cat(los).T.reshape(B, *shape)
-        hi = torch.cat(his).T.reshape(B, *shape)
-        if ref is not None and start in ref:
-            lo, hi = torch.maximum(lo, ref[start][0]), torch.minimum(hi, ref[start][1])
+        lo_BR, hi_BR = torch.cat(los).T, torch.cat(his).T
+        if r is None:
+            lo, hi = lo_BR.reshape(B, *shape), hi_BR.reshape(B, *shape)
+        else:
+            l_ref, u_ref = r[0].flatten(1), r[1].flatten(1)
+            lo_BR = torch.maximum(lo_BR, l_ref[:, rows])
+            hi_BR = torch.minimum(hi_BR, u_ref[:, rows])
+            lo = l_ref.index_copy(1, rows, lo_BR).reshape(B, *shape)
+            hi = u_ref.index_copy(1, rows, hi_BR).reshape(B, *shape)
         inter[start] = (lo, hi)
     return inter

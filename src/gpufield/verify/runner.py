@@ -45,7 +45,7 @@ class VerifyConfig:
         attack: PGD settings of one round.
         attack_rounds: most PGD rounds after bounding failed (stops earlier at the deadline).
         refine: ReLU-split refinement after α-CROWN (None: off); runs after the first
-            ``min(5, attack_rounds)`` extra PGD rounds.
+            ``min(2, attack_rounds)`` extra PGD rounds.
         margin_tol: a clause counts as proven only if its float64 margin exceeds this.
         ort_atol: tolerance of the load-time differential check against onnxruntime.
         memory_budget_bytes: cap on the A-matrices of one spec chunk.
@@ -274,7 +274,7 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
                     return done("sat", cex, f"PGD round {r} counterexample validated by onnxruntime")
         return None
 
-    early = min(5, cfg.attack_rounds)
+    early = min(2, cfg.attack_rounds)
     if (out := attack_rounds(1, early)) is not None:
         return out
     if cfg.refine is not None and cfg.method == "alpha":
