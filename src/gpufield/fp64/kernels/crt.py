@@ -130,7 +130,7 @@ def _digit_combine(ptr, si_dig, coef, mask):
 @triton.jit
 def _crt_kernel(
     res_ptr, res2_ptr, res3_ptr, si_grp, si_row, si_dig, coef_ptr, s_ptr, t_ptr, N, MN, mod_ptr, invp_ptr,
-    qp_ptr, climb_ptr, mlimb_ptr, out_ptr, out2_ptr, L: tl.constexpr, COMPLEX: tl.constexpr,
+    qp_ptr, climb_ptr, mlimb_ptr, out_ptr, out2_ptr, L, COMPLEX: tl.constexpr,
     GROUP: tl.constexpr, DIGITS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -155,7 +155,8 @@ def _crt_kernel(
     b3 = tl.full((BLOCK,), 0, tl.int64)
     b4 = tl.full((BLOCK,), 0, tl.int64)
     b5 = tl.full((BLOCK,), 0, tl.int64)
-    for l in tl.static_range(L):
+    l = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
+    while l < L:
         p = tl.load(mod_ptr + l)
         invp = tl.load(invp_ptr + l)
         qp = tl.load(qp_ptr + l)
@@ -194,6 +195,7 @@ def _crt_kernel(
         a3 += r * c3
         a4 += r * c4
         a5 += r * c5
+        l += 1
     tl.store(out_ptr + offs, _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK), mask=mask)
     if COMPLEX:
         tl.store(out2_ptr + offs, _finish(b0, b1, b2, b3, b4, b5, qg, sh, mlimb_ptr, BLOCK), mask=mask)

@@ -79,7 +79,7 @@ def _sym(r, p):
 def _scale_residue_kernel(
     x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
     so_comp, so_grp, so_row, so_dig, sq_ptr,
-    L: tl.constexpr, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
+    L, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
     DIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_r = tl.program_id(0)
@@ -103,7 +103,8 @@ def _scale_residue_kernel(
     out_off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
     c1 = tl.cast(so_comp, tl.int64)
     sg = tl.cast(so_grp, tl.int64)
-    for l in tl.static_range(L):
+    l = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
+    while l < L:
         p = tl.load(mod_ptr + l)
         invp = tl.load(invp_ptr + l)
         base = out_ptr + (l // GROUP) * sg + (l % GROUP) * K + out_off
@@ -128,6 +129,7 @@ def _scale_residue_kernel(
             tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
         else:
             tl.store(base, _sym(r, p).to(tl.int16), mask=mask)
+        l += 1
 
 
 @triton.jit
