@@ -312,8 +312,8 @@ class Fp8Backend:
         N = digB_L3NK.shape[2]
         if K * FP8_MAX_DIGIT**2 >= 2**24:
             raise InputError(f"K={K}: FP32 digit sums would exceed 2**24; use modular_matmul")
-        A8 = digA_L3MK.to(torch.float8_e4m3fn)
-        B8 = digB_L3NK.to(torch.float8_e4m3fn)
+        A8 = self.to_fp8(digA_L3MK)
+        B8 = self.to_fp8(digB_L3NK)
         out = torch.empty((L, 3, M, N), dtype=torch.float32, device=digA_L3MK.device)
         for l in range(L):
             pairs = ((0, 1), (1, 0), (1, 1)) if table.square_root(l) is not None else ((0, 0), (1, 1), (2, 2))
