@@ -217,3 +217,22 @@ def test_loss_thinning(tmp_path):
                                                                 ("nan_loss", 10)]
     with pytest.raises(ValueError, match="loss_every"):
         IngestOptions(loss_every=0)
+
+
+def test_walk_skips_fifo_but_reads_an_explicit_pipe(tmp_path):
+    import os
+    import threading
+
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "d" / "pipe")
+    shutil.copy(KERNEL, tmp_path / "d" / "kern.log")
+    res = ingest([tmp_path / "d"], options=OPTS)          # must not block on the FIFO
+    assert [f.path for f in res.stats.files] == [str(tmp_path / "d" / "kern.log")]
+    assert any("not a regular file" in w.message for w in res.stats.warnings)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(KERNEL.read_bytes()))
+    writer.start()
+    piped = ingest([fifo], options=OPTS)
+    writer.join()
+    assert _sig(piped.events) == _sig(ingest([KERNEL], options=OPTS).events)

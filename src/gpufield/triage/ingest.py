@@ -11,7 +11,8 @@ example a DuckDB store) without keeping a list. See ``gpufield.triage.parsers._s
 ordinary lines are rejected before any parser runs.
 
 What is skipped, with a per-file warning naming ``file:line``: in a directory walk, hidden files and
-documentation / code / image / checkpoint files (:data:`SKIP_SUFFIXES`); missing paths, unreadable files,
+documentation / code / image / checkpoint files (:data:`SKIP_SUFFIXES`) and anything that is not a
+regular file (a named pipe given explicitly, e.g. ``<(zcat x.gz)``, is read); missing paths, unreadable files,
 binary files (a NUL byte in the first 8 KiB after decompression), empty files, unsupported
 compression (zstd), a truncated compressed stream (events before the cut are kept), directories
 without files. Timestamps without a year (syslog, glog) take ``IngestOptions.year``, else the year of
@@ -38,7 +39,8 @@ from gpufield.triage.parsers._scan import BLOCK_BYTES, ScanCounters, Table, scan
 __all__ = ["IngestOptions", "IngestWarning", "FileStats", "IngestStats", "IngestResult", "iter_events", "ingest"]
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
-_OPENERS = {"gzip": gzip.open, "bzip2": bz2.open, "xz": lzma.open}
+_WRAPPERS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": lambda f: bz2.BZ2File(f, mode="rb"),
+             "xz": lambda f: lzma.LZMAFile(f, mode="rb")}
 _SNIFF_BYTES = 8192
 #: file name suffixes a directory walk skips (documentation, code, images); a file named
 #: explicitly is always read
@@ -188,11 +190,14 @@ def _walk(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> Iterat
                 dirs.sort()
                 for name in sorted(files):
                     found = True
+                    full = os.path.join(root, name)
                     if name.lower().endswith(SKIP_SUFFIXES) or name.startswith("."):
-                        stats.warnings.append(IngestWarning(os.path.join(root, name), None,
-                                                            "skipped in directory walk (not a log file type)"))
+                        stats.warnings.append(IngestWarning(full, None, "skipped in directory walk (not a log file type)"))
                         continue
-                    yield os.path.join(root, name)
+                    if not os.path.isfile(full):  # FIFO, socket, device, dangling link: never block on them
+                        stats.warnings.append(IngestWarning(full, None, "skipped in directory walk (not a regular file)"))
+                        continue
+                    yield full
             if not found:
                 stats.warnings.append(IngestWarning(path, None, "directory contains no files"))
         elif os.path.exists(path):
@@ -202,27 +207,24 @@ def _walk(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> Iterat
             stats.unreadable.append(path)
 
 
-def _open(path: str, stats: IngestStats) -> tuple[object, str | None] | None:
+def _open(path: str, stats: IngestStats) -> tuple[object, str | None, object] | None:
+    """Open ``path`` once (a pipe cannot be reopened), detect compression by peeking at the magic."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(8)
+        f = open(path, "rb")  # closed by iter_events
+        head = f.peek(8)[:8]
     except OSError as e:
         stats.warnings.append(IngestWarning(path, None, f"cannot read: {e.strerror or e}"))
         stats.unreadable.append(path)
         return None
     kind = next((k for m, k in _MAGIC.items() if head.startswith(m)), None)
     if kind == "zstd":
+        f.close()
         stats.warnings.append(IngestWarning(path, None, "zstd-compressed: not supported, decompress it first "
                                                         "(zstd -d)"))
         stats.unreadable.append(path)
         return None
-    opener = _OPENERS.get(kind, open)
-    try:
-        return opener(path, "rb"), kind
-    except OSError as e:
-        stats.warnings.append(IngestWarning(path, None, f"cannot open: {e}"))
-        stats.unreadable.append(path)
-        return None
+    wrap = _WRAPPERS.get(kind)
+    return (wrap(f) if wrap else f), kind, f
 
 
 class _Sniffed:
@@ -270,13 +272,14 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         if opened is None:
             st.files_skipped += 1
             continue
-        stream, kind = opened
+        stream, kind, raw = opened
         fs = FileStats(path=path, compression=kind, bytes_on_disk=os.path.getsize(path))
         t1 = time.perf_counter()
         try:
             yield from _scan_file(stream, path, kind, fs, table, opts, st)
         finally:
             stream.close()  # type: ignore[attr-defined]
+            raw.close()  # type: ignore[attr-defined]  (a decompressor does not close the file it wraps)
             fs.seconds = time.perf_counter() - t1
             st.files.append(fs)
             st.bytes += fs.bytes
