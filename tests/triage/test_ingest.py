@@ -236,3 +236,16 @@ def test_walk_skips_fifo_but_reads_an_explicit_pipe(tmp_path):
     piped = ingest([fifo], options=OPTS)
     writer.join()
     assert _sig(piped.events) == _sig(ingest([KERNEL], options=OPTS).events)
+
+
+def test_tqdm_carriage_returns_before_a_record(tmp_path):
+    bar = "".join(f"\rEpoch 3: {p:3d}%|{'#' * (p // 10):<10}| {p}/100 [00:{p:02d}<01:00, 1.5it/s]" for p in range(0, 100, 7))
+    rec = ("[rank5]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 5] Watchdog caught collective operation "
+           "timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600081 "
+           "milliseconds before timing out.")
+    p = tmp_path / "tqdm.log"
+    p.write_bytes((bar + "\r" + rec + "\n").encode())
+    (e,) = ingest([p], options=OPTS).events
+    assert (e.kind, e.rank, e.fields["seq"], e.fields["level"]) == ("watchdog_timeout", 5, 7, "E")
+    assert e.ts_ns == int(datetime(2026, 12, 18, 20, 27, 21, tzinfo=UTC).timestamp()) * 10**9 + 426415540
+    assert e.raw.startswith("\rEpoch 3:")                       # raw text kept as read

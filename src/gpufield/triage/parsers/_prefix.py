@@ -138,7 +138,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         A :class:`Prefix`; ``body`` is ``line`` itself when nothing was recognised.
     """
     p = Prefix(body=line)
-    pos = 0
+    pos = line.rfind("\r") + 1  # tqdm redraws with \r: the record starts after the last one
     for _ in range(6):
         if pos >= len(line):
             break
