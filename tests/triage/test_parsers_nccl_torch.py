@@ -150,3 +150,11 @@ def test_nccl_errors_reraised_by_pytorch():
     assert (ev[22].fields["seq"], ev[22].fields["op_type"], ev[22].fields["via"]) == (89, "ALLREDUCE", "async_exception")
     assert ev[23].fields["op_type"] == "ALLGATHER"
     assert (ev[24].fields["restart_count"], ev[24].fields["attempts_left"]) == (3, 3)
+
+
+def test_cuda_error_reraised_by_watchdog():
+    a, b = TORCH[16], TORCH[17]
+    assert (a.kind, a.code, a.fields["cuda_error"], a.fields["via"]) == ("cuda_error", "719", "cudaErrorLaunchFailure", "watchdog")
+    assert a.rank is None                       # "Rank 1" of PG 2 is not a global rank
+    assert (b.kind, b.rank, b.code) == ("cuda_error", 4, "719")
+    assert b.ts_ns == _ns(2026, 10, 23, 17, 16, 46, frac_ns=22239569)

@@ -82,7 +82,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # cuda
     "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message", "via", "pg")),
     "cuda_oom": ("cuda", "CUDA out of memory (any of the three message generations)", ("tried_bytes", "capacity_bytes", "free_bytes", "allocated_bytes", "reserved_bytes", "generation", "process_bytes", "phase", "reserved_unallocated_bytes")),
-    "cuda_error": ("cuda", "other CUDA runtime error", ("message", "cuda_error", "cuda_code")),
+    "cuda_error": ("cuda", "other CUDA runtime error", ("message", "cuda_error", "cuda_code", "via")),
     "bus_error": ("cuda", "DataLoader worker bus error / shm exhausted", ("message", "shm_hint")),
     "gpu_handle_error": ("smi", "nvidia-smi / NVML cannot reach a GPU (Unable to determine the device handle, NVMLError)", ("message",)),
     # train

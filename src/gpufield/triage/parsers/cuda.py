@@ -62,7 +62,8 @@ CUDA_ERRORS = {
 }
 
 
-def _cuda_name(msg: str) -> tuple[str | None, int | None]:
+def cuda_error_name(msg: str) -> tuple[str | None, int | None]:
+    """``(cudaError_t name, value)`` of the ``cudaGetErrorString`` text found in ``msg``, else (None, None)."""
     for text, (name, code) in CUDA_ERRORS.items():
         if text in msg:
             return name, code
@@ -131,7 +132,7 @@ class CudaParser:
             msg = "an illegal memory access was encountered"
         if msg is None:
             return None
-        name, code = _cuda_name(msg)
+        name, code = cuda_error_name(msg)
         if code == 700:
             return event("cuda", "cuda_illegal_address", ctx, line, pre, code=700, severity="error",
                          fields={"message": msg, "exc_type": exc_type})

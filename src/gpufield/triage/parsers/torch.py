@@ -105,6 +105,12 @@ class TorchParser:
             if "illegal memory access" in inner:
                 return event("cuda", "cuda_illegal_address", ctx, line, pre, code=700, severity="error",
                              fields={"message": inner, "via": "watchdog", "pg": pg})
+            if inner.startswith("CUDA error"):
+                from gpufield.triage.parsers.cuda import cuda_error_name
+
+                name, code = cuda_error_name(inner)
+                return event("cuda", "cuda_error", ctx, line, pre, code=code, severity="error",
+                             fields={"message": inner, "cuda_error": name, "cuda_code": code, "via": "watchdog"})
             return event("torch", "watchdog_blocked", ctx, line, pre, severity="error",
                          fields={"message": inner, "pg": pg})
         m = LAST_RE.search(line)
