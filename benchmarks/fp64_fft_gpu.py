@@ -23,7 +23,8 @@ run keeps its partial results; a summary is printed at the end):
    output (the kernel has no dynamic loops, so static ~ dynamic; PTX, not SASS).
 3. sizes 256^3, 512^3, 1024^3 (1024^3 skipped if GPU memory or the time budget do not allow; the
    JSON says why): cuFFT Z2Z (torch.fft.fftn, complex128) and our transform per backend x variant,
-   time (CUDA events, after warm-up) and error. Errors: (a) a rank-1 input x = u (x) v (x) w of
+   time (CUDA events, after warm-up) and error; the INT8 backend also with g = 4 and 8 moduli per
+   block-diagonal GEMM (``int8_group``; run first, being the expected fastest). Errors: (a) a rank-1 input x = u (x) v (x) w of
    17-bit integers (exact in float64) whose exact DFT U (x) V (x) W is known: rel. L2 on 2^18 sampled
    outputs against a long-double reference, for ours and cuFFT; (b) random Gaussian input: rel.
    L2 difference to cuFFT; round trip (256^3, 512^3) ifft(fft(x)) - x for ours and cuFFT.
@@ -106,15 +107,18 @@ def self_check(run: Run, dev: str, small: bool) -> None:
         if not e_ref <= e_np:
             sys.exit(f"SELF-CHECK FAILED: CPU exact path error {e_ref:.3e} > numpy {e_np:.3e} on {key}")
         xt = torch.from_numpy(x).to(dev)
-        configs = [(b, v, "triton") for b in BACKENDS for v in VARIANTS] + [("int8", "crt", "torch")]
-        for b, v, epi in configs:
-            y = fftn_fp64_emulated(xt, EmulatedFftPlan(backend=b, variant=v, epilogue=epi)).cpu().numpy()
+        configs = [(b, v, "triton", 1) for b in BACKENDS for v in VARIANTS] + [("int8", "crt", "torch", 1),
+                                                                            ("int8", "crt", "triton", 8)]
+        for b, v, epi, grp in configs:
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp)
+            y = fftn_fp64_emulated(xt, plan).cpu().numpy()
             same = bool(np.array_equal(y.view(np.float64), ref.view(np.float64)))
-            run.res["self_check"][key][f"{b}/{v}/{epi}"] = same
+            name = f"{b}/{v}/{epi}" + (f"/g{grp}" if grp > 1 else "")
+            run.res["self_check"][key][name] = same
             if not same:
                 n = int((y.view(np.float64) != ref.view(np.float64)).sum())
                 run.save()
-                sys.exit(f"SELF-CHECK FAILED: {b}/{v}/{epi} differs from the exact CPU reference in {n} values on {key}")
+                sys.exit(f"SELF-CHECK FAILED: {name} differs from the exact CPU reference in {n} values on {key}")
         run.save()
     print("self-check passed: GPU backends x variants bit-identical to the exact CPU reference")
 
@@ -197,18 +201,20 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
                                                / torch.linalg.vector_norm(xr))
     run.save()
     chunk = 1 << 25 if dev == "cuda" else 1 << 16
-    configs = [(b, v, "triton") for b in BACKENDS for v in VARIANTS]
+    configs = [("int8", "crt", "triton", 8), ("int8", "crt", "triton", 4)]
+    configs += [(b, v, "triton", 1) for b in BACKENDS for v in VARIANTS]
     if n <= 256:
-        configs.append(("int8", "crt", "torch"))
-    for b, v, epi in configs:
+        configs.append(("int8", "crt", "torch", 1))
+    for b, v, epi, grp in configs:
         if True:
-            key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "")
+            key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
             # two calls at this size, scaled from the per-call time at the previous size, 30% margin
             est = 2 * 1.3 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
             if est > run.left():
                 run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
                 continue
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, chunk_outputs=chunk if epi == "triton" else chunk // 4)
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp,
+                                   chunk_outputs=chunk if epi == "triton" else chunk // 4)
             t0 = _now()
             y = fftn_fp64_emulated(x, plan)
             _sync(dev)

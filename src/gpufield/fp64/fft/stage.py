@@ -64,6 +64,9 @@ class EmulatedFftPlan:
             epilogue, :mod:`gpufield.fp64.kernels.fft_epilogue`; CUDA, or TRITON_INTERPRET=1 on CPU).
         chunk_outputs: complex outputs per GEMM+epilogue chunk (memory bound on intermediates:
             about 12*r bytes per output with int32 products).
+        int8_group: INT8 backend with the Triton epilogue: g moduli per block-diagonal ``_int_mm``
+            (``Int8Backend.modular_matmul_grouped``: a k = 32 GEMM is far below peak in cuBLAS, g
+            products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
@@ -77,6 +80,7 @@ class EmulatedFftPlan:
     twiddle_bits: int = 56
     epilogue: str = "torch"
     chunk_outputs: int = 1 << 20
+    int8_group: int = 1
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -92,6 +96,10 @@ class EmulatedFftPlan:
         for name in ("input_bits", "twiddle_bits"):
             if not 8 <= getattr(self, name) <= 60:
                 raise InputError(f"{name} must be in [8, 60], got {getattr(self, name)}")
+        if self.int8_group not in (1, 2, 4, 8, 16):
+            raise InputError(f"int8_group must be 1, 2, 4, 8 or 16, got {self.int8_group}")
+        if self.int8_group > 1 and (self.backend != "int8" or self.epilogue != "triton"):
+            raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
         if self.chunk_outputs < 1024:
             raise InputError(f"chunk_outputs must be >= 1024, got {self.chunk_outputs}")
         if self.num_moduli is not None:
@@ -204,6 +212,15 @@ def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: tor
     return [t.to(dtype) for t in (rr, ri, rs)]
 
 
+def _group_moduli(res_LRN: torch.Tensor, g: int) -> torch.Tensor:
+    """[L, R, N] residues -> [ceil(L/g), R, g*N]: moduli q*g..q*g+g-1 side by side (zero-padded)."""
+    L, R, N = res_LRN.shape
+    Q = -(-L // g)
+    if Q * g != L:
+        res_LRN = torch.cat([res_LRN, res_LRN.new_zeros((Q * g - L, R, N))])
+    return res_LRN.view(Q, g, R, N).permute(0, 2, 1, 3).reshape(Q, R, g * N)
+
+
 def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -> torch.Tensor:
     """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
 
@@ -252,10 +269,19 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -
                 xr, xi, s = quantize_rows(xc, plan.input_bits)
                 xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
                 del xr, xi
+            shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
+            gsz = plan.int8_group
+            if gsz > 1:  # block-diagonal grouped INT8 GEMMs, read in place by the kernel
+                Q = -(-r // gsz)
+                Tg = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
+                for comp in range(3):
+                    Tg[comp] = bk.modular_matmul_grouped(_group_moduli(xres[comp], gsz), wres[comp][:, g], table, gsz)
+                del xres
+                y[g, r0:r0 + Rc] = run_epi(Tg, shift, tab, plan.variant, grouped=(gsz, Rc, K)).view(Rc, K)
+                continue
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
             for comp in range(3):
                 T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)
             del xres
-            shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
             y[g, r0:r0 + Rc] = run_epi(T.view(r, 3, -1), shift, tab, plan.variant).view(Rc, K)
     return y

@@ -204,9 +204,10 @@ def _reconstruct(c, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_
 
 @triton.jit
 def _fft_epilogue_kernel(
-    T_ptr, n_out, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    T_ptr, n_out, S_c, S_q, S_s, S_m, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
     R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr, VARIANT: tl.constexpr,
     FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr, BLOCK: tl.constexpr,
+    K: tl.constexpr, GROUP: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     omask = offs < n_out
@@ -214,10 +215,13 @@ def _fft_epilogue_kernel(
     p = tl.load(p_ptr + cols).to(tl.int32)
     invp = tl.load(invp_ptr + cols)
     m2 = omask[:, None] & (cols < R)[None, :]
-    base = cols[None, :].to(tl.int64) * (3 * n_out) + offs[:, None]
+    # element (modulus l, component c, row m, column k) at c*S_c + (l//GROUP)*S_q + (l%GROUP)*S_s + m*S_m + k
+    m = offs // K
+    q = cols // GROUP
+    base = (q.to(tl.int64) * S_q + (cols - q * GROUP).to(tl.int64) * S_s)[None, :] + (m * S_m + (offs - m * K))[:, None]
     t1 = tl.load(T_ptr + base, mask=m2, other=0)
-    t2 = tl.load(T_ptr + base + n_out, mask=m2, other=0)
-    t3 = tl.load(T_ptr + base + 2 * n_out, mask=m2, other=0)
+    t2 = tl.load(T_ptr + base + S_c, mask=m2, other=0)
+    t3 = tl.load(T_ptr + (base + S_c) + S_c, mask=m2, other=0)
     shift = tl.load(shift_ptr + offs, mask=omask, other=0)
     c_re = _symmod(t1 - t2, p[None, :], invp[None, :])
     x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_re, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
@@ -260,17 +264,20 @@ def _padded_tables(tab: EpilogueTables, device: str) -> dict:
 
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
-                    block: int | None = None) -> torch.Tensor:
+                    block: int | None = None, grouped: tuple[int, int, int] | None = None) -> torch.Tensor:
     """Fused stage epilogue (same contract as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
 
     Args:
-        T_R3O: int32 [r, 3, O] raw 3M products per modulus (contiguous).
+        T_R3O: int32 [r, 3, O] raw 3M products per modulus (contiguous); or, with ``grouped``, the
+            grouped layout [3, Q, R_rows, g*K] of ``Int8Backend.modular_matmul_grouped`` outputs
+            (moduli q*g..q*g+g-1 side by side in a row; O = R_rows * K).
         shift_O: int64 [O] exponent shifts.
         tab: epilogue tables of the moduli used.
         variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
         block: outputs per program (power of two >= 16); default 128 on CUDA, and on CPU (the
             Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
             vectorizes over a few large programs.
+        grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
 
     Returns:
         complex128 [O].
@@ -281,15 +288,24 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     if variant not in VARIANTS:
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
     T = T_R3O.to(torch.int32).contiguous()  # |T| <= 2^25 for every backend (fast FP32 mod needs < 2^26)
-    n_out = T.shape[2]
+    if grouped is None:
+        n_out = T.shape[2]
+        K, g = 1, 1  # rows of length 1: offs = m, k = 0
+        S_c, S_q, S_s, S_m = n_out, 3 * n_out, 0, 1
+    else:
+        g, rows, K = grouped
+        n_out = rows * K
+        Q = T.shape[1]
+        S_c, S_q, S_s, S_m = Q * rows * g * K, rows * g * K, K, g * K
     tb = _padded_tables(tab, str(T.device))
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
     if block is None:
         block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
-        T, n_out, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"], tb["M"], tb["frac"], tb["inv"],
-        tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"], VARIANT=VARIANTS.index(variant),
-        FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
+        T, n_out, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],
+        tb["M"], tb["frac"], tb["inv"], tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"],
+        VARIANT=VARIANTS.index(variant), FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
+        K=K, GROUP=g,
     )
     return torch.view_as_complex(out.view(n_out, 2))
