@@ -29,7 +29,7 @@ from gpufield.testing import FakeNvml, h200
 @pytest.fixture(scope="module")
 def short_ab():
     sc = load_scenario("moe-agentic-b200")
-    return simulate_ab(sc, duration_s=150, oracle=False, efficiency=False, bench_kw={"gate_s": 90.0})
+    return simulate_ab(sc, duration_s=150, oracle=False, efficiency=False, bench_kw={"gate_s": 90.0, "warmup_s": 60.0})
 
 
 def test_short_ab_balanced_saves_energy_within_slo(short_ab):
