@@ -204,10 +204,10 @@ def _reconstruct(c, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_
 
 @triton.jit
 def _fft_epilogue_kernel(
-    T_ptr, n_out, S_c, S_q, S_s, S_m, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
+    T_ptr, n_out, K, S_c, S_q, S_s, S_m, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
     R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr, VARIANT: tl.constexpr,
     FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr, BLOCK: tl.constexpr,
-    K: tl.constexpr, GROUP: tl.constexpr,
+    GROUP: tl.constexpr,
 ):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     omask = offs < n_out
@@ -216,9 +216,11 @@ def _fft_epilogue_kernel(
     invp = tl.load(invp_ptr + cols)
     m2 = omask[:, None] & (cols < R)[None, :]
     # element (modulus l, component c, row m, column k) at c*S_c + (l//GROUP)*S_q + (l%GROUP)*S_s + m*S_m + k
-    m = offs // K
+    o32 = offs.to(tl.int32)  # a chunk holds < 2^31 outputs: 32-bit division
+    m = o32 // K
     q = cols // GROUP
-    base = (q.to(tl.int64) * S_q + (cols - q * GROUP).to(tl.int64) * S_s)[None, :] + (m * S_m + (offs - m * K))[:, None]
+    base = (q.to(tl.int64) * S_q + (cols - q * GROUP).to(tl.int64) * S_s)[None, :] + \
+        (m.to(tl.int64) * S_m + (o32 - m * K))[:, None]
     t1 = tl.load(T_ptr + base, mask=m2, other=0)
     t2 = tl.load(T_ptr + base + S_c, mask=m2, other=0)
     t3 = tl.load(T_ptr + (base + S_c) + S_c, mask=m2, other=0)
@@ -290,6 +292,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     T = T_R3O.to(torch.int32).contiguous()  # |T| <= 2^25 for every backend (fast FP32 mod needs < 2^26)
     if grouped is None:
         n_out = T.shape[2]
+        if n_out >= 2**31:
+            raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
         K, g = 1, 1  # rows of length 1: offs = m, k = 0
         S_c, S_q, S_s, S_m = n_out, 3 * n_out, 0, 1
     else:
@@ -303,9 +307,9 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
-        T, n_out, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],
+        T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],
         tb["M"], tb["frac"], tb["inv"], tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"],
         VARIANT=VARIANTS.index(variant), FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
-        K=K, GROUP=g,
+        GROUP=g,
     )
     return torch.view_as_complex(out.view(n_out, 2))
