@@ -2,6 +2,8 @@
 
 The reference is a dense long-double DFT (:func:`gpufield.fp64.fft.reference.dft_longdouble`) for
 up to 32^3 points, else numpy.fft in float64 (then the emulated error is reported against numpy only).
+
+Shape legend: none beyond ``shape`` (arrays are complex128 of that shape).
 """
 
 from __future__ import annotations
