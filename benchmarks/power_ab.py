@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         d = rep.to_dict()
         d["cpu_s"] = cpu
-        (out / f"power_ab_{name}.json").write_text(json.dumps(_clean(d), indent=1))
-        print(f"{name}: {rep.requests} requests, wall {wall:.0f} s, CPU {cpu:.0f} s")
+        (out / f"power_ab_{rep.scenario}.json").write_text(json.dumps(_clean(d), indent=1))
+        print(f"{rep.scenario} (peak x{load_scenario(name).peak_rate_factor}): {rep.requests} requests, wall {wall:.0f} s, CPU {cpu:.0f} s")
         for a in d["arms"] + [x for x in (d["oracle"], d["oracle_slo_only"]) if x]:
             lo, hi = a["tokens_per_j_ci"]
             print(f"  {a['name']:18s} {a['tokens_per_j']:.4f} [{lo:.4f},{hi:.4f}] {a['tokens_per_j_vs_default'] * 100:+6.1f}%"

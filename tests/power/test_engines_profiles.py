@@ -105,3 +105,17 @@ def test_profiles_round_trip_and_refuse_mismatch_or_stale(tmp_path):
         load_profile(p, _key(), now_s=time.time() + 31 * 86400)
     with pytest.raises(Exception, match="another key"):
         save_profile(Profile(key=_key(lane="prefill"), setting=LaneSetting(), actuator="default", slo={}), p)
+
+
+def test_twin_calibration_writes_profiles_that_a_real_setup_refuses(tmp_path):
+    from gpufield.power.ab import calibrate_twin
+
+    sc = load_scenario("dense-agentic-b200")
+    profs = calibrate_twin(sc, out_dir=str(tmp_path), bench_kw={"gate_s": 60.0, "warmup_s": 60.0})
+    assert {p.key.lane for p in profs} == {"decode", "prefill"}
+    dec = next(p for p in profs if p.key.lane == "decode")
+    path = tmp_path / "dense-agentic-b200.decode.balanced.json"
+    assert load_profile(path, dec.key).setting == dec.setting
+    real = _key(model=dec.key.model, gpu=dec.key.gpu, quantization="fp8", tp=4, ep=1, dp=1)
+    with pytest.raises(ProfileMismatchError, match="engine"):
+        load_profile(path, real)

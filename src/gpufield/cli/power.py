@@ -64,6 +64,21 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
 
 
 @app.command()
+def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or path"),
+              out: str = typer.Option(..., "--out", help="directory for the profile JSON files"),
+              mode: str = typer.Option("balanced", help="balanced or efficiency")) -> None:
+    """Calibrate both lanes of a scenario in the twin and save the profiles (JSON).
+
+    Example: gpufield power calibrate moe-agentic-b200 --out profiles/
+    """
+    from gpufield.power import Mode, load_scenario
+    from gpufield.power.ab import calibrate_twin
+
+    for p in calibrate_twin(load_scenario(scenario), mode=Mode(mode), out_dir=out):
+        typer.echo(f"{p.key.lane}: {p.setting.label} ({p.actuator})")
+
+
+@app.command()
 def restore(state_dir: str = typer.Option("/var/tmp/gpufield-power", help="where saved settings live"),
             allow: list[str] = typer.Option([], "--allow", help="GPU UUID that may be written (repeat)"),  # noqa: B008
             i_own_this_gpu: bool = typer.Option(False, "--i-own-this-gpu", help="explicit write flag")) -> None:

@@ -30,12 +30,13 @@ from gpufield.power.controller import (
     static_policy,
     vendor_setting,
 )
+from gpufield.power.profiles import Profile, ProfileKey, save_profile
 from gpufield.power.scenario import Scenario
 from gpufield.power.twin.bench import TwinBench, maxq_standin
 from gpufield.power.twin.engine import SimResult, simulate, simulate_prefill
 from gpufield.power.types import Lane, LaneSetting, Mode
 
-__all__ = ["ArmResult", "AbReport", "simulate_ab", "arm_metrics"]
+__all__ = ["ArmResult", "AbReport", "simulate_ab", "arm_metrics", "calibrate_twin"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -286,3 +287,38 @@ def _calib_summary(dc: DecodeCalibration, pc: PrefillCalibration) -> dict:
 
 
 
+
+
+def calibrate_twin(sc: Scenario, *, mode: Mode = Mode.BALANCED, out_dir: str | None = None,
+                   cfg: CalibrationConfig | None = None, bench_kw: dict | None = None) -> list[Profile]:
+    """Calibrate both lanes of a scenario in the twin and return (and optionally save) the profiles.
+
+    The profile key records ``engine="twin"`` and ``driver="simulated"`` so a real deployment's key can
+    never match a twin profile by accident (:func:`gpufield.power.profiles.load_profile` refuses it).
+    """
+    base = cfg or CalibrationConfig(step_w=25.0 if sc.gpu.tdp_w <= 700 else 50.0, settle_s=3.0, measure_s=12.0)
+    ccfg = mode_calibration(mode, base)
+    bench = TwinBench(sc, **(bench_kw or {}))
+    q_w, q_clock = maxq_standin(sc.gpu)
+    maxq = vendor_setting(Mode.VENDOR_MAXQ, maxq_limit_w=q_w, maxq_clock_mhz=q_clock,
+                          min_clock_mhz=int(sc.gpu.sm_clocks_mhz[-1]))
+    dc, pc = _calibrate(bench, sc, ccfg, maxq)
+    summary = _calib_summary(dc, pc)
+    profiles = []
+    for lane, setting, actuator, tp in ((Lane.DECODE, dc.best.chosen or LaneSetting(), dc.best.family,
+                                         sc.lanes["decode_tp"]),
+                                        (Lane.PREFILL, pc.setting, "clock_window" if not pc.setting.is_default
+                                         else "default", sc.lanes["prefill_tp"])):
+        key = ProfileKey(model=sc.model.name, model_revision="twin", quantization=sc.model.quantization,
+                         engine="twin", engine_version="gpufield-twin", gpu=sc.gpu.nvml_name, driver="simulated",
+                         vbios="simulated", tp=tp, ep=1, dp=1, lane=lane.value, load_bucket="peak", mode=mode.value)
+        p = Profile(key=key, setting=setting, actuator=actuator,
+                    slo={"ttft_p99_s": sc.slo.ttft_p99_s, "itl_p99_s": sc.slo.itl_p99_s}, evidence=summary,
+                    trace_hash=f"{sc.name}:seed{sc.seed}")
+        profiles.append(p)
+        if out_dir is not None:
+            from pathlib import Path
+
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            save_profile(p, Path(out_dir) / f"{sc.name}.{lane.value}.{mode.value}.json")
+    return profiles
