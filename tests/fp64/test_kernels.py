@@ -117,3 +117,19 @@ def test_grouped_block_diagonal_path_matches_cpu_exact(group, n, monkeypatch):
         got = ozaki_matmul(P.to(DEV), Q.to(DEV), num_moduli=n, backend=be).cpu()
         assert torch.equal(got, ozaki_matmul(P, Q, num_moduli=n, backend=CpuExactBackend("int8")))
     assert calls and set(calls) == {group}
+
+
+def test_fast_shift_kernel_bit_identical():
+    from gpufield.fp64.ozaki.scaling import fast_shifts
+
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(70, 150, dtype=torch.float64, generator=g) * torch.exp(5 * torch.randn(70, 150, dtype=torch.float64, generator=g))
+    X[0] = 0.0
+    X[1, :3], X[1, 3:] = 5e-324, 0.0  # subnormal row max
+    X[2] = 1.7e308
+    X[3] = 4e-310 * torch.rand(150, dtype=torch.float64, generator=g)
+    Xc = torch.complex(X, torch.randn(70, 150, dtype=torch.float64, generator=g))
+    for n in (2, 15, 20):
+        t = moduli_table("int8", n)
+        for Y in (X, X.T, Xc, X[:, :5]):
+            assert torch.equal(fast_shifts(Y.to(DEV), t, True).cpu(), fast_shifts(Y, t, False))

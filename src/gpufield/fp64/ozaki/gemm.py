@@ -70,7 +70,8 @@ def scale_residues_complex(X_RK, shift_R, table, dtype, kernels="auto"):
 
 def _shifts(A_MK, BT_NK, table, be, mode):
     if mode == "fast":
-        return fast_shifts(A_MK, table), fast_shifts(BT_NK, table)
+        tri = use_triton(getattr(be, "kernels", "torch"), A_MK.device)
+        return fast_shifts(A_MK, table, tri), fast_shifts(BT_NK, table, tri)
     hiA, sigma = bound_operand(A_MK, be.bound_ufp)
     hiB, tau = bound_operand(BT_NK, be.bound_ufp)
     G_MN = be.bound_matmul(hiA, hiB)

@@ -102,7 +102,7 @@ def log2_upper_int(x: torch.Tensor) -> torch.Tensor:
     return tab[m1.clamp(1, 256)] + sh.to(torch.float64)
 
 
-def fast_shifts(X_RK: torch.Tensor, table: ModuliTable) -> torch.Tensor:
+def fast_shifts(X_RK: torch.Tensor, table: ModuliTable, use_triton: bool = False) -> torch.Tensor:
     """Fast-mode shifts of the rows of X (rows of A, or columns of B passed as B.T).
 
     The 2-norm bound is computed exactly in integers: with e = floor(log2 amax) and
@@ -114,6 +114,7 @@ def fast_shifts(X_RK: torch.Tensor, table: ModuliTable) -> torch.Tensor:
     Args:
         X_RK: float64 or complex128 [R, K], finite.
         table: moduli table (fixes T).
+        use_triton: run the fused Triton kernel ``gpufield.fp64.kernels.shifts`` (bit-identical).
 
     Returns:
         int64 [R] shifts s with ||trunc(x * 2**s)||_2 <= 2**(T/2) for each row x (complex: over re and im).
@@ -123,19 +124,23 @@ def fast_shifts(X_RK: torch.Tensor, table: ModuliTable) -> torch.Tensor:
     R = X_RK.shape[0]
     if K == 0:
         return torch.zeros(R, dtype=torch.int64, device=X_RK.device)
+    Q = 20 if K < 2**20 else 10
+    H = _target_log2(table) / 2.0
+    if use_triton:
+        from gpufield.fp64.kernels.shifts import fast_shifts_triton
+
+        return fast_shifts_triton(X_RK, table, H, Q)
     amax = parts[0].amax(dim=-1)
     for P in parts[1:]:
         amax = torch.maximum(amax, P.amax(dim=-1))
     e = row_exponent(amax)
-    Q = 20 if K < 2**20 else 10
     ss = torch.zeros(R, dtype=torch.int64, device=X_RK.device)
     for P in parts:
         q = torch.ceil(mul_pow2(P, Q - e)).to(torch.int64)  # in [0, 2**(Q+1)]
         q = torch.maximum(q, (P != 0).to(torch.int64))
         ss = ss + (q * q).sum(dim=-1)
-    H = _target_log2(table) / 2.0
     lg = log2_upper_int(ss.clamp_min(1)) * 0.5
-    s = torch.floor(H + Q - lg).to(torch.int64) - e
+    s = torch.floor(float(H + Q) - lg).to(torch.int64) - e
     return torch.where(amax > 0, s, torch.zeros_like(s))
 
 
