@@ -103,3 +103,17 @@ def test_nccl_results_against_notes(shared_dir):
     assert names == ["ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
                      "ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress"]
     assert not nccl_result(42).known
+
+
+def test_top_level_reexports_are_the_catalogue_and_ingest_api():
+    import sys
+
+    import gpufield.triage as t
+    from gpufield.triage import catalog
+
+    # the function shadows the submodule attribute (as ``evaluate`` does); the module stays in sys.modules
+    mod = sys.modules["gpufield.triage.ingest"]
+    assert t.xid_info is catalog.xid_info and t.ib_status is catalog.ib_status and t.nccl_result is catalog.nccl_result
+    assert t.ingest is mod.ingest and t.iter_events is mod.iter_events and t.IngestOptions is mod.IngestOptions
+    assert t.xid_info(79).mnemonic == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
+    assert t.ib_status(12).name == "IBV_WC_RETRY_EXC_ERR" and t.nccl_result(6).name == "ncclRemoteError"

@@ -53,6 +53,11 @@ code and data classes are never retried blindly (triage.md 5.10).
 ``write_html`` writes one self-contained page with an SVG timeline by host and rank. Existing output
 files are never replaced unless ``force=True`` (``--force``).
 
+**Lower level.** ``ingest(paths)`` / ``iter_events(paths)`` give the parsed :class:`Event` stream
+without the engine (``IngestOptions``: year, UTC offset, loss lines; ``IngestResult.stats`` is an
+``IngestStats``). ``xid_info``, ``ib_status`` and ``nccl_result`` look codes up in the bundled
+catalogues (NVIDIA Xid catalogue, ``ibv_wc_status``, ``ncclResult_t``; sources in ``data/SOURCES.json``).
+
 **Evaluation.** ``evaluate(dir)`` scores the engine against a corpus whose ``INDEX.md`` labels each
 case; see :mod:`gpufield.triage.evaluate` for the label grammar (chains ``A → B``, lists ``A and B``).
 """
@@ -60,16 +65,18 @@ case; see :mod:`gpufield.triage.evaluate` for the label grammar (chains ``A → 
 from __future__ import annotations
 
 from gpufield.triage.analyze import TriageResult, analyze, check_writable, example_dir, store_events
+from gpufield.triage.catalog import ib_status, nccl_result, xid_info
 from gpufield.triage.engine.actions import ACTION_KINDS, NO_RETRY
 from gpufield.triage.engine.model import TAXONOMY, EvidenceLine, Incident
 from gpufield.triage.evaluate import EvalReport, evaluate, parse_index
 from gpufield.triage.events import KINDS, SOURCES, Event
+from gpufield.triage.ingest import IngestOptions, IngestResult, IngestStats, ingest, iter_events
 from gpufield.triage.report import dumps, one_line, render, render_html, to_dict, write_html
 from gpufield.triage.report.eval_view import render_eval
 
 __all__ = [
-    "ACTION_KINDS", "EvalReport", "Event", "EvidenceLine", "Incident", "KINDS", "NO_RETRY", "SOURCES",
-    "TAXONOMY", "TriageResult", "analyze", "check_writable", "dumps", "evaluate", "example_dir",
-    "one_line", "parse_index", "render", "render_eval", "render_html", "store_events", "to_dict",
-    "write_html",
+    "ACTION_KINDS", "EvalReport", "Event", "EvidenceLine", "Incident", "IngestOptions", "IngestResult",
+    "IngestStats", "KINDS", "NO_RETRY", "SOURCES", "TAXONOMY", "TriageResult", "analyze", "check_writable",
+    "dumps", "evaluate", "example_dir", "ib_status", "ingest", "iter_events", "nccl_result", "one_line",
+    "parse_index", "render", "render_eval", "render_html", "store_events", "to_dict", "write_html", "xid_info",
 ]

@@ -1,4 +1,4 @@
-"""Extension points of the triage wing.
+"""Extension points of the triage wing: :class:`LogParser` (+ :class:`RecordParser`) and :class:`Rule`.
 
 A new log format is one class implementing :class:`LogParser` (and, when its records span several
 lines, :class:`RecordParser` as well), added to the explicit table
@@ -18,15 +18,22 @@ How ingestion drives a parser (``gpufield.triage.ingest``):
 
 Parsers are pure: no file IO, no clocks, no global state; everything they need about where the
 line came from is in :class:`LineContext`.
+
+A new diagnosis is one :class:`Rule` (usually a ``FnRule`` wrapping a function) added to the ordered
+table ``gpufield.triage.engine.rules.RULES``; rules read only the engine's ``RuleContext``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gpufield.triage.events import Event
+
+if TYPE_CHECKING:  # the engine imports this module; these names are for annotations only
+    from gpufield.triage.engine.model import Finding, Tier
+    from gpufield.triage.engine.rules.base import RuleContext
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +125,25 @@ class RecordParser(Protocol):
 #: longest record ingestion joins before it closes it anyway (an nvidia-smi -q GPU section of
 #: a current driver is ~350 lines).
 MAX_RECORD_LINES = 2000
+
+
+class Rule(Protocol):
+    """One entry of the ordered rule table (``gpufield.triage.engine.rules.RULES``).
+
+    A rule reads the engine's ``RuleContext`` (events in skew-corrected time order, indexed by kind,
+    plus phase marks) and returns findings that cite their evidence events. Rules never read files
+    or clocks; a rule that does not fire returns an empty list.
+
+    Attributes:
+        name: stable identifier cited in reports.
+        classes: the taxonomy classes (``gpufield.triage.engine.model.TAXONOMY``) this rule may emit.
+        tier: causal tier (``gpufield.triage.engine.model.Tier``) of what it blames.
+    """
+
+    name: str
+    classes: tuple[str, ...]
+    tier: Tier
+
+    def __call__(self, ctx: RuleContext) -> list[Finding]:
+        """Return the findings this rule supports (empty when it does not fire)."""
+        ...

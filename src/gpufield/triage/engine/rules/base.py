@@ -1,8 +1,9 @@
-"""The rule contract and the context every rule reads.
+"""The context every rule reads, and :class:`FnRule`, the usual way to write a rule.
 
-A rule is a small callable object: it names the classes it can emit and its causal tier, reads the
-:class:`RuleContext` (events in corrected time order, indexed by kind) and returns findings that
-cite their evidence. Rules never read files or clocks.
+The :class:`~gpufield.triage.protocols.Rule` protocol itself lives in :mod:`gpufield.triage.protocols`
+(one module for every extension point) and is imported back here. A rule is a small callable
+object: it names the classes it can emit and its causal tier, reads the :class:`RuleContext`
+(events in corrected time order, indexed by kind) and returns findings that cite their evidence. Rules never read files or clocks.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from gpufield.triage.engine.correlate import Timeline
 from gpufield.triage.engine.model import (
@@ -22,26 +23,11 @@ from gpufield.triage.engine.model import (
 )
 from gpufield.triage.engine.phases import PhaseMark
 from gpufield.triage.events import Event
+from gpufield.triage.protocols import (
+    Rule as Rule,  # re-exported: the protocol lives in protocols.py
+)
 
 _BULK = frozenset({"loss", "metric_sample"})  # one event per step / sample: never error text
-
-
-class Rule(Protocol):
-    """One entry of the ordered rule table (``gpufield.triage.engine.rules.RULES``).
-
-    Attributes:
-        name: stable identifier cited in reports.
-        classes: the taxonomy classes this rule may emit.
-        tier: causal tier of what it blames.
-    """
-
-    name: str
-    classes: tuple[str, ...]
-    tier: Tier
-
-    def __call__(self, ctx: RuleContext) -> list[Finding]:
-        """Return the findings this rule supports (empty when it does not fire)."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
