@@ -181,16 +181,40 @@ def sampled_rel_err(y: torch.Tensor, refs, n: int, n_samples: int, seed: int) ->
     return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
 
 
-def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
+def _one_config(b, v, epi, grp, chunk, x, xr, refs, n, round_trip, dev) -> dict:
+    """Time and errors of one backend/variant/epilogue/group configuration (see size_bench)."""
     from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
 
+    plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp,
+                           chunk_outputs=chunk if epi == "triton" else chunk // 4)
+    t0 = _now()
+    y = fftn_fp64_emulated(x, plan)
+    _sync(dev)
+    first = _now() - t0
+    r = {"first_call_s": first}
+    r["rank1_rel_l2"] = sampled_rel_err(y, refs, n, 2**18, 1)
+    del y
+    r["time_s"] = _time(lambda plan=plan, x=x: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
+    yr = fftn_fp64_emulated(xr, plan)
+    yc = torch.fft.fftn(xr)
+    r["random_rel_l2_vs_cufft"] = float(torch.linalg.vector_norm(yr - yc) / torch.linalg.vector_norm(yc))
+    del yc
+    if round_trip and v == "crt":
+        back = ifftn_fp64_emulated(yr, plan)
+        r["round_trip_rel_l2"] = float(torch.linalg.vector_norm(back - xr) / torch.linalg.vector_norm(xr))
+        del back
+    del yr
+    return r
+
+
+def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
     rec: dict = {"n": n, "points": n**3}
     run.res["sizes"][str(n)] = rec
-    x, vecs = rank1_input(n, dev, n)
+    x, refs = rank1_input(n, dev, n)
     native = lambda x=x: torch.fft.fftn(x)  # noqa: E731
     yc = native()
     rec["cufft_time_s"] = _time(native, dev, reps=3)
-    rec["cufft_rank1_rel_l2"] = sampled_rel_err(yc, vecs, n, 2**18, 1)
+    rec["cufft_rank1_rel_l2"] = sampled_rel_err(yc, refs, n, 2**18, 1)
     del yc
     g = torch.Generator(device=dev).manual_seed(n)
     xr = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
@@ -206,41 +230,30 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
     if n <= 256:
         configs.append(("int8", "crt", "torch", 1))
     for b, v, epi, grp in configs:
-        if True:
-            key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
-            # two calls at this size, scaled from the per-call time at the previous size, 30% margin
-            est = 2 * 1.3 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
-            if est > run.left():
-                run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
-                continue
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp,
-                                   chunk_outputs=chunk if epi == "triton" else chunk // 4)
-            t0 = _now()
-            y = fftn_fp64_emulated(x, plan)
-            _sync(dev)
-            first = _now() - t0
-            r = {"first_call_s": first}
-            r["rank1_rel_l2"] = sampled_rel_err(y, vecs, n, 2**18, 1)
-            del y
-            r["time_s"] = _time(lambda plan=plan, x=x: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
-            yr = fftn_fp64_emulated(xr, plan)
-            yc = torch.fft.fftn(xr)
-            r["random_rel_l2_vs_cufft"] = float(torch.linalg.vector_norm(yr - yc) / torch.linalg.vector_norm(yc))
-            del yc
-            if round_trip and v == "crt":
-                back = ifftn_fp64_emulated(yr, plan)
-                r["round_trip_rel_l2"] = float(torch.linalg.vector_norm(back - xr) / torch.linalg.vector_norm(xr))
-                del back
-            del yr
-            r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
-            rec[key] = r
-            budget_guard[key] = max(r["time_s"], first)
-            budget_guard["n"] = n
+        key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
+        # two calls at this size, scaled from the per-call time at the previous size, 30% margin
+        est = 2 * 1.3 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
+        if est > run.left():
+            run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
+            continue
+        try:
+            r = _one_config(b, v, epi, grp, chunk, x, xr, refs, n, round_trip, dev)
+        except Exception as e:  # noqa: BLE001 - record (e.g. out of memory) and go on
+            rec[key] = {"error": repr(e)[:500]}
+            run.res["skipped"].append(f"{n}^3 {key}: {type(e).__name__}")
             if dev == "cuda":
                 torch.cuda.empty_cache()
             run.save()
-            print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms ({r['x_cufft']:.1f}x cuFFT), "
-                  f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e})")
+            continue
+        r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
+        rec[key] = r
+        budget_guard[key] = r["time_s"]  # warm per-call time (the first call includes compilation)
+        budget_guard["n"] = n
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+        run.save()
+        print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms ({r['x_cufft']:.1f}x cuFFT), "
+              f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e})")
     del x, xr
 
 
@@ -360,7 +373,9 @@ def print_summary(run: Run) -> None:
     for n, s in r["sizes"].items():
         print(f"{n}^3: cuFFT {s['cufft_time_s'] * 1e3:.2f} ms, rank-1 err {s['cufft_rank1_rel_l2']:.2e}")
         for k, v in s.items():
-            if isinstance(v, dict):
+            if isinstance(v, dict) and "error" in v:
+                print(f"   {k:14s} ERROR {v['error'][:120]}")
+            elif isinstance(v, dict):
                 print(f"   {k:14s} {v['time_s'] * 1e3:9.1f} ms  x{v['x_cufft']:.1f}  err {v['rank1_rel_l2']:.2e}  "
                       f"vs cuFFT {v['random_rel_l2_vs_cufft']:.2e}")
         m = r.get("model_h200", {}).get(n)
