@@ -10,14 +10,19 @@ stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
 2. exact twiddle integers W' = round(W * 2^b_w) from :mod:`gpufield.fp64.fft.twiddles`;
 3. symmetric residues for every modulus and the three residue-domain Karatsuba (3M) products
    T1 = xr.wr, T2 = xi.wi, T3 = ((xr+xi) mod p).((wr+wi) mod p), each one modular GEMM per modulus
-   on the chosen Ozaki-II backend (``ModularBackend.modular_matmul``, fp64.md 2.4 "Complex");
+   on the chosen Ozaki-II backend (``ModularBackend.modular_matmul``, fp64.md 2.4 "Complex"), or,
+   with ``int8_group = g``, one block-diagonal INT8 GEMM per g moduli
+   (``Int8Backend.modular_matmul_grouped``) whose output the Triton epilogue reads in place;
 4. the epilogue (mod reduction, 3M combine, exact CRT, one rounding) on torch ops or the fused
    Triton kernel, Y = Y' * 2^-(s_b + b_w).
 
 CRT uniqueness: |Re Y'|, |Im Y'| <= N * 2 * 2^(b_x + b_w), so the plan requires
 log2 M >= b_x + b_w + log2(N_max = 32) + 1 + 2 (two bits of margin for the quotient estimate).
 
-Shape legend: G groups, R rows, N stage length (inner), K outputs per row, P moduli.
+The stage is processed in chunks of ``chunk_outputs`` outputs (per group g and row block), so the
+int32 products of all moduli (12 r bytes per output) exist for one chunk at a time.
+
+Shape legend: G groups, R rows, N stage length (inner), K outputs per row, L moduli.
 """
 
 from __future__ import annotations
