@@ -102,3 +102,20 @@ def test_attestation_flags_a_gpu_left_changed():
     ok, diffs = attestation_unchanged(a, a)
     assert not ok and "enforced 500.0 W != default 700.0 W" in diffs[0]
     assert np.isfinite(a[next(iter(a))]["sm_clock_mhz"])
+
+
+def test_shadow_path_imports_without_simpy_duckdb_scipy():
+    # the H200 shadow host has torch, nvidia-ml-py, numpy, httpx, rich; no simpy and no duckdb
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("import sys\nfor m in ('simpy', 'duckdb', 'scipy', 'pyarrow'): sys.modules[m] = None\n"
+            "import runpy\nsys.argv = ['x', '--help']\n"
+            "try:\n    runpy.run_path('benchmarks/power_shadow_gpu.py', run_name='__main__')\n"
+            "except SystemExit as e:\n    sys.exit(e.code)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(repo / "src"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "--fake-nvml" in r.stdout
