@@ -202,3 +202,20 @@ def test_runtime_failsafe_on_nvml_error_restores_and_falls_back(tmp_path):
         rec2 = loop.tick()  # the guard saw nvml_error and holds the lane at defaults
         assert rec2.settings["decode"] == "default" and not rec2.error
         assert isinstance(loop.controllers[Lane.DECODE].guard.state, Fallback)
+
+
+def test_sim_actuator_drives_the_twin_firmware_and_restores():
+    from gpufield.power.actuators.sim import SimActuator
+    from gpufield.power.twin.gpu import Firmware, load_gpu_model
+
+    m = load_gpu_model("B200")
+    fws = {f"GPU-sim-{i}": Firmware(m) for i in range(2)}
+    with SimActuator(fws) as act:
+        loop = _loop(act, list(fws), LaneSetting(power_limit_w=100.0, clock_window_mhz=(1000, 1400)))
+        assert not loop.tick().error
+        for fw in fws.values():
+            assert fw.cap_w == m.min_limit_w  # clamped to the B200's 400 W minimum
+            assert fw.window_mhz == (1005, 1395)  # snapped to 7.5 MHz steps, reported as NVML does
+        assert act.read("GPU-sim-0").clocks_locked
+    assert all(fw.cap_w == m.tdp_w and fw.window_mhz == (int(m.sm_clocks_mhz[-1]), int(m.sm_clocks_mhz[0]))
+               for fw in fws.values())
