@@ -35,7 +35,13 @@ import numpy as np
 from gpufield.power.actuators.dryrun import ReadOnlyNvml
 from gpufield.power.config import GuardConfig
 from gpufield.power.controller import LaneLimits
-from gpufield.power.shadow import LatencyWindowSource, attest, attestation_unchanged, run_shadow, shadow_plan
+from gpufield.power.shadow import (
+    LatencyWindowSource,
+    attest,
+    attestation_unchanged,
+    run_shadow,
+    shadow_plan,
+)
 from gpufield.power.twin.gpu import load_gpu_model
 from gpufield.power.types import Lane
 from gpufield.telemetry.nvml import NvmlReader
