@@ -212,11 +212,44 @@ def test_loss_thinning(tmp_path):
     p = tmp_path / "train.log"
     p.write_text("".join(f"iter {i} step {i}: loss {2 - i / 100:.4f}\n" for i in range(10)) + "iter 10 step 10: loss nan\n")
     assert [e.kind for e in ingest([p]).events] == ["nan_loss"]
+    every1 = ingest([p], options=IngestOptions(with_loss=True)).events
+    assert [e.fields.get("iter") for e in every1] == list(range(11))
+    # the first loss line, the first of each 32-line chunk, the last one before another record
     every3 = ingest([p], options=IngestOptions(with_loss=True, loss_every=3)).events
-    assert [(e.kind, e.fields.get("iter")) for e in every3] == [("loss", 0), ("loss", 3), ("loss", 6), ("loss", 9),
-                                                                ("nan_loss", 10)]
+    assert [(e.kind, e.fields.get("iter")) for e in every3] == [("loss", 0), ("loss", 9), ("nan_loss", 10)]
     with pytest.raises(ValueError, match="loss_every"):
         IngestOptions(loss_every=0)
+
+
+def _progress_log(path):
+    """1000 loss lines (iter 0..999) with an NCCL WARN after iter 499 and a NaN loss at the end."""
+    lines = [f"[rank0]: iter {i} step {i}: lm loss {2 - i / 1000:.4f}" for i in range(1000)]
+    lines.insert(500, "node-1:11:12 [0] transport/net_ib.cc:1 NCCL WARN NET/IB : something odd")
+    path.write_text("\n".join(lines) + "\niter 1000 step 1000: lm loss nan\n")
+    return lines
+
+
+def test_loss_thinning_keeps_first_sample_and_last_before_each_record(tmp_path):
+    p = tmp_path / "train.log"
+    lines = _progress_log(p)
+    evs = ingest([p], options=IngestOptions(with_loss=True, loss_every=64)).events
+    assert [e.kind for e in evs if e.kind != "loss"] == ["nccl_warn", "nan_loss"]
+    got = [e.fields["iter"] for e in evs if e.kind == "loss"]
+    # chunks of 32 lines; every 2nd chunk (64 // 32) gives its first loss line (line index -> iter: the
+    # WARN line is index 500); plus iter 499 (before the WARN) and 999 (before the NaN)
+    chunk_firsts = [idx if idx < 500 else idx - 1 for idx in range(0, len(lines), 64)]
+    assert got == sorted({0, 499, 999, *chunk_firsts})
+    assert all(e.line == lines.index(e.raw) + 1 for e in evs if e.kind == "loss")
+
+
+@pytest.mark.parametrize("block_bytes", [4096, 16384])
+def test_loss_thinning_across_blocks(tmp_path, block_bytes):
+    p = tmp_path / "train.log"
+    _progress_log(p)
+    evs = ingest([p], options=IngestOptions(with_loss=True, loss_every=100, block_bytes=block_bytes)).events
+    loss = [e.fields["iter"] for e in evs if e.kind == "loss"]
+    assert loss[0] == 0 and 499 in loss and loss[-1] == 999          # exact at any block size
+    assert loss == sorted(set(loss)) and 10 <= len(loss) <= 1000 // 32 + 3 * (p.stat().st_size // block_bytes + 1)
 
 
 def test_walk_skips_fifo_but_reads_an_explicit_pipe(tmp_path):

@@ -22,6 +22,13 @@ from gpufield.triage.events import Event
 
 EXAMPLE_NAME = "xid79-two-hosts"
 EXAMPLE_YEAR = 2026  # the example's year-less stamps (syslog, glog) belong to this year
+#: ``IngestOptions.loss_every`` of :func:`analyze`. The engine uses finite-loss events only as
+#: progress markers (was the job training before an event? any step logged between a checkpoint
+#: banner and a timeout?); thinned ingestion always keeps each file's first loss line and the last
+#: one before every other record, which answers those exactly at any thinning. The density only
+#: sets how coarse the loss series in ``TriageResult.events`` is, and costs ~50 us per kept line
+#: (benchmarks/triage_RESULTS.md: 100 -> ~120, 1000 -> ~225 MB per CPU-s; no loss lines ~265).
+LOSS_EVERY = 1000
 
 
 @dataclass(slots=True)
@@ -70,10 +77,10 @@ def _files_under(paths: Iterable[str]) -> list[str]:
 
 
 def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], dict[str, Any]]:
-    """Events and stats from :func:`gpufield.triage.ingest.ingest` (loss lines included)."""
+    """Events and stats from :func:`gpufield.triage.ingest.ingest` (loss lines thinned, see :data:`LOSS_EVERY`)."""
     from gpufield.triage.ingest import IngestOptions, ingest
 
-    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True))
+    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY))
     res.raise_if_nothing_read()
     st = res.stats
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,

@@ -58,9 +58,12 @@ class IngestOptions:
         with_loss: also emit a ``loss`` event for every finite training-loss line (off by
             default: on a long run that is one event per step, and every line becomes a
             candidate, so ingestion is several times slower).
-        loss_every: with ``with_loss``, parse only every n-th line of each file that nothing but
-            the loss parser wants (so also n times less work); non-finite losses are ``nan_loss``
-            events and always kept.
+        loss_every: with ``with_loss``, thin the loss series to about one event per
+            ``loss_every`` lines (the first loss line of every ``loss_every // 32``-th 32-line
+            chunk), always keeping each file's first loss line and the last one before every
+            other record, so progress-before-an-event questions stay exact; lines that are not
+            kept are never parsed. 1 = every loss line. Non-finite losses are ``nan_loss`` events
+            and always kept.
         block_bytes: read size in bytes (>= 4096).
     """
 

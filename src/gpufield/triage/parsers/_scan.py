@@ -17,6 +17,7 @@ Memory is O(block size + longest record), independent of file size.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +43,14 @@ MAX_LINE_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
+class _ThinState:
+    """Per-file state of the thinned parser: chunks seen so far, first line found yet."""
+
+    chunks: int = 0
+    first_done: bool = False
+
+
+@dataclass(slots=True)
 class ScanCounters:
     """What one file scan saw (filled in while the generator runs)."""
 
@@ -56,16 +65,17 @@ class Table:
     """Parsers plus their compiled prefilters (Python ``re`` per parser, one RE2 union)."""
 
     def __init__(self, parsers: Sequence[LogParser], thin: tuple[int, int] | None = None) -> None:
-        """``thin=(k, n)``: of the lines that only parser ``k`` wants, parse every n-th (its lines
-        are also kept out of the per-parser passes, which matters when it wants every line)."""
+        """``thin=(k, n)`` (``n > 1``): parser ``k`` (the loss parser, which wants nearly every
+        line) is kept out of the per-line passes; see :func:`_thinned` for which of its lines are
+        parsed."""
         self.parsers = tuple(parsers)
-        self.thin = thin
+        self.thin = thin if thin is not None and thin[1] > 1 else None
         self._ks: dict[int, list[int]] = {}
-        self.union = "|".join(f"(?:{p.prefilter})" for p in self.parsers)
-        self.union_main = "|".join(f"(?:{p.prefilter})" for k, p in enumerate(self.parsers)
-                                   if self.thin is None or k != self.thin[0])
-        self.keyword_union = "|".join(_literal(k) for p in self.parsers for k in p.keywords)
+        main = [p for k, p in enumerate(self.parsers) if self.thin is None or k != self.thin[0]]
+        self.union_main = "|".join(f"(?:{p.prefilter})" for p in main)
+        self.keyword_union = "|".join(_literal(k) for p in main for k in p.keywords)
         self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
+        self.thin_re = re.compile(self.parsers[self.thin[0]].prefilter) if self.thin else None
 
     def parsers_of(self, code: int) -> list[int]:
         """Parser indices whose bit is set in ``code`` (cached)."""
@@ -113,7 +123,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         Events in file order.
     """
     carry = b""
-    thin_n = 0  # lines seen by the thinned parser alone
+    thin = _ThinState()
     base = 0  # lines before the current block
     pending: tuple[int, list[str], int] | None = None  # (parser index, lines, first line number)
     eof = False
@@ -170,12 +180,12 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)
             nxt = j
         codes = member.astype(np.int64) @ (np.int64(1) << np.arange(member.shape[1], dtype=np.int64))
-        if table.thin is not None and table.thin[1] > 1 and len(codes):
-            only = codes == (1 << table.thin[0])              # lines only the thinned parser wants
-            seq = thin_n + np.cumsum(only)                     # 1-based running count over the file
-            thin_n = int(seq[-1])
-            keep = ~only | ((seq - 1) % table.thin[1] == 0)
-            cand, codes = cand[keep], codes[keep]
+        if table.thin is not None:
+            extra = np.setdiff1d(_thinned(block, starts, n, table, cand, thin), cand)
+            if len(extra):
+                order = np.argsort(np.concatenate([cand, extra]), kind="stable")
+                cand = np.concatenate([cand, extra])[order]
+                codes = np.concatenate([codes, np.full(len(extra), 1 << table.thin[0], dtype=np.int64)])[order]
         for i, code in zip(cand.tolist(), codes.tolist(), strict=True):
             if i < nxt:
                 continue
@@ -234,21 +244,64 @@ def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> tuple
     lines = lines[lines < n]
     arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), buf])
     sub = arr.take(pa.array(lines))
-    P = len(table.parsers)
     main = pc.match_substring_regex(sub, table.union_main).to_numpy(zero_copy_only=False)
-    thin = (pc.match_substring_regex(sub, table.parsers[table.thin[0]].prefilter).to_numpy(zero_copy_only=False)
-            if table.thin is not None else np.zeros(len(lines), dtype=bool))
-    keep = main | thin
-    member = np.zeros((int(keep.sum()), P), dtype=bool)
-    if table.thin is not None:
-        member[:, table.thin[0]] = thin[keep]
-    if main.any():  # which parsers: one RE2 pass per parser over the (few) non-thinned candidates
-        rows = np.flatnonzero(main[keep])
+    rows = lines[main]
+    member = np.zeros((len(rows), len(table.parsers)), dtype=bool)
+    if len(rows):  # which parsers: one RE2 pass per parser over the (few) candidates
         msub = sub.filter(pa.array(main))
         for k, p in enumerate(table.parsers):
-            if table.thin is None or k != table.thin[0]:
-                member[rows, k] = pc.match_substring_regex(msub, p.prefilter).to_numpy(zero_copy_only=False)
-    return lines[keep], member
+            member[:, k] = pc.match_substring_regex(msub, p.prefilter).to_numpy(zero_copy_only=False)
+    return rows, member
+
+
+def _thinned(block: bytes, starts: np.ndarray, n: int, table: Table, main: np.ndarray, st: _ThinState) -> np.ndarray:
+    """Lines of ``block`` the thinned parser ``k`` gets, for ``table.thin = (k, every)``.
+
+    Its prefilter runs on whole :data:`CHUNK_LINES`-line chunks (RE2 stops at the first hit, so
+    this costs little even when every line matches); inside a hit chunk Python finds the line.
+    Kept: the file's first matching line; the first one of every ``max(1, every // CHUNK_LINES)``-th
+    chunk (about one per ``every`` lines); and the last one before every other candidate line and
+    before the block's end, so "was there progress between line a and event b" is still answered
+    exactly by the thinned series.
+    """
+    rx = table.thin_re
+    assert table.thin is not None and rx is not None
+    k, every = table.thin
+    buf = pa.py_buffer(block)
+    offsets = np.append(np.ascontiguousarray(starts[0:n:CHUNK_LINES]), starts[n]).astype(np.int32)
+    chunks = pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), buf])
+    hc = np.flatnonzero(_match(chunks, table.parsers[k].prefilter))
+    base, st.chunks = st.chunks, st.chunks + len(offsets) - 1
+    if len(hc) == 0:
+        return hc
+
+    def first_in(j: int) -> int | None:
+        return next((i for i in range(j * CHUNK_LINES, min(n, (j + 1) * CHUNK_LINES))
+                     if rx.search(_line(block, starts, i))), None)
+
+    def last_before(c: int) -> int | None:
+        pos = int(np.searchsorted(hc, (c - 1) // CHUNK_LINES, side="right"))
+        while pos > 0:  # at most two chunks: the one of ``c`` (cut at c) and the hit chunk before it
+            j = int(hc[pos - 1])
+            for i in range(min(c, (j + 1) * CHUNK_LINES, n) - 1, j * CHUNK_LINES - 1, -1):
+                if rx.search(_line(block, starts, i)):
+                    return i
+            pos -= 1
+        return None
+
+    picks: set[int | None] = set()
+    if not st.first_done:
+        for j in hc.tolist():
+            i = first_in(j)
+            if i is not None:
+                picks.add(i)
+                st.first_done = True
+                break
+    step = max(1, every // CHUNK_LINES)
+    picks.update(first_in(j) for j in hc[(base + hc) % step == 0].tolist())
+    picks.update(last_before(c) for c in [*main.tolist(), n] if c > 0)
+    picks.discard(None)
+    return np.array(sorted(picks), dtype=np.int64)  # type: ignore[type-var]
 
 
 def _match(arr: pa.Array, pattern: str) -> np.ndarray:
