@@ -124,10 +124,11 @@ def self_check(run: Run, dev: str, small: bool) -> None:
 
 
 def epilogue_bench(run: Run, dev: str, n_out: int, p_int: float, copy_bw: float) -> None:
+    from gpufield.fp64.fft import auto_num_moduli
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.kernels.fft_epilogue import epilogue_triton
 
-    for kind, r in (("int8", 16), ("fp8", 13)):
+    for kind, r in (("int8", auto_num_moduli("int8")), ("fp8", auto_num_moduli("fp8"))):
         tab = epilogue_tables(kind, r)
         g = torch.Generator(device=dev).manual_seed(0)
         T = torch.randint(-(2**20), 2**20, (r, 3, n_out), dtype=torch.int32, device=dev, generator=g)

@@ -69,7 +69,8 @@ def test_stage_bit_exact_all_backends_and_variants():
     rng = np.random.default_rng(7)
     x = _adversarial_rows(rng)
     idx = np.stack([_dft_idx(32)[0], _fused_idx(1024)[5]])
-    ref = stage_exact_python(x, idx, 56, 56)
+    plan0 = EmulatedFftPlan()
+    ref = stage_exact_python(x, idx, plan0.input_bits, plan0.twiddle_bits)
     for backend in BACKENDS:
         for variant in VARIANTS:
             y = dft_stage(torch.from_numpy(x), idx, EmulatedFftPlan(backend=backend, variant=variant)).numpy()
@@ -149,9 +150,9 @@ def test_impulse_gives_exact_ones_and_tensor_io():
 
 
 def test_auto_moduli_counts_cover_the_crt_bound():
-    # 56-bit inputs and twiddles, k = 32: |Y'| <= 2 * 32 * 2^112 = 2^118; need M/2 > that with margin
-    assert auto_num_moduli("int8") == 16 and moduli_table("int8", 15).log2_M < 120
-    assert auto_num_moduli("fp8") == 13
+    # 58-bit inputs, 56-bit twiddles, k = 32: |Y'| <= 2 * 32 * 2^114 = 2^120; need M/2 > that with margin
+    assert auto_num_moduli("int8") == 16 and moduli_table("int8", 15).log2_M < 122
+    assert auto_num_moduli("fp8") == 14 and moduli_table("fp8", 13).log2_M < 122
     assert auto_num_moduli("int8", 53, 53) == 15
 
 
@@ -170,7 +171,7 @@ def test_non_finite_refused_and_bad_plans():
     with pytest.raises(NumericsError):
         fftn_fp64_emulated(x)
     with pytest.raises(InputError):
-        EmulatedFftPlan(num_moduli=12)  # log2 M = 94.8 < 120
+        EmulatedFftPlan(num_moduli=12)  # log2 M = 94.8 < 122
     with pytest.raises(InputError):
         EmulatedFftPlan(backend="int8", moduli="fp8")
     with pytest.raises(InputError):

@@ -117,8 +117,8 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     Args:
         x: complex (or real) array of 1 to 3 power-of-two sides <= 1024: numpy array (returns
             numpy complex128) or torch tensor on CPU/CUDA (returns complex128 on that device).
-        plan: :class:`EmulatedFftPlan`; default the exact CPU backend, CRT variant, 56-bit inputs
-            and twiddles, auto moduli count.
+        plan: :class:`EmulatedFftPlan`; default the exact CPU backend, CRT variant, 58-bit inputs,
+            56-bit twiddles, auto moduli count (INT8 16, FP8 14).
         **plan_kwargs: fields of :class:`EmulatedFftPlan` when ``plan`` is None.
 
     Returns:

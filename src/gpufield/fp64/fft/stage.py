@@ -62,8 +62,9 @@ class EmulatedFftPlan:
         variant: CRT reconstruction, ``"garner"``, ``"crt"`` or ``"kulisch"``.
         moduli: ``"int8"`` or ``"fp8"`` moduli table; None = the backend's own (cpu: int8).
         num_moduli: number of moduli r; None = the smallest r that keeps the CRT unique.
-        input_bits: b_x, bits of the per-row scaled input integers (53..60).
-        twiddle_bits: b_w, bits of the twiddle integers (53..60).
+        input_bits: b_x, bits of the per-row scaled input integers (default 58: with truncation,
+            58 bits keep wide-exponent-range inputs at ~0.4x numpy's error; 56 gives ~0.7x).
+        twiddle_bits: b_w, bits of the twiddle integers (default 56, fp64.md 4.3).
         epilogue: ``"torch"`` (reference ops) or ``"triton"`` (the fused Triton kernels: scaling +
             residues, :func:`gpufield.fp64.kernels.residue.scale_residues_triton`, and the stage
             epilogue, :mod:`gpufield.fp64.kernels.fft_epilogue`; CUDA, or TRITON_INTERPRET=1 on CPU).
@@ -81,7 +82,7 @@ class EmulatedFftPlan:
     variant: str = "crt"
     moduli: str | None = None
     num_moduli: int | None = None
-    input_bits: int = 56
+    input_bits: int = 58
     twiddle_bits: int = 56
     epilogue: str = "torch"
     chunk_outputs: int = 1 << 20
@@ -131,7 +132,7 @@ class EmulatedFftPlan:
         return auto_num_moduli(self.moduli_kind, self.input_bits, self.twiddle_bits)
 
 
-def auto_num_moduli(kind: str, input_bits: int = 56, twiddle_bits: int = 56) -> int:
+def auto_num_moduli(kind: str, input_bits: int = 58, twiddle_bits: int = 56) -> int:
     """Smallest number of ``kind`` moduli whose product M keeps the stage CRT unique.
 
     Raises:

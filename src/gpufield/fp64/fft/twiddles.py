@@ -9,7 +9,7 @@ integer angle index ``m`` (reduced mod N_MAX in integer arithmetic, never as a f
 Following the research notes (fp64.md section 4.3/4.5): the table is computed with mpmath at 40
 significant digits (~133 bits) from exact angle indices, then verified against an independent
 evaluation in ``numpy.longdouble`` (64-bit significand on x86-64; where the long-double value is
-within 2^-6 of a rounding tie the entry is re-derived with mpmath at 100 digits) and against the exact
+within 2^(b_w - 58) of a rounding tie the entry is re-derived with mpmath at 100 digits) and against the exact
 symmetries cos(x) = cos(-x), sin(x) = cos(pi/2 - x). A mismatch raises :class:`NumericsError` at
 import, so a bad table can never reach a transform.
 
@@ -57,7 +57,9 @@ def _verify(bits: int, cos_m: list[int], sin_m: list[int]) -> None:
     scale = np.longdouble(2) ** bits
     for name, got, ld in (("cos", cos_m, np.cos(ang) * scale), ("sin", sin_m, np.sin(ang) * scale)):
         frac = np.abs(ld - np.floor(ld) - np.longdouble(0.5))
-        near_tie = frac < np.longdouble(2.0) ** -6
+        # long double carries ~2^-62 relative error here, i.e. ~2^(bits-62) absolute: entries within
+        # 2^(bits-58) of a rounding tie are re-derived with mpmath at 100 digits instead
+        near_tie = frac < np.longdouble(2.0) ** (bits - 58)
         ld_round = [int(v) for v in np.rint(ld)]
         bad = [i for i in range(N_MAX) if ld_round[i] != got[i] and not near_tie[i]]
         if bad:
