@@ -134,3 +134,18 @@ def test_fast_shift_kernel_bit_identical():
         assert torch.equal(fast_shifts(Y.to(DEV), t, True).cpu(), fast_shifts(Y, t, False))
     t2 = moduli_table("int8", 2)
     assert torch.equal(fast_shifts(X.to(DEV), t2, True).cpu(), fast_shifts(X, t2, False))
+
+
+def test_fp8_digit_planes_from_kernel_match_reference():
+    from gpufield.fp64.ozaki.residues import fp8_digit_planes
+
+    X, s = _operand(33, 20, 4)
+    t = moduli_table("fp8", 14)  # 6 square + 8 Karatsuba moduli
+    Xc = torch.complex(X, X.flip(0))
+    d = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True).cpu()
+    assert d.dtype == torch.float8_e4m3fn and d.shape == (3, 14, 3, 33, 20)
+    res = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16).cpu()  # [3L, R, K]
+    for c in range(3):
+        for l in range(14):
+            for k, plane in enumerate(fp8_digit_planes(res[c * 14 + l], t, l)):
+                assert torch.equal(d[c, l, k].float(), plane.float())

@@ -78,7 +78,7 @@ def _sym(r, p):
 @triton.jit
 def _scale_residue_kernel(
     x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
-    so_comp, so_grp, so_row, so_dig, sq_ptr,
+    so_comp, so_grp, so_row, so_dig, sq_ptr, lut_ptr,
     L, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
     DIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
@@ -115,8 +115,8 @@ def _scale_residue_kernel(
             r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
             if DIGITS:
                 sq = tl.load(sq_ptr + l)
-                _store_digits(base + c1, _sym(r2, p), sq, so_dig, mask)
-                _store_digits(base + 2 * c1, _sym(r3, p), sq, so_dig, mask)
+                _store_digits(base + c1, _sym(r2, p), sq, so_dig, mask, lut_ptr)
+                _store_digits(base + 2 * c1, _sym(r3, p), sq, so_dig, mask, lut_ptr)
             elif OUT_INT8:
                 tl.store(base + c1, _sym(r2, p).to(tl.int8), mask=mask)
                 tl.store(base + 2 * c1, _sym(r3, p).to(tl.int8), mask=mask)
@@ -124,7 +124,7 @@ def _scale_residue_kernel(
                 tl.store(base + c1, _sym(r2, p).to(tl.int16), mask=mask)
                 tl.store(base + 2 * c1, _sym(r3, p).to(tl.int16), mask=mask)
         if DIGITS:
-            _store_digits(base, _sym(r, p), tl.load(sq_ptr + l), so_dig, mask)
+            _store_digits(base, _sym(r, p), tl.load(sq_ptr + l), so_dig, mask, lut_ptr)
         elif OUT_INT8:
             tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
         else:
@@ -133,11 +133,12 @@ def _scale_residue_kernel(
 
 
 @triton.jit
-def _store_digits(ptr, a, sq, so_dig, mask):
+def _store_digits(ptr, a, sq, so_dig, mask, lut_ptr):
     """FP8 digit planes of symmetric residues a (fp64.md 2.4), as in ``residues.fp8_digit_planes``.
 
     sq > 0 (p = sq**2): hi = round_half_even(a / sq), lo = a - sq*hi; planes [hi, lo] (third unused).
     sq == 0 (Karatsuba, base 16): hi = sign(a) ceil(|a| / 16), lo = a - 16 hi; planes [hi, lo, hi + lo].
+    Stored directly as E4M3 bit patterns (table of |d| <= 16 plus the sign bit): no conversion pass.
     """
     d = tl.cast(so_dig, tl.int64)
     a64 = a.to(tl.int64)
@@ -147,9 +148,15 @@ def _store_digits(ptr, a, sq, so_dig, mask):
     hk = tl.where(a64 < 0, -((aa + 15) >> 4), (aa + 15) >> 4)
     hi = tl.where(sq > 0, hs, hk)
     lo = a64 - tl.where(sq > 0, sq, 16) * hi
-    tl.store(ptr, hi.to(tl.int8), mask=mask)
-    tl.store(ptr + d, lo.to(tl.int8), mask=mask)
-    tl.store(ptr + 2 * d, (hi + lo).to(tl.int8), mask=mask)
+    tl.store(ptr, _e4m3(hi, lut_ptr), mask=mask)
+    tl.store(ptr + d, _e4m3(lo, lut_ptr), mask=mask)
+    tl.store(ptr + 2 * d, _e4m3(hi + lo, lut_ptr), mask=mask)
+
+
+@triton.jit
+def _e4m3(v, lut_ptr):
+    code = tl.load(lut_ptr + tl.minimum(tl.abs(v), 16))
+    return (code | tl.where(v < 0, 128, 0)).to(tl.uint8)
 
 
 @triton.jit
@@ -191,12 +198,13 @@ def scale_residues_triton(
             [C, G, R, g*K] (C = 1 real / 3 complex, G = ceil(L/g)): row r of group q holds the residues of
             moduli q*g .. q*g+g-1 side by side, the A operand of one block-diagonal GEMM per group
             (``Int8Backend.modular_matmul_grouped``); slots past L are left unwritten.
-        digits: FP8 table only: emit the FP8 digit planes (int8, |d| <= 16) instead of residues, layout
-            [C, L, 3, R, K] (square moduli use planes 0-1, Karatsuba moduli 0-2; see ``fp8_digit_planes``).
+        digits: FP8 table only: emit the FP8 digit planes (|d| <= 16) instead of residues, layout
+            [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
+            ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
 
     Returns:
         group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
-        group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] int8.
+        group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] float8_e4m3fn.
     """
     R, K = X_RK.shape
     L = table.num_moduli
@@ -207,7 +215,7 @@ def scale_residues_triton(
     if digits:
         if table.kind != "fp8" or group != 1:
             raise ValueError("digits=True needs the fp8 table and group=1")
-        out = torch.empty((C, L, 3, R, K), dtype=torch.int8, device=X_RK.device)
+        out = torch.empty((C, L, 3, R, K), dtype=torch.uint8, device=X_RK.device)  # every plane is written
         so_comp, so_grp, so_row, so_dig = L * 3 * R * K, 3 * R * K, K, R * K
     elif group == 1:
         out = torch.empty((C * L, R, K), dtype=dtype, device=X_RK.device)
@@ -217,16 +225,25 @@ def scale_residues_triton(
         out = torch.empty((C, G, R, group * K), dtype=dtype, device=X_RK.device)
         so_comp, so_grp, so_row, so_dig = G * R * group * K, R * group * K, group * K, 0
     if R == 0 or K == 0:
-        return out
+        return out.view(torch.float8_e4m3fn) if digits else out
     x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
     BR, BK = 32, 32
     grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
     _scale_residue_kernel[grid](
         x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, invp, tab, out, R, K,
-        so_comp, so_grp, so_row, so_dig, sq,
+        so_comp, so_grp, so_row, so_dig, sq, _e4m3_lut(X_RK.device),
         L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, DIGITS=digits, BLOCK_R=BR, BLOCK_K=BK,
     )
-    return out
+    return out.view(torch.float8_e4m3fn) if digits else out
+
+
+def _e4m3_lut(device) -> torch.Tensor:
+    """E4M3 bit patterns of the integers 0..16, taken from torch's own float8_e4m3fn conversion."""
+    key = ("e4m3", str(device))
+    if key not in _TABLE_CACHE:
+        codes = torch.arange(17).to(torch.float16).to(torch.float8_e4m3fn).view(torch.uint8)
+        _TABLE_CACHE[key] = codes.to(torch.int32).to(device)
+    return _TABLE_CACHE[key]
 
 
 def _sqrt_table(table: ModuliTable, device) -> torch.Tensor:

@@ -297,8 +297,9 @@ class Fp8Backend:
         """Digit products for the fused path: FP32 [L, 3, M, N], recombined inside the CRT kernel.
 
         Args:
-            digA_L3MK: int8 [L, 3, M, K] digit planes of A (``scale_residues_triton(..., digits=True)``).
-            digB_L3NK: int8 [L, 3, N, K] digit planes of B^T.
+            digA_L3MK: float8_e4m3fn (or int8) [L, 3, M, K] digit planes of A
+                (``scale_residues_triton(..., digits=True)``).
+            digB_L3NK: same for B^T, [L, 3, N, K].
             table: an fp8 moduli table.
 
         Returns:
@@ -312,8 +313,8 @@ class Fp8Backend:
         N = digB_L3NK.shape[2]
         if K * FP8_MAX_DIGIT**2 >= 2**24:
             raise InputError(f"K={K}: FP32 digit sums would exceed 2**24; use modular_matmul")
-        A8 = self.to_fp8(digA_L3MK)
-        B8 = self.to_fp8(digB_L3NK)
+        A8 = digA_L3MK if digA_L3MK.dtype == torch.float8_e4m3fn else self.to_fp8(digA_L3MK)
+        B8 = digB_L3NK if digB_L3NK.dtype == torch.float8_e4m3fn else self.to_fp8(digB_L3NK)
         out = torch.empty((L, 3, M, N), dtype=torch.float32, device=digA_L3MK.device)
         for l in range(L):
             pairs = ((0, 1), (1, 0), (1, 1)) if table.square_root(l) is not None else ((0, 0), (1, 1), (2, 2))
