@@ -178,15 +178,28 @@ def test_seqnum_mismatch_during_a_save_stays_a_desync_and_says_so():
     assert top.cls == "COLLECTIVE_DESYNC" and "checkpoint save" in top.note and top.action_kind == "STOP"
 
 
-def test_address_book_from_nccl_bootstrap_lines():
+def test_address_book_and_gpu_ranks_come_from_nccl_init_events(tmp_path):
     from gpufield.triage.engine import topology
+    from gpufield.triage.ingest import ingest
 
-    text = ("node-b:51220:51220 [0] NCCL INFO Bootstrap : Using eth0:10.42.0.12<0>\n"
-            "[rank9]:node-b:51221:51221 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.42.0.12<0>\n"
-            "gpu7:9:9 [0] NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>\n")
-    text += ("node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000 "
-             "commId 0x3f1c9a2b7e104d55 - Init COMPLETE\n"
-             "gpu7:9:9 [1] NCCL INFO comm 0x7f00 rank 1 nranks 8 cudaDev 1 busId 11b000 commId 0x1 - Init START\n")
-    topo = topology.scan_text(text)
-    assert topo.ip_host == {"10.42.0.12": "node-b", "192.168.1.7": "gpu7"}
+    p = tmp_path / "nccl.log"
+    p.write_text(
+        "node-b:51220:51220 [0] NCCL INFO Bootstrap : Using eth0:10.42.0.12<0>\n"
+        "[rank9]:node-b:51221:51221 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.42.0.12<0>\n"
+        "gpu7:9:9 [0] NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>\n"
+        # a 2-rank sub-communicator first, then the world communicator: the world's rank wins
+        "node-b:51225:51300 [5] NCCL INFO comm 0x7f3a rank 1 nranks 2 cudaDev 5 nvmlDev 5 busId ab000 commId 0x9 - Init START\n"
+        "node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000 "
+        "commId 0x3f1c9a2b7e104d55 - Init COMPLETE\n"
+        "gpu7:9:9 [1] NCCL INFO comm 0x7f00 rank 1 nranks 8 cudaDev 1 busId 11b000 commId 0x1 - Init START\n")
+    evs = ingest([p]).events
+    assert [e.kind for e in evs] == ["nccl_bootstrap"] * 3 + ["nccl_init"] * 3
+    topo = topology.from_events(evs)
+    assert topo.ip_host == {"10.42.0.12": "node-b", "192.168.1.7": "gpu7", "192.168.2.7": "gpu7"}
     assert topo.gpu_rank == {("node-b", "0000:ab:00.0"): 13, ("gpu7", "0001:1b:00.0"): 1}
+    # the engine builds the same maps itself; an explicit topology overrides them
+    tl = run_engine(evs).timeline
+    assert tl.gpu_rank[("node-b", "0000:ab:00.0")] == 13 and tl.ip_host["192.168.2.7"] == "gpu7"
+    forced = topology.Topology(gpu_rank={("node-b", "0000:ab:00.0"): 99})
+    assert run_engine(evs, topology=forced).timeline.gpu_rank[("node-b", "0000:ab:00.0")] == 99
+    assert run_engine(evs).incidents == []  # init lines are topology, never a finding

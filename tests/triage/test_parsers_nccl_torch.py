@@ -158,3 +158,38 @@ def test_cuda_error_reraised_by_watchdog():
     assert a.rank is None                       # "Rank 1" of PG 2 is not a global rank
     assert (b.kind, b.rank, b.code) == ("cuda_error", 4, "719")
     assert b.ts_ns == _ns(2026, 10, 23, 17, 16, 46, frac_ns=22239569)
+
+
+INIT = by_line(DATA / "nccl_init_variants.log")
+
+
+def test_nccl_init_lines_become_topology_events():
+    e = INIT[4]  # NVIDIA/nccl#1267: busId 30 is 0000:00:03.0
+    assert (e.kind, e.source, e.severity, e.host, e.gpu_bdf, e.gpu_index) == \
+        ("nccl_init", "nccl", "info", "instance-8g-96c-2", "0000:00:03.0", 0)
+    assert e.fields == {"rank": 0, "nranks": 1, "cuda_dev": 0, "nvml_dev": 0, "bus_id": "30", "comm": "0x55f90cbfd740",
+                        "comm_id": "0x795b968dc454cfee", "state": "START"}
+    assert (INIT[1].kind, INIT[1].fields["transport"], INIT[1].fields["ip"]) == ("nccl_bootstrap", "Bootstrap", "10.128.0.31")
+    assert (INIT[3].fields["transport"], INIT[3].fields["addresses"]) == ("NET/Socket", ["ens7:10.128.0.31"])
+    assert (INIT[5].host, INIT[6].host, INIT[6].fields["ip"]) == ("node0", "node2", "10.10.7.109")  # "[N] " tag first
+    assert (INIT[7].host, INIT[7].fields["ifname"], INIT[7].fields["ip"]) == ("n122-246-085", "ib1", "fe80::966d:ae03:b2:62c4")
+    assert 2 not in INIT and 8 not in INIT  # "NET/IB : No device found." and channel lines are no events
+
+
+def test_old_warn_format_and_bare_socket_init_detail():
+    old = INIT[9]  # NCCL 2.0: no "NCCL" before WARN
+    assert (old.kind, old.fields["site"], old.fields["message"]) == \
+        ("nccl_warn", "include/socket.h:185", "Call to connect failed : Connection refused")
+    assert INIT[10].kind == "nccl_warn" and INIT[10].fields["site"] == "misc/socket.cc:537"
+    bare = INIT[13]
+    assert (bare.kind, bare.severity, bare.fields["result"]) == ("nccl_warn", "error", "ncclInternalError")
+    assert bare.fields["message"].startswith("ncclSocketInit: connecting to address  with family 59408")
+    assert INIT[11].kind == "nccl_internal_error"
+
+
+@pytest.mark.parametrize("bus,bdf", [("ab000", "0000:ab:00.0"), ("30", "0000:00:03.0"), ("11b000", "0001:1b:00.0"),
+                                     ("AB000", "0000:ab:00.0"), ("1000b10", "0010:00:b1.0")])
+def test_bus_id_to_bdf(bus, bdf):
+    from gpufield.triage.parsers._prefix import bus_id_to_bdf
+
+    assert bus_id_to_bdf(bus) == bdf

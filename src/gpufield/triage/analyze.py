@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufield.errors import InputError, LogFormatError
-from gpufield.triage.engine import EngineResult, run_engine, topology
+from gpufield.triage.engine import EngineResult, run_engine
 from gpufield.triage.engine.model import Incident
 from gpufield.triage.engine.phases import scan_files
 from gpufield.triage.events import Event
@@ -123,8 +123,7 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     _check_paths(given)
     events, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
     files = _files_under(given)
-    result = run_engine(events, phases=scan_files(files), skew_tolerance_s=skew_tolerance_s,
-                        topology=topology.scan_files(files))
+    result = run_engine(events, phases=scan_files(files), skew_tolerance_s=skew_tolerance_s)
     return TriageResult(
         incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
         clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},

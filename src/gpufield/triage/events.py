@@ -20,7 +20,9 @@ Conventions the parsers follow (``gpufield.triage.parsers``):
   ``gpu_instance subcode fatal phys_addr link``; ``pcie_aer`` status bits; ``nccl_return``,
   ``pg_teardown``, ``gpu_handle_error``, ``p2p_access``, ``nic_link_state`` kinds; ``wrapped`` on a
   watchdog timeout re-raised inside "watchdog thread terminated with exception" (a duplicate of an
-  earlier event, keep it for evidence, do not count it twice).
+  earlier event, keep it for evidence, do not count it twice); ``nccl_init`` / ``nccl_bootstrap``
+  (severity ``info``: topology, never a cause), the NCCL 2.0 ``file.h:N WARN`` form and the bare
+  ``ncclSocketInit:`` detail line as ``nccl_warn``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
     "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state", "nic_bdf")),
     # nccl
+    "nccl_init": ("nccl", "NCCL INFO 'comm 0x.. rank R nranks N cudaDev D busId B' (src/init.cc): where a rank runs; "
+                  "rank = rank in that communicator (global when nranks is the world size), gpu_bdf from busId",
+                  ("rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "comm", "comm_id", "state")),
+    "nccl_bootstrap": ("nccl", "NCCL INFO 'Bootstrap : Using if:ip<0>' / NET/Socket / NET/IB OOB: this process's "
+                       "address(es)", ("transport", "ifname", "ip", "addresses")),
     "nccl_warn": ("nccl", "NCCL WARN line", ("message", "site", "retcode")),
     "nccl_return": ("nccl", "NCCL INFO error-return chain line 'file.cc:N -> R' (R = ncclResult_t)", ("site", "retcode")),
     "ib_completion_error": ("nccl", "NET/IB completion with error", ("status", "status_text", "opcode", "vendor_err", "peer", "qp", "direction", "hca", "len", "opcode_text")),

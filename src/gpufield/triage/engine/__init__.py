@@ -42,7 +42,8 @@ def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), ske
         events: parsed events, in ingestion order.
         phases: phase markers found in the same inputs (see :mod:`.phases`).
         skew_tolerance_s: cross-host clock uncertainty after correction, seconds.
-        topology: IP and GPU->rank maps from the raw inputs (see :mod:`.topology`).
+        topology: extra IP and GPU->rank maps overriding those built from the ``nccl_init`` /
+            ``nccl_bootstrap`` events (see :mod:`.topology`); None = from the events only.
         rules: the rule table (default :data:`RULES`); tests may pass a subset.
 
     Returns:

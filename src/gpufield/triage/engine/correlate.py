@@ -190,7 +190,8 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         events: parsed events in ingestion order (file by file, line by line).
         skew_tolerance_s: cross-host clock uncertainty in seconds after correction (default 30 s,
             typical of NTP-less clusters; chrony-synced clusters are within milliseconds).
-        topology: IP and GPU->rank maps found in the raw inputs (NCCL init lines).
+        topology: extra IP and GPU->rank maps that override those built from the events' NCCL init
+            lines (:func:`gpufield.triage.engine.topology.from_events`); None = the events' only.
 
     Returns:
         A :class:`Timeline`.
@@ -218,7 +219,11 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         keyed.append((0 if t is not None else 1, t if t is not None else 0, e.file, e.line, order, e))
     keyed.sort(key=lambda k: k[:5])
     gpu_uuid: dict[tuple[str | None, str], str] = {}
-    gpu_rank: dict[tuple[str | None, str], int] = dict(topology.gpu_rank) if topology else {}
+    topo = from_events(events)
+    if topology is not None:  # given maps win over what the events say
+        topo.ip_host = {**topo.ip_host, **topology.ip_host}
+        topo.gpu_rank = {**topo.gpu_rank, **topology.gpu_rank}
+    gpu_rank: dict[tuple[str | None, str], int] = dict(topo.gpu_rank)
     for e in events:
         if e.kind == "gpu_map" and e.gpu_bdf and e.gpu_uuid:
             gpu_uuid[(e.host, e.gpu_bdf)] = e.gpu_uuid
@@ -231,5 +236,5 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         skew_tolerance_ns=int(skew_tolerance_s * 1e9),
         gpu_uuid=gpu_uuid,
         gpu_rank=gpu_rank,
-        ip_host={**from_events(events), **(topology.ip_host if topology else {})},
+        ip_host=topo.ip_host,
     )

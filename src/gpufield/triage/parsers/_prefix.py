@@ -235,6 +235,17 @@ def norm_bdf(text: str) -> str | None:
     return f"{dom}:{m['bus'].lower()}:{m['dev'].lower()}.{m['fn'] or '0'}"
 
 
+def bus_id_to_bdf(bus: str) -> str:
+    """NCCL ``busId`` -> ``dddd:bb:dd.f`` (lower-case).
+
+    NCCL prints ``busIdToInt64`` of the PCI id in hex with leading zeros dropped (``ab000`` is
+    ``0000:ab:00.0``, ``30`` is ``0000:00:03.0``, ``11b000`` is ``0001:1b:00.0``); NVIDIA/nccl
+    ``src/misc/utils.cc``.
+    """
+    d = bus.lower().rjust(9, "0")[-9:]
+    return f"{d[0:4]}:{d[4:6]}:{d[6:8]}.{d[8]}"
+
+
 def find_uuid(text: str) -> str | None:
     """The first ``GPU-<uuid>`` in ``text`` (also the corpus' redacted ``GPU-<uuid-N>``)."""
     m = UUID_RE.search(text)

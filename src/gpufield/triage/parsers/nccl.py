@@ -2,8 +2,11 @@
 error strings that PyTorch re-raises.
 
 Line format from NVIDIA/nccl ``src/debug.cc`` (``ncclDebugLog``): ``host:pid:tid [cudaDev]
-file.cc:line NCCL WARN msg``; IB messages from ``src/transport/net_ib*.cc``; result strings from
-``ncclGetErrorString`` (``src/init.cc``). Reference: ``../shared/reference/triage.md`` §2.7.
+file.cc:line NCCL WARN msg`` (NCCL 2.0 printed ``file.h:line WARN msg``, without the word NCCL);
+IB messages from ``src/transport/net_ib*.cc``; result strings from
+``ncclGetErrorString`` (``src/init.cc``). Two INFO lines of communicator init become events
+(``nccl_init``, ``nccl_bootstrap``) because they map ranks to GPUs and IP addresses to hosts
+(:mod:`gpufield.triage.engine.topology`). Reference: ``../shared/reference/triage.md`` §2.7.
 Docs: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html
 """
 
@@ -14,6 +17,7 @@ import re
 from gpufield.triage.catalog import ib_status, nccl_result
 from gpufield.triage.events import Event
 from gpufield.triage.parsers._common import event, prefix_of, to_int
+from gpufield.triage.parsers._prefix import NCCL_PREFIX_RE, bus_id_to_bdf
 from gpufield.triage.protocols import LineContext
 
 # NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129
@@ -38,6 +42,24 @@ RETURN_RE = re.compile(r"NCCL INFO (?P<site>[\w./-]+\.(?:cc|h|cu|cpp|c):\d+) -> 
 # host:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : ...   |  (newer)  file.cc:12 (func) NCCL WARN msg
 WARN_RE = re.compile(r"(?:(?P<site>[\w./-]+:\d+)(?: \((?P<func>\w+)\))? )?NCCL WARN (?P<msg>.*?)\s*$")
 RETCODE_RE = re.compile(r"retcode (?P<ret>\d+)")
+# NCCL 2.0 (NVIDIA/nccl#111): "host [0] include/socket.h:185 WARN Call to connect failed : Connection refused"
+OLD_WARN_RE = re.compile(r"(?P<site>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*?)\s*$")
+# the "Last error:" detail PyTorch prints after ncclInternalError (misc/socket.cc WARN text, no prefix):
+# "ncclSocketInit: connecting to address  with family 59408 is neither AF_INET(2) nor AF_INET6(10)"
+SOCKET_INIT_RE = re.compile(r"(?P<msg>ncclSocketInit: .*?)\s*$")
+# src/init.cc: "node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000
+# commId 0x3f1c9a2b7e104d55 - Init COMPLETE" (older: no nvmlDev / commId; "Init START" first)
+COMM_RE = re.compile(
+    r"NCCL INFO comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)"
+    r"(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+)\b(?: commId (?P<cid>0x[0-9a-fA-F]+))?"
+    r"(?:.*?Init (?P<state>START|COMPLETE))?")
+# src/bootstrap.cc / net_socket.cc / net_ib: "NCCL INFO Bootstrap : Using eth0:10.42.0.12<0>",
+# "NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>",
+# "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.42.0.12<0>",
+# "NCCL INFO Bootstrap : Using ib1:fe80::966d:ae03:b2:62c4%ib1<0>"
+USING_RE = re.compile(r"NCCL INFO (?P<what>Bootstrap|NET/IB|NET/Socket) ?: Using ")
+ADDR_RE = re.compile(r"(?:\[\d+\])?(?P<ifname>[\w.-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)"
+                     r"(?:%[\w.-]+)?<\d+>")
 # misc/socket.cc:518 NCCL WARN Net : Call to recv from <ip-B><58355> failed : Broken pipe
 # misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer <host-A-fqdn><47861>
 REMOTE_RE = re.compile(
@@ -75,12 +97,18 @@ class NcclParser:
     name = "nccl"
     source = "nccl"
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
-                 r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout")
-    keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", "NET/IB", "NCCL error", "nccl",
-                "Connection closed by remote peer")
+                 r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
+                 r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
+                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using ")
+    keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", ".c:", "NET/IB", "NCCL error", "nccl",
+                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""
+        if "NCCL INFO" in line and ("Using" in line or "busId" in line):
+            ev = self._init(line, ctx)
+            if ev is not None:
+                return ev
         m = IB_COMPL_RE.search(line)
         if m:
             return self._ib(m, line, ctx)
@@ -104,6 +132,13 @@ class NcclParser:
         m = WARN_RE.search(line)
         if m:
             return self._warn(m, line, ctx)
+        m = OLD_WARN_RE.search(line)
+        if m:
+            return self._warn(m, line, ctx)
+        m = SOCKET_INIT_RE.search(line)
+        if m:
+            return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="error",
+                         fields={"message": m["msg"], "result": "ncclInternalError"})
         m = REMOTE_RE.search(line)
         if m:  # "Last error:" detail line, e.g. "socketProgress: Connection closed by remote peer h<45074>"
             return event("nccl", "nccl_remote_error", ctx, line, prefix_of(line, ctx), code=6, severity="error",
@@ -116,6 +151,30 @@ class NcclParser:
                          fields={"message": m["msg"].strip(), "result": m["name"],
                                  "errno": to_int(_g(ERRNO_RE.search(line), "errno"))})
         return None
+
+    def _init(self, line: str, ctx: LineContext) -> Event | None:
+        """``nccl_init`` (rank placement) or ``nccl_bootstrap`` (this process's addresses)."""
+        pre = prefix_of(line, ctx)
+        host = pre.host
+        if host is None:  # "[0] node0:13571:13571 [0] NCCL INFO ..." (mpirun --tag-output) and the like
+            h = NCCL_PREFIX_RE.search(line)
+            host = h["host"] if h else None
+        m = COMM_RE.search(line)
+        if m:
+            return event("nccl", "nccl_init", ctx, line, pre, severity="info", host=host, bdf=bus_id_to_bdf(m["bus"]),
+                         gpu_index=int(m["dev"]),
+                         fields={"rank": int(m["rank"]), "nranks": int(m["nranks"]), "cuda_dev": int(m["dev"]),
+                                 "nvml_dev": to_int(m["nvml"]), "bus_id": m["bus"], "comm": m["comm"],
+                                 "comm_id": m["cid"], "state": m["state"]})
+        m = USING_RE.search(line)
+        if not m:
+            return None
+        addrs = [(a["ifname"], a["ip"]) for a in ADDR_RE.finditer(line, m.end())]
+        if not addrs:
+            return None
+        return event("nccl", "nccl_bootstrap", ctx, line, pre, severity="info", host=host,
+                     fields={"transport": m["what"], "ifname": addrs[0][0], "ip": addrs[0][1],
+                             "addresses": [f"{i}:{a}" for i, a in addrs]})
 
     def _ib(self, m: re.Match, line: str, ctx: LineContext) -> Event:
         status = int(m["err"] or m["sn1"] or m["sn2"])

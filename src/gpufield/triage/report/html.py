@@ -52,7 +52,7 @@ def _lane(e) -> str:
 
 def timeline_svg_data(result: TriageResult) -> dict:
     """Lanes, dots and axis labels for the template's inline SVG."""
-    skip = {"loss", "gpu_map", "metric_sample"}
+    skip = {"loss", "gpu_map", "metric_sample", "nccl_init", "nccl_bootstrap"}
     events = [e for e in result.events if e.kind not in skip and e.severity not in ("debug", "info")]
     if len(events) > MAX_DOTS:
         keep = {id(x.event) for inc in result.incidents for x in inc.evidence}

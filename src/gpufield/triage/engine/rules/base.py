@@ -27,7 +27,7 @@ from gpufield.triage.protocols import (
     Rule as Rule,  # re-exported: the protocol lives in protocols.py
 )
 
-_BULK = frozenset({"loss", "metric_sample"})  # one event per step / sample: never error text
+_BULK = frozenset({"loss", "metric_sample", "nccl_init", "nccl_bootstrap"})  # progress / topology: never error text
 
 
 @dataclass(frozen=True, slots=True)
