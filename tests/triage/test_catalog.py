@@ -117,3 +117,11 @@ def test_top_level_reexports_are_the_catalogue_and_ingest_api():
     assert t.ingest is mod.ingest and t.iter_events is mod.iter_events and t.IngestOptions is mod.IngestOptions
     assert t.xid_info(79).mnemonic == "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS"
     assert t.ib_status(12).name == "IBV_WC_RETRY_EXC_ERR" and t.nccl_result(6).name == "ncclRemoteError"
+
+
+def test_meanings_with_commas_are_read_whole():
+    """Fields with commas are quoted in the data files (they were cut at the first comma before)."""
+    from gpufield.triage import nccl_result, xid_info
+
+    assert nccl_result(5).triage_meaning.endswith("comm reuse): application bug")
+    assert xid_info(48).triage_meaning.endswith("reset; recurring means RMA")
