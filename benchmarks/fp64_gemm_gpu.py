@@ -111,6 +111,12 @@ def self_check(dev) -> list:
         got = crt_triton_rows_cols(res.reshape(n, 1, -1).to(dev), torch.zeros(1, dtype=torch.int64, device=dev),
                                    sh.to(dev), t).reshape(-1)
         check_equal(f"CRT kernel {kind} L={n}", got, crt_exact_python(res, sh, t), log)
+    from gpufield.fp64.ozaki.scaling import fast_shifts
+
+    Xc = torch.complex(X, X.flip(1))
+    for Y, tag in [(X, "real"), (X.T, "real, strided B^T"), (Xc, "complex")]:
+        check_equal(f"fast-shift kernel {tag}", fast_shifts(Y.to(dev), moduli_table("int8", 15), True),
+                    fast_shifts(Y, moduli_table("int8", 15), False), log)
     a = torch.randint(-128, 128, (64, 96), dtype=torch.int8, generator=g)
     b = torch.randint(-128, 128, (48, 96), dtype=torch.int8, generator=g)
     check_equal("torch._int_mm int8 (col-major B)", Int8Backend._int_mm(a.to(dev), b.to(dev)).long(), a.long() @ b.long().T, log)
