@@ -49,3 +49,27 @@ def test_scan_files_skips_binary_missing_and_empty(tmp_path):
     (tmp_path / "empty").write_bytes(b"")
     assert scan_files([tmp_path / "bin", tmp_path / "empty", tmp_path / "missing"]) == []
     assert scan_block(b"", "x") == []
+
+
+def _hook_marks(paths, **opts):
+    from gpufield.triage.engine.phases import marks_in_block
+    from gpufield.triage.ingest import IngestOptions, ingest
+
+    marks = []
+    res = ingest(paths, options=IngestOptions(year=2026, **opts),
+                 on_block=lambda p, b, s, n, base: marks.extend(marks_in_block(b, s, n, p, base + 1)))
+    return marks, res
+
+
+@pytest.mark.parametrize("block_bytes", [4096, 8 << 20])
+def test_ingest_hook_finds_the_marks_in_the_same_read(tmp_path, block_bytes):
+    p = tmp_path / "train.log"
+    p.write_text(_log())
+    marks, _ = _hook_marks([p], block_bytes=block_bytes, with_loss=True, loss_every=1000)
+    assert marks == scan_text(_log(), str(p))
+
+
+def test_ingest_hook_agrees_with_scan_files_on_the_corpus(shared_dir):
+    marks, res = _hook_marks([shared_dir / "data" / "triage-cases"])
+    read = [f.path for f in res.stats.files]
+    assert marks == scan_files(read) and len(marks) == 3

@@ -17,7 +17,7 @@ from typing import Any
 from gpufield.errors import InputError, LogFormatError
 from gpufield.triage.engine import EngineResult, run_engine
 from gpufield.triage.engine.model import Incident
-from gpufield.triage.engine.phases import scan_files
+from gpufield.triage.engine.phases import PhaseMark, marks_in_block
 from gpufield.triage.events import Event
 
 EXAMPLE_NAME = "xid79-two-hosts"
@@ -76,17 +76,24 @@ def _files_under(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], dict[str, Any]]:
-    """Events and stats from :func:`gpufield.triage.ingest.ingest` (loss lines thinned, see :data:`LOSS_EVERY`)."""
+def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], list[PhaseMark], dict[str, Any]]:
+    """Events, phase marks and stats of one read of the inputs (:func:`gpufield.triage.ingest.ingest`
+    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook)."""
     from gpufield.triage.ingest import IngestOptions, ingest
 
-    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY))
+    marks: list[PhaseMark] = []
+
+    def on_block(path: str, block: bytes, starts, n: int, base: int) -> None:
+        marks.extend(marks_in_block(block, starts, n, path, base + 1))
+
+    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
+                 on_block=on_block)
     res.raise_if_nothing_read()
     st = res.stats
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
              "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
-    return res.events, stats
+    return res.events, marks, stats
 
 
 def _check_paths(paths: Sequence[str]) -> None:
@@ -121,9 +128,8 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     example = not paths
     given = [str(example_dir())] if example else [os.fspath(p) for p in paths]  # type: ignore[union-attr]
     _check_paths(given)
-    events, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
-    files = _files_under(given)
-    result = run_engine(events, phases=scan_files(files), skew_tolerance_s=skew_tolerance_s)
+    events, marks, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
+    result = run_engine(events, phases=marks, skew_tolerance_s=skew_tolerance_s)
     return TriageResult(
         incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
         clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},

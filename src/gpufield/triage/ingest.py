@@ -31,10 +31,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpufield.errors import LogFormatError
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import LOSS_PARSER, PARSERS
-from gpufield.triage.parsers._scan import BLOCK_BYTES, ScanCounters, Table, scan
+from gpufield.triage.parsers._scan import BLOCK_BYTES, BlockHook, ScanCounters, Table, scan
 
 __all__ = ["IngestOptions", "IngestWarning", "FileStats", "IngestStats", "IngestResult", "iter_events", "ingest"]
 
@@ -246,7 +248,8 @@ class _Sniffed:
 
 
 def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
-                options: IngestOptions | None = None, stats: IngestStats | None = None) -> Iterator[Event]:
+                options: IngestOptions | None = None, stats: IngestStats | None = None,
+                on_block: Callable[[str, bytes, np.ndarray, int, int], None] | None = None) -> Iterator[Event]:
     """Stream the events of every file under ``paths``, file by file in sorted walk order.
 
     Args:
@@ -255,6 +258,10 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         options: reading options (:class:`IngestOptions`).
         stats: if given, filled in as the generator runs (read it after exhausting the
             generator); warnings about skipped inputs land in ``stats.warnings``.
+        on_block: if given, called as ``on_block(path, block, starts, n, base)`` for every block
+            of whole lines read (decompressed; line ``i`` is ``block[starts[i]:starts[i + 1]]``,
+            line number ``base + i + 1`` of ``path``): a second scan of the same bytes without a
+            second read (the engine's phase-banner scan uses it).
 
     Yields:
         :class:`~gpufield.triage.events.Event` objects in file order.
@@ -279,7 +286,8 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
         fs = FileStats(path=path, compression=kind, bytes_on_disk=os.path.getsize(path))
         t1 = time.perf_counter()
         try:
-            yield from _scan_file(stream, path, kind, fs, table, opts, st)
+            hook = None if on_block is None else (lambda b, s, n, base, _p=path: on_block(_p, b, s, n, base))
+            yield from _scan_file(stream, path, kind, fs, table, opts, st, hook)
         finally:
             stream.close()  # type: ignore[attr-defined]
             raw.close()  # type: ignore[attr-defined]  (a decompressor does not close the file it wraps)
@@ -295,7 +303,7 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
 
 
 def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table, opts: IngestOptions,
-               st: IngestStats) -> Iterator[Event]:
+               st: IngestStats, on_block: BlockHook | None = None) -> Iterator[Event]:
     try:
         head = stream.read(_SNIFF_BYTES)
     except (EOFError, OSError) as e:
@@ -323,7 +331,7 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
 
     try:
         yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
-                        opts.block_bytes, on_error, not_after)
+                        opts.block_bytes, on_error, not_after, on_block)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
@@ -334,7 +342,8 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
 
 
 def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
-           options: IngestOptions | None = None, sink: Callable[[Event], None] | None = None) -> IngestResult:
+           options: IngestOptions | None = None, sink: Callable[[Event], None] | None = None,
+           on_block: Callable[[str, bytes, np.ndarray, int, int], None] | None = None) -> IngestResult:
     """Read every input and collect its events (or pass them to ``sink``).
 
     Args:
@@ -342,6 +351,7 @@ def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
         options: reading options.
         sink: if given, called once per event and ``IngestResult.events`` stays empty, so memory
             stays flat on multi-GB inputs.
+        on_block: see :func:`iter_events`.
 
     Returns:
         :class:`IngestResult` with the events and :class:`IngestStats` (files read/skipped, bytes,
@@ -351,7 +361,7 @@ def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,
     stats = IngestStats()
     events: list[Event] = []
     put = sink if sink is not None else events.append
-    for e in iter_events(paths, options=options, stats=stats):
+    for e in iter_events(paths, options=options, stats=stats, on_block=on_block):
         put(e)
     return IngestResult(events=events, stats=stats)
 

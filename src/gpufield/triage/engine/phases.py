@@ -6,10 +6,11 @@ network one. The parsers emit no event for ordinary progress output, so this mod
 lines for a few well-known phase banners (HF ``datasets``/``transformers``, Lightning, DeepSpeed,
 Megatron, torch.distributed.checkpoint) and records where each phase began.
 
-:func:`scan_files` reads every input once more (plain or gzip/bzip2/xz, whole files), in blocks:
-a case-insensitive RE2 pass over 32-line chunks for the literal keywords, then over the lines of
-the chunks that hit, so Python only sees candidate lines (~500 MB per CPU-second on ordinary
-output). :func:`scan_text` is the pure, slower reference it must agree with.
+:func:`marks_in_block` runs on the blocks ingestion has already read (its ``on_block`` hook, used
+by ``analyze``: one read of the inputs): a case-insensitive RE2 pass over 32-line chunks for the
+literal keywords, then over the lines of the chunks that hit, so Python only sees candidate lines.
+:func:`scan_files` does the same on its own read (plain or gzip/bzip2/xz, whole files);
+:func:`scan_text` is the pure, slower reference both must agree with.
 """
 
 from __future__ import annotations
@@ -128,22 +129,36 @@ def scan_block(block: bytes, file: str, first_line: int = 1) -> list[PhaseMark]:
 def _scan_block(block: bytes, end: int, file: str, first_line: int) -> tuple[list[PhaseMark], int]:
     """:func:`scan_block` on ``block[:end]`` without copying it; also returns its newline count."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from gpufield.triage.parsers._scan import CHUNK_LINES, _literal
 
     if end == 0:
         return [], 0
     nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=end) == 10)
     n = len(nl) + (0 if block[end - 1] == 10 else 1)
     starts = np.append(np.insert(nl + 1, 0, 0)[:n], end).astype(np.int64)
+    return marks_in_block(block, starts, n, file, first_line), len(nl)
+
+
+def marks_in_block(block: bytes, starts, n: int, file: str, first_line: int) -> list[PhaseMark]:
+    """Phase markers of the ``n`` lines ``block[starts[i]:starts[i + 1]]`` (``first_line`` = line of i=0).
+
+    The form ingestion hands to its ``on_block`` hook (``gpufield.triage.ingest.iter_events``), so
+    :func:`gpufield.triage.analyze.analyze` finds the banners in the same read as the events.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpufield.triage.parsers._scan import CHUNK_LINES, _literal
+
+    if n == 0:
+        return []
+    starts = np.asarray(starts[: n + 1], dtype=np.int64)
     buf, pat = pa.py_buffer(block), "|".join(_literal(k) for k in _KEYWORDS)
     offs = np.append(starts[0:n:CHUNK_LINES], starts[n])
     chunks = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), buf])
     hit = np.flatnonzero(pc.match_substring_regex(chunks, pat, ignore_case=True).to_numpy(zero_copy_only=False))
     if len(hit) == 0:
-        return [], len(nl)
+        return []
     idx = (hit[:, None] * CHUNK_LINES + np.arange(CHUNK_LINES)[None, :]).ravel()
     idx = idx[idx < n]
     lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(starts), buf]).take(pa.array(idx))
@@ -154,7 +169,7 @@ def _scan_block(block: bytes, end: int, file: str, first_line: int) -> tuple[lis
         mark = _classify(line, file, first_line + i)
         if mark is not None:
             out.append(mark)
-    return out, len(nl)
+    return out
 
 
 def scan_files(files: Iterable[str | Path], *, block_bytes: int = 8 << 20) -> list[PhaseMark]:

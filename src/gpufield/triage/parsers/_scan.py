@@ -30,6 +30,8 @@ import pyarrow.compute as pc
 from gpufield.triage.events import Event
 from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
 
+#: ``on_block(block, starts, n, base)`` (see :func:`scan`)
+BlockHook = Callable[[bytes, np.ndarray, int, int], None]
 #: bytes read per block
 BLOCK_BYTES = 8 << 20
 #: threads for the keyword pass (RE2 runs without the GIL). Default 1: on the shared 2-core
@@ -104,7 +106,7 @@ def _line(block: bytes, starts: np.ndarray, i: int) -> str:
 def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int,
          counters: ScanCounters, block_bytes: int = BLOCK_BYTES,
          on_error: Callable[[Exception, int], None] | None = None,
-         not_after_ns: int | None = None) -> Iterator[Event]:
+         not_after_ns: int | None = None, on_block: BlockHook | None = None) -> Iterator[Event]:
     """Yield the events of one (already opened, decompressed) byte stream.
 
     Args:
@@ -118,6 +120,9 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         on_error: called with (exception, lines read so far) when reading fails mid-stream
             (truncated gzip); the scan then ends after flushing what was read. None = re-raise.
         not_after_ns: see :attr:`LineContext.not_after_ns`.
+        on_block: called as ``on_block(block, starts, n, base)`` for every block of whole lines
+            (line ``i`` is ``block[starts[i]:starts[i + 1]]``, file line ``base + i + 1``), so a
+            caller can run its own vectorised pass without reading the file again.
 
     Yields:
         Events in file order.
@@ -162,6 +167,8 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         starts[1:len(nl) + 1] = nl + 1
         if not ends_nl:
             starts[n] = len(block)
+        if on_block is not None:
+            on_block(block, starts, n, base)
         cand, member = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
