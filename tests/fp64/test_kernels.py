@@ -50,7 +50,7 @@ def test_residue_kernel_bit_identical(kind, n, dtype):
     # independent oracle on a few entries: Python ints
     Y = scale_trunc(X, s)
     for i, k in [(0, 44), (1, 0), (5, 7), (36, 44)]:
-        assert [int(got[l, i, k]) for l in range(n)] == [sym_mod(int(Y[i, k].item()), p) for p in t.moduli]
+        assert [int(got[mi, i, k]) for mi in range(n)] == [sym_mod(int(Y[i, k].item()), p) for p in t.moduli]
 
 
 def test_residue_kernel_strided_input():
@@ -146,6 +146,6 @@ def test_fp8_digit_planes_from_kernel_match_reference():
     assert d.dtype == torch.float8_e4m3fn and d.shape == (3, 14, 3, 33, 20)
     res = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16).cpu()  # [3L, R, K]
     for c in range(3):
-        for l in range(14):
-            for k, plane in enumerate(fp8_digit_planes(res[c * 14 + l], t, l)):
-                assert torch.equal(d[c, l, k].float(), plane.float())
+        for mi in range(14):
+            for k, plane in enumerate(fp8_digit_planes(res[c * 14 + mi], t, mi)):
+                assert torch.equal(d[c, mi, k].float(), plane.float())

@@ -40,10 +40,10 @@ def test_log2M_matches_reference_notes(key):
 @pytest.mark.parametrize("n", [2, 7, 13, 16, 17, 20])
 def test_crt_constants_are_delta(kind, n):
     t = moduli_table(kind, n)
-    for l, C in enumerate(t.crt_C):
+    for mi, C in enumerate(t.crt_C):
         for j, p in enumerate(t.moduli):
-            assert C % p == (1 if l == j else 0)
-        assert sum(limb << (31 * k) for k, limb in enumerate(t.C_limbs_LJ[l])) == C
+            assert C % p == (1 if mi == j else 0)
+        assert sum(limb << (31 * k) for k, limb in enumerate(t.C_limbs_LJ[mi])) == C
     assert sum(limb << (31 * k) for k, limb in enumerate(t.M_limbs_J)) == t.M
     # 128-bit overflow regression (eshkol#307): 17+ moduli exceed a signed int128, Python ints do not.
     assert t.M == math.prod(t.moduli) > 0
@@ -69,7 +69,7 @@ def test_sym_mod_range():
 def test_fp8_square_moduli():
     t = moduli_table("fp8", 8)
     assert t.num_square == 6
-    assert [t.square_root(l) for l in range(8)] == [33, 32, 31, 29, 25, 23, None, None]
+    assert [t.square_root(mi) for mi in range(8)] == [33, 32, 31, 29, 25, 23, None, None]
 
 
 def test_bad_arguments():

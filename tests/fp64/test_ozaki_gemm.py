@@ -37,7 +37,7 @@ def exact_product(A_MK, B_KN):
 
 
 exact_product.__wrapped__ = lambda X: [[Fraction(v) for v in row] for row in X.tolist()]
-exact_product.mm = lambda A, B: [[sum(a * b for a, b in zip(row, col)) for col in zip(*B)] for row in A]
+exact_product.mm = lambda A, B: [[sum(a * b for a, b in zip(row, col, strict=False)) for col in zip(*B, strict=False)] for row in A]
 
 
 def rounded(E):
@@ -95,7 +95,7 @@ def test_error_decreases_with_moduli_and_reaches_native(mode):
             for n in (6, 8, 10, 12, 14, 16)}
     native = float(abs_err(A @ B, E).max()) / scale
     ns = sorted(errs)
-    for a, b in zip(ns, ns[1:]):
+    for a, b in zip(ns, ns[1:], strict=False):
         if errs[a] > 1e-14:  # above the final-rounding floor each 2 moduli add ~15 bits
             assert errs[b] <= errs[a] / 8, errs
     assert errs[6] > 1e-9  # few moduli are visibly inexact: the test can fail

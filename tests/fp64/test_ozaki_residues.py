@@ -54,29 +54,29 @@ def test_residues_match_python_ints_both_paths(kind, n):
     R = residues_from_scaled(Xs, t.moduli, torch.int16)
     for i in range(300):
         x = int(Xs[i].item())
-        assert [int(R[l, i]) for l in range(n)] == [sym_mod(x, p) for p in t.moduli]
+        assert [int(R[mi, i]) for mi in range(n)] == [sym_mod(x, p) for p in t.moduli]
 
 
 def test_fp8_digits_are_exact_and_small():
     t = moduli_table("fp8", 20)
-    for l, p in enumerate(t.moduli):
+    for mi, p in enumerate(t.moduli):
         a = torch.arange(-(p // 2), (p + 1) // 2)
-        d = fp8_digit_planes(a, t, l)
+        d = fp8_digit_planes(a, t, mi)
         assert all(int(x.abs().max()) <= 16 for x in d)
-        s = t.square_root(l)
+        s = t.square_root(mi)
         if s is not None:
             assert torch.equal(s * d[0].long() + d[1].long(), a)
         else:
             assert torch.equal(16 * d[0].long() + d[1].long(), a)
             assert torch.equal(d[0].long() + d[1].long(), d[2].long())
         # the recombined product is congruent to a*b mod p for every pair in a sample
-        b = a[torch.randperm(a.numel(), generator=torch.Generator().manual_seed(l))]
-        e = fp8_digit_planes(b, t, l)
+        b = a[torch.randperm(a.numel(), generator=torch.Generator().manual_seed(mi))]
+        e = fp8_digit_planes(b, t, mi)
         if s is not None:
             C = [d[0].long() * e[1].long(), d[1].long() * e[0].long(), d[1].long() * e[1].long()]
         else:
             C = [d[i].long() * e[i].long() for i in range(3)]
-        assert torch.equal(torch.remainder(fp8_combine(C, t, l), p), torch.remainder(a * b, p))
+        assert torch.equal(torch.remainder(fp8_combine(C, t, mi), p), torch.remainder(a * b, p))
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
@@ -94,7 +94,7 @@ def test_limb_crt_matches_python_oracle(kind, n):
     got = crt_limbs_torch(res_LN, sh, t)
     want = crt_exact_python(res_LN, sh, t)
     assert torch.equal(got, want)
-    for X, s, w in zip(Xs[:20], sh.tolist(), want.tolist()):  # the oracle itself vs Fraction
+    for X, s, w in zip(Xs[:20], sh.tolist(), want.tolist(), strict=False):  # the oracle itself vs Fraction
         assert w == round_scaled_exact(X, s)
 
 

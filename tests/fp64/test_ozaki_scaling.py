@@ -17,16 +17,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpufield.fp64.ozaki.backends import CpuExactBackend, Fp8Backend, Int8Backend
+from gpufield.fp64.ozaki.gemm import _shifts
 from gpufield.fp64.ozaki.moduli import moduli_table
 from gpufield.fp64.ozaki.residues import scale_trunc
 from gpufield.fp64.ozaki.scaling import fast_shifts, gemmul8_original_fast_shift
-from gpufield.fp64.ozaki.gemm import _shifts
 
 
 def max_abs_int_product(A_MK, s_M, B_KN, t_N) -> int:
     Ai = [[int(v) for v in row] for row in scale_trunc(A_MK, s_M).tolist()]
     Bi = [[int(v) for v in row] for row in scale_trunc(B_KN.T.contiguous(), t_N).tolist()]
-    return max(abs(sum(a * b for a, b in zip(ra, rb))) for ra in Ai for rb in Bi)
+    return max(abs(sum(a * b for a, b in zip(ra, rb, strict=False))) for ra in Ai for rb in Bi)
 
 
 def test_gemmul8_original_fast_formula_breaks_uniqueness_and_ours_does_not():
@@ -97,7 +97,7 @@ def test_integer_log2_bound_is_exact_upper_bound():
     x = torch.tensor(vals, dtype=torch.int64)
     assert bit_length(x).tolist() == [v.bit_length() for v in vals]
     lu = log2_upper_int(x).tolist()
-    for v, b in zip(vals, lu):
+    for v, b in zip(vals, lu, strict=False):
         # 2**b >= v, checked exactly: b >= log2(v) <=> v <= 2**b
         assert v <= 2 ** math.floor(b) * 2 ** (b - math.floor(b)) * (1 + 1e-15)
         assert b - math.log2(v) < 0.012

@@ -14,13 +14,17 @@ Public API:
   Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time).
 """
 
+# FFT (issue 7): emulated FP64 FFT and its floor model
+from gpufield.fp64.fft import (
+    EmulatedFftPlan,
+    auto_num_moduli,
+    fftn_fp64_emulated,
+    ifftn_fp64_emulated,
+)
+from gpufield.fp64.model import FftFloorModel, fft_floor_model, model_params, model_table
 from gpufield.fp64.ozaki.gemm import ozaki_error_bound, ozaki_matmul
 from gpufield.fp64.ozaki.moduli import ModuliTable, moduli_table
 from gpufield.fp64.protocols import ModularBackend
-
-# FFT (issue 7): emulated FP64 FFT and its floor model
-from gpufield.fp64.fft import EmulatedFftPlan, auto_num_moduli, fftn_fp64_emulated, ifftn_fp64_emulated
-from gpufield.fp64.model import FftFloorModel, fft_floor_model, model_params, model_table
 
 __all__: list[str] = [
     "ModularBackend",

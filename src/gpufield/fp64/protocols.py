@@ -31,12 +31,12 @@ class ModularBackend(Protocol):
 
     name: str
     moduli_kind: str
-    residue_dtype: "torch.dtype"
+    residue_dtype: torch.dtype
     bound_ufp: int
 
     def modular_matmul(
-        self, resA_LMK: "torch.Tensor", resB_LNK: "torch.Tensor", table: "ModuliTable"
-    ) -> "torch.Tensor":
+        self, resA_LMK: torch.Tensor, resB_LNK: torch.Tensor, table: ModuliTable
+    ) -> torch.Tensor:
         """Products of residue planes, exact as integers.
 
         Args:
@@ -49,7 +49,7 @@ class ModularBackend(Protocol):
         """
         ...
 
-    def bound_matmul(self, hiA_MK: "torch.Tensor", hiB_NK: "torch.Tensor") -> "torch.Tensor":
+    def bound_matmul(self, hiA_MK: torch.Tensor, hiB_NK: torch.Tensor) -> torch.Tensor:
         """Exact product of small non-negative integer matrices (accurate-mode bound, fp64.md 2.3).
 
         Args:
@@ -62,8 +62,8 @@ class ModularBackend(Protocol):
         ...
 
     def reconstruct(
-        self, res_LMN: "torch.Tensor", s_M: "torch.Tensor", t_N: "torch.Tensor", table: "ModuliTable"
-    ) -> "torch.Tensor":
+        self, res_LMN: torch.Tensor, s_M: torch.Tensor, t_N: torch.Tensor, table: ModuliTable
+    ) -> torch.Tensor:
         """CRT with the symmetric lift and one rounding of X * 2**-shift (fp64.md 2.1 steps 4-5).
 
         Args:

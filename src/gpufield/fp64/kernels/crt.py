@@ -155,26 +155,26 @@ def _crt_kernel(
     b3 = tl.full((BLOCK,), 0, tl.int64)
     b4 = tl.full((BLOCK,), 0, tl.int64)
     b5 = tl.full((BLOCK,), 0, tl.int64)
-    l = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
-    while l < L:
-        p = tl.load(mod_ptr + l)
-        invp = tl.load(invp_ptr + l)
-        qp = tl.load(qp_ptr + l)
-        c0 = tl.load(climb_ptr + l * 6 + 0).to(tl.int64)  # int32 limbs: r * c is one widening multiply
-        c1 = tl.load(climb_ptr + l * 6 + 1).to(tl.int64)
-        c2 = tl.load(climb_ptr + l * 6 + 2).to(tl.int64)
-        c3 = tl.load(climb_ptr + l * 6 + 3).to(tl.int64)
-        c4 = tl.load(climb_ptr + l * 6 + 4).to(tl.int64)
-        c5 = tl.load(climb_ptr + l * 6 + 5).to(tl.int64)
-        lo = (l // GROUP) * sgrp + (l % GROUP) * N + in_off
+    mi = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
+    while mi < L:
+        p = tl.load(mod_ptr + mi)
+        invp = tl.load(invp_ptr + mi)
+        qp = tl.load(qp_ptr + mi)
+        c0 = tl.load(climb_ptr + mi * 6 + 0).to(tl.int64)  # int32 limbs: r * c is one widening multiply
+        c1 = tl.load(climb_ptr + mi * 6 + 1).to(tl.int64)
+        c2 = tl.load(climb_ptr + mi * 6 + 2).to(tl.int64)
+        c3 = tl.load(climb_ptr + mi * 6 + 3).to(tl.int64)
+        c4 = tl.load(climb_ptr + mi * 6 + 4).to(tl.int64)
+        c5 = tl.load(climb_ptr + mi * 6 + 5).to(tl.int64)
+        lo = (mi // GROUP) * sgrp + (mi % GROUP) * N + in_off
         if DIGITS:  # FP8: x = a*C0 + b*C1 + c*C2 from the 3 exact FP32 digit products
-            x = _digit_combine(res_ptr + lo, si_dig, coef_ptr + l * 3, mask)
+            x = _digit_combine(res_ptr + lo, si_dig, coef_ptr + mi * 3, mask)
         else:
             x = tl.load(res_ptr + lo, mask=mask, other=0).to(tl.int64)
         if COMPLEX:  # residue-domain Karatsuba: re = T1 - T2, im = T3 - T1 - T2
             if DIGITS:
-                x2 = _digit_combine(res2_ptr + lo, si_dig, coef_ptr + l * 3, mask)
-                x3 = _digit_combine(res3_ptr + lo, si_dig, coef_ptr + l * 3, mask)
+                x2 = _digit_combine(res2_ptr + lo, si_dig, coef_ptr + mi * 3, mask)
+                x3 = _digit_combine(res3_ptr + lo, si_dig, coef_ptr + mi * 3, mask)
             else:
                 x2 = tl.load(res2_ptr + lo, mask=mask, other=0).to(tl.int64)
                 x3 = tl.load(res3_ptr + lo, mask=mask, other=0).to(tl.int64)
@@ -195,7 +195,7 @@ def _crt_kernel(
         a3 += r * c3
         a4 += r * c4
         a5 += r * c5
-        l += 1
+        mi += 1
     tl.store(out_ptr + offs, _finish(a0, a1, a2, a3, a4, a5, qf, sh, mlimb_ptr, BLOCK), mask=mask)
     if COMPLEX:
         tl.store(out2_ptr + offs, _finish(b0, b1, b2, b3, b4, b5, qg, sh, mlimb_ptr, BLOCK), mask=mask)
@@ -273,8 +273,8 @@ def _digit_coefs(table: ModuliTable, device) -> torch.Tensor:
     key = ("coef", table.kind, table.num_moduli, str(device))
     if key not in _CONST_CACHE:
         rows = []
-        for l in range(table.num_moduli):
-            s = table.square_root(l)
+        for mi in range(table.num_moduli):
+            s = table.square_root(mi)
             rows.append([s, s, 1] if s is not None else [240, -15, 16])
         _CONST_CACHE[key] = torch.tensor(rows, dtype=torch.int64, device=device)
     return _CONST_CACHE[key]

@@ -103,18 +103,18 @@ def _scale_residue_kernel(
     out_off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
     c1 = tl.cast(so_comp, tl.int64)
     sg = tl.cast(so_grp, tl.int64)
-    l = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
-    while l < L:
-        p = tl.load(mod_ptr + l)
-        invp = tl.load(invp_ptr + l)
-        base = out_ptr + (l // GROUP) * sg + (l % GROUP) * K + out_off
-        r = _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_ptr + l * 2048)
+    mi = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
+    while mi < L:
+        p = tl.load(mod_ptr + mi)
+        invp = tl.load(invp_ptr + mi)
+        base = out_ptr + (mi // GROUP) * sg + (mi % GROUP) * K + out_off
+        r = _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_ptr + mi * 2048)
         if COMPLEX:  # components: re, im, re+im wrapped (the 3M operands)
-            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + l * 2048)
+            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + mi * 2048)
             r3 = r + r2
             r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
             if DIGITS:
-                sq = tl.load(sq_ptr + l)
+                sq = tl.load(sq_ptr + mi)
                 _store_digits(base + c1, _sym(r2, p), sq, so_dig, mask, lut_ptr)
                 _store_digits(base + 2 * c1, _sym(r3, p), sq, so_dig, mask, lut_ptr)
             elif OUT_INT8:
@@ -124,12 +124,12 @@ def _scale_residue_kernel(
                 tl.store(base + c1, _sym(r2, p).to(tl.int16), mask=mask)
                 tl.store(base + 2 * c1, _sym(r3, p).to(tl.int16), mask=mask)
         if DIGITS:
-            _store_digits(base, _sym(r, p), tl.load(sq_ptr + l), so_dig, mask, lut_ptr)
+            _store_digits(base, _sym(r, p), tl.load(sq_ptr + mi), so_dig, mask, lut_ptr)
         elif OUT_INT8:
             tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
         else:
             tl.store(base, _sym(r, p).to(tl.int16), mask=mask)
-        l += 1
+        mi += 1
 
 
 @triton.jit
@@ -249,6 +249,6 @@ def _e4m3_lut(device) -> torch.Tensor:
 def _sqrt_table(table: ModuliTable, device) -> torch.Tensor:
     key = ("sqrt", table.kind, table.num_moduli, str(device))
     if key not in _TABLE_CACHE:
-        _TABLE_CACHE[key] = torch.tensor([table.square_root(l) or 0 for l in range(table.num_moduli)],
+        _TABLE_CACHE[key] = torch.tensor([table.square_root(mi) or 0 for mi in range(table.num_moduli)],
                                          dtype=torch.int64, device=device)
     return _TABLE_CACHE[key]

@@ -170,8 +170,8 @@ class Int8Backend:
         N = resB_LNK.shape[1]
         out = torch.empty((L, M, N), dtype=torch.int32 if K <= INT8_K_CHUNK else torch.int64,
                           device=resA_LMK.device)
-        for l in range(L):
-            self._int_mm(resA_LMK[l], resB_LNK[l], out[l])
+        for mi in range(L):
+            self._int_mm(resA_LMK[mi], resB_LNK[mi], out[mi])
         return out
 
     def modular_matmul_grouped(self, bufA_GMX, resB_LNK, table, group):
@@ -198,9 +198,9 @@ class Int8Backend:
         for q in range(G):
             Bd = torch.zeros((group * N, group * K), dtype=torch.int8, device=resB_LNK.device)
             for li in range(group):
-                l = q * group + li
-                if l < L:
-                    Bd[li * N:(li + 1) * N, li * K:(li + 1) * K] = resB_LNK[l]
+                mi = q * group + li
+                if mi < L:
+                    Bd[li * N:(li + 1) * N, li * K:(li + 1) * K] = resB_LNK[mi]
             self._int_mm(bufA_GMX[q], Bd, out[q])
         return out
 
@@ -283,14 +283,14 @@ class Fp8Backend:
     def modular_matmul(self, resA_LMK, resB_LNK, table):
         """int64 [L, M, N] congruent products from 3 digit GEMMs per modulus."""
         outs = []
-        for l in range(table.num_moduli):
-            dA = [self.to_fp8(d) for d in fp8_digit_planes(resA_LMK[l], table, l)]
-            dB = [self.to_fp8(d) for d in fp8_digit_planes(resB_LNK[l], table, l)]
-            if table.square_root(l) is not None:  # [hi, lo]: hi*lo', lo*hi', lo*lo'
+        for mi in range(table.num_moduli):
+            dA = [self.to_fp8(d) for d in fp8_digit_planes(resA_LMK[mi], table, mi)]
+            dB = [self.to_fp8(d) for d in fp8_digit_planes(resB_LNK[mi], table, mi)]
+            if table.square_root(mi) is not None:  # [hi, lo]: hi*lo', lo*hi', lo*lo'
                 C = [self._mm(dA[0], dB[1]), self._mm(dA[1], dB[0]), self._mm(dA[1], dB[1])]
             else:  # [hi, lo, s]: hi*hi', lo*lo', s*s'
                 C = [self._mm(dA[0], dB[0]), self._mm(dA[1], dB[1]), self._mm(dA[2], dB[2])]
-            outs.append(fp8_combine(C, table, l))
+            outs.append(fp8_combine(C, table, mi))
         return torch.stack(outs)
 
     def modular_matmul_digits(self, digA_L3MK, digB_L3NK, table):
@@ -316,10 +316,10 @@ class Fp8Backend:
         A8 = digA_L3MK if digA_L3MK.dtype == torch.float8_e4m3fn else self.to_fp8(digA_L3MK)
         B8 = digB_L3NK if digB_L3NK.dtype == torch.float8_e4m3fn else self.to_fp8(digB_L3NK)
         out = torch.empty((L, 3, M, N), dtype=torch.float32, device=digA_L3MK.device)
-        for l in range(L):
-            pairs = ((0, 1), (1, 0), (1, 1)) if table.square_root(l) is not None else ((0, 0), (1, 1), (2, 2))
+        for mi in range(L):
+            pairs = ((0, 1), (1, 0), (1, 1)) if table.square_root(mi) is not None else ((0, 0), (1, 1), (2, 2))
             for d, (i, j) in enumerate(pairs):
-                self._mm_f32(A8[l, i], B8[l, j], out[l, d])
+                self._mm_f32(A8[mi, i], B8[mi, j], out[mi, d])
         return out
 
     def _mm_f32(self, A_MK, B_NK, out_MN):

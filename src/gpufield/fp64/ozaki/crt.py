@@ -61,7 +61,7 @@ def crt_exact_python(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: Modul
     L = res_LMN.shape[0]
     flat = res_LMN.reshape(L, -1).to(torch.int64).cpu().tolist()
     sh = shift_MN.reshape(-1).cpu().tolist()
-    out = [round_scaled_exact(crt_lift([flat[l][i] for l in range(L)], table), sh[i]) for i in range(len(sh))]
+    out = [round_scaled_exact(crt_lift([flat[mi][i] for mi in range(L)], table), sh[i]) for i in range(len(sh))]
     return torch.tensor(out, dtype=torch.float64).reshape(shift_MN.shape)
 
 
@@ -69,7 +69,7 @@ def crt_integers_python(res_LMN: torch.Tensor, table: ModuliTable) -> list[int]:
     """Exact lifted integers X (flattened, Python ints) of residues [L, ...]; for tests and the error bound."""
     L = res_LMN.shape[0]
     flat = res_LMN.reshape(L, -1).to(torch.int64).cpu().tolist()
-    return [crt_lift([flat[l][i] for l in range(L)], table) for i in range(len(flat[0]))]
+    return [crt_lift([flat[mi][i] for mi in range(L)], table) for i in range(len(flat[0]))]
 
 
 def _normalize(s_J: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -144,18 +144,18 @@ def crt_limbs_torch(res_LMN: torch.Tensor, shift_MN: torch.Tensor, table: Moduli
     L, J = table.num_moduli, table.num_limbs
     r = [None] * L
     qf = torch.zeros(res_LMN.shape[1:], dtype=torch.float64, device=res_LMN.device)
-    for l, p in enumerate(table.moduli):
-        x = torch.remainder(res_LMN[l].to(torch.int64), p)
-        r[l] = torch.where(x >= (p + 1) // 2, x - p, x)
-        qf = qf + r[l].to(torch.float64) * table.q_over_p[l]
+    for mi, p in enumerate(table.moduli):
+        x = torch.remainder(res_LMN[mi].to(torch.int64), p)
+        r[mi] = torch.where(x >= (p + 1) // 2, x - p, x)
+        qf = qf + r[mi].to(torch.float64) * table.q_over_p[mi]
     q = torch.round(qf).to(torch.int64)
     s_J = []
     for j in range(J):
         s = -q * table.M_limbs_J[j]
-        for l in range(L):
-            c = table.C_limbs_LJ[l][j]
+        for mi in range(L):
+            c = table.C_limbs_LJ[mi][j]
             if c:
-                s = s + r[l] * c
+                s = s + r[mi] * c
         s_J.append(s)
     t_J = _normalize(s_J)
     neg = t_J[-1] < 0

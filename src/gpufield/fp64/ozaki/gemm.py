@@ -175,8 +175,8 @@ def _finite_2d_grouped(A_MK, s_M, t_N, rB, table, be, g, out):
 def _sym_sum(r1, r2, table, dtype):
     """Residues of (x1 + x2) re-wrapped to the symmetric range (3M operand, fp64.md 2.4)."""
     out = torch.empty_like(r1)
-    for l, p in enumerate(table.moduli):
-        out[l] = sym_mod_tensor(r1[l].to(torch.int64) + r2[l].to(torch.int64), p).to(dtype)
+    for mi, p in enumerate(table.moduli):
+        out[mi] = sym_mod_tensor(r1[mi].to(torch.int64) + r2[mi].to(torch.int64), p).to(dtype)
     return out
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from gpufield.errors import InputError, NumericsError
@@ -131,9 +131,9 @@ class ModuliTable:
         """Largest |r| over the table's symmetric residues."""
         return max(p // 2 for p in self.moduli)
 
-    def square_root(self, l: int) -> int | None:
+    def square_root(self, mi: int) -> int | None:
         """FP8: s with p_l = s^2 for the square moduli, else None (Karatsuba modulus)."""
-        return FP8_SQUARE_ROOTS[l] if self.kind == "fp8" and l < self.num_square else None
+        return FP8_SQUARE_ROOTS[mi] if self.kind == "fp8" and mi < self.num_square else None
 
 
 def _limbs(x: int, J: int) -> tuple[int, ...]:
@@ -141,7 +141,7 @@ def _limbs(x: int, J: int) -> tuple[int, ...]:
     return tuple((x >> (LIMB_BITS * j)) & mask for j in range(J))
 
 
-@lru_cache(maxsize=None)
+@cache
 def moduli_table(kind: str, num_moduli: int) -> ModuliTable:
     """Build (once) the CRT table for the first ``num_moduli`` moduli of ``kind``.
 
@@ -169,10 +169,10 @@ def moduli_table(kind: str, num_moduli: int) -> ModuliTable:
         q = pow(Mi, -1, p)
         Cs.append(Mi * q)
         qs.append(q)
-    for l, C in enumerate(Cs):  # self-check (fp64.md 4.4)
+    for mi, C in enumerate(Cs):  # self-check (fp64.md 4.4)
         for j, p in enumerate(ps):
-            if C % p != (1 if l == j else 0):
-                raise NumericsError(f"CRT constant C_{l} is not delta mod p_{j}={p}")
+            if C % p != (1 if mi == j else 0):
+                raise NumericsError(f"CRT constant C_{mi} is not delta mod p_{j}={p}")
     J = -(-M.bit_length() // LIMB_BITS)
     # math.log2 of a Python int is accurate to a few ulps (~1e-13 here); 1e-9 below keeps 2**t <= (M-1)/2.
     t = math.log2((M - 1) // 2) - 1e-9
@@ -183,7 +183,7 @@ def moduli_table(kind: str, num_moduli: int) -> ModuliTable:
         M=M,
         crt_C=tuple(Cs),
         crt_q=tuple(qs),
-        q_over_p=tuple(q / p for q, p in zip(qs, ps)),
+        q_over_p=tuple(q / p for q, p in zip(qs, ps, strict=False)),
         C_limbs_LJ=tuple(_limbs(C, J) for C in Cs),
         M_limbs_J=_limbs(M, J),
         log2_M=math.log2(M),
@@ -203,5 +203,5 @@ def crt_lift(residues: list[int] | tuple[int, ...], table: ModuliTable) -> int:
         The unique X in [-M/2, M/2) with X = r_l (mod p_l) for every l.
     """
     M = table.M
-    S = sum(int(r) * C for r, C in zip(residues, table.crt_C))
+    S = sum(int(r) * C for r, C in zip(residues, table.crt_C, strict=False))
     return (S + M // 2) % M - M // 2

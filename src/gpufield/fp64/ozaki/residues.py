@@ -104,17 +104,17 @@ def residues_from_scaled(Xs: torch.Tensor, moduli: tuple[int, ...], dtype=torch.
         neg = bits < 0
         e = torch.where(big, e, torch.zeros_like(e))
     out = torch.empty((len(moduli),) + tuple(Xs.shape), dtype=dtype, device=Xs.device)
-    for l, p in enumerate(moduli):
+    for mi, p in enumerate(moduli):
         r = torch.remainder(xi, p)
         if any_big:
             rb = torch.remainder(torch.remainder(mant, p) * _pow2_mod_table(p, Xs.device)[e], p)
             rb = torch.where(neg, torch.remainder(-rb, p), rb)
             r = torch.where(big, rb, r)
-        out[l] = torch.where(r >= (p + 1) // 2, r - p, r).to(dtype)
+        out[mi] = torch.where(r >= (p + 1) // 2, r - p, r).to(dtype)
     return out
 
 
-def fp8_digit_planes(res: torch.Tensor, table: ModuliTable, l: int) -> list[torch.Tensor]:
+def fp8_digit_planes(res: torch.Tensor, table: ModuliTable, mi: int) -> list[torch.Tensor]:
     """Split symmetric residues mod p_l into FP8-exact digits |d| <= 16 (fp64.md 2.4, GEMMul8 ``make_f8``).
 
     Square modulus p = s^2: a = s*hi + lo with hi = round(a/s) (half to even), planes [hi, lo].
@@ -129,7 +129,7 @@ def fp8_digit_planes(res: torch.Tensor, table: ModuliTable, l: int) -> list[torc
         list of 2 or 3 int8 tensors shaped like ``res``, every entry in [-16, 16].
     """
     a = res.to(torch.int64)
-    s = table.square_root(l)
+    s = table.square_root(mi)
     if s is not None:
         hi = torch.round(a.to(torch.float64) / s).to(torch.int64)
         lo = a - s * hi
@@ -140,7 +140,7 @@ def fp8_digit_planes(res: torch.Tensor, table: ModuliTable, l: int) -> list[torc
     return [hi.to(torch.int8), lo.to(torch.int8), (hi + lo).to(torch.int8)]
 
 
-def fp8_combine(C_list: list[torch.Tensor], table: ModuliTable, l: int) -> torch.Tensor:
+def fp8_combine(C_list: list[torch.Tensor], table: ModuliTable, mi: int) -> torch.Tensor:
     """Recombine the 3 digit products of modulus l into an integer congruent to the residue product.
 
     Square modulus: inputs [hi*lo', lo*hi', lo*lo'], t = s*(C0 + C1) + C2 (mod s^2 the hi*hi' term vanishes).
@@ -154,7 +154,7 @@ def fp8_combine(C_list: list[torch.Tensor], table: ModuliTable, l: int) -> torch
     Returns:
         int64 tensor congruent to (A_l B_l) mod p_l.
     """
-    s = table.square_root(l)
+    s = table.square_root(mi)
     if s is not None:
         return s * (C_list[0] + C_list[1]) + C_list[2]
     b = FP8_KARATSUBA_BASE
