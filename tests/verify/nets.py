@@ -127,7 +127,7 @@ def milp_min(layers, lo, hi, c):
     n0 = len(lo)
     # variable layout: x, then per hidden layer: z (pre), a (post), d (binary); final z.
     lbs, ubs, integ = list(lo), list(hi), [0] * n0
-    l, u = np.asarray(lo, float), np.asarray(hi, float)
+    low, u = np.asarray(lo, float), np.asarray(hi, float)
     idx = list(range(n0))
     nvar = n0
 
@@ -143,7 +143,7 @@ def milp_min(layers, lo, hi, c):
     rows = []
     for li, (W, b) in enumerate(layers):
         Wp, Wn = np.clip(W, 0, None), np.clip(W, None, 0)
-        zl, zu = Wp @ l + Wn @ u + b, Wp @ u + Wn @ l + b
+        zl, zu = Wp @ low + Wn @ u + b, Wp @ u + Wn @ low + b
         z = new(len(b), zl, zu)
         for j in range(len(b)):  # z_j - W_j·prev = b_j
             rows.append(({z[j]: 1.0, **{idx[i]: -W[j, i] for i in range(len(idx))}}, b[j], b[j]))
@@ -156,7 +156,7 @@ def milp_min(layers, lo, hi, c):
             rows.append(({a[j]: 1.0, z[j]: -1.0}, 0.0, np.inf))                        # a ≥ z
             rows.append(({a[j]: 1.0, z[j]: -1.0, d[j]: -zl[j]}, -np.inf, -zl[j]))      # a ≤ z − l(1−d)
             rows.append(({a[j]: 1.0, d[j]: -max(zu[j], 0.0)}, -np.inf, 0.0))            # a ≤ u d
-        idx, l, u = a, np.maximum(zl, 0), np.maximum(zu, 0)
+        idx, low, u = a, np.maximum(zl, 0), np.maximum(zu, 0)
     A = np.zeros((len(rows), nvar))
     for r, (coef, _, _) in enumerate(rows):
         for k, v in coef.items():

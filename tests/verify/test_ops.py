@@ -102,13 +102,13 @@ def test_linear_ops_backward_is_exact(name, op, in_shapes):
 def test_relu_adaptive_and_upper_line_hand_values():
     from gpufield.verify.ops.activation import adaptive_lower_slope, relu_upper_line
 
-    l = torch.tensor([[-1.0, -3.0, 1.0, -2.0, -1.0]])
+    low = torch.tensor([[-1.0, -3.0, 1.0, -2.0, -1.0]])
     u = torch.tensor([[3.0, 1.0, 2.0, -0.5, 1.0]])
-    s, t = relu_upper_line(l, u)
+    s, t = relu_upper_line(low, u)
     torch.testing.assert_close(s, torch.tensor([[0.75, 0.25, 1.0, 0.0, 0.5]]))
     torch.testing.assert_close(t, torch.tensor([[0.75, 0.75, 0.0, 0.0, 0.5]]))
     # α = 1 iff u > −l (auto_LiRPA's upper slope > 0.5); u == −l gives 0
-    torch.testing.assert_close(adaptive_lower_slope(l, u), torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0]]))
+    torch.testing.assert_close(adaptive_lower_slope(low, u), torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0]]))
 
 
 def test_ibp_three_input_all_ones_layer():

@@ -29,8 +29,8 @@ def _bounds(g, lo, hi, c, iterations=60):
     case = Case(lo, hi, (Clause(c.reshape(1, -1), np.zeros(1)),))
     spec = Spec.from_case(case, len(c))
     ib = ibp(g, lo_t, hi_t)
-    l, u = ib[g.output_name]
-    ibp_lb = float((np.clip(c, 0, None) @ l[0].numpy()) + (np.clip(c, None, 0) @ u[0].numpy()))
+    low, u = ib[g.output_name]
+    ibp_lb = float((np.clip(c, 0, None) @ low[0].numpy()) + (np.clip(c, None, 0) @ u[0].numpy()))
     C = spec.C_SB(g.output_shape, 1, lo_t)
     inter_plain = crown_intermediate(g, lo_t, hi_t)
     crown_lb = float(backward(g, g.output_name, C, lo_t, hi_t, inter_plain, upper=False)[0])
@@ -77,10 +77,10 @@ def test_crown_and_alpha_sound_on_structured_nets(tmp_path, which):
     lo_t, hi_t = (torch.tensor(v).reshape(1, *g.input_shape) for v in (lo, hi))
     inter = crown_intermediate(g, lo_t, hi_t)
     X = torch.tensor(rng.uniform(lo, hi, (512, n))).reshape(512, *g.input_shape)
-    for name, (l, u) in inter.items():  # every intermediate bound contains the sampled values
+    for name, (low, u) in inter.items():  # every intermediate bound contains the sampled values
         with torch.no_grad():
             v = g.forward(X, upto=name) if name != g.input_name else X
-        assert (v >= l - 1e-9).all() and (v <= u + 1e-9).all(), name
+        assert (v >= low - 1e-9).all() and (v <= u + 1e-9).all(), name
     C_rows = rng.normal(0, 1, (3, 4))
     case = Case(lo, hi, tuple(Clause(r.reshape(1, -1), np.zeros(1)) for r in C_rows))
     spec = Spec.from_case(case, 4)

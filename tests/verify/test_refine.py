@@ -30,9 +30,9 @@ def _run(tmp_path, seed, offset, max_domains):
     boxes = [(torch.tensor(lo, dtype=dt).reshape(1, 3), torch.tensor(hi, dtype=dt).reshape(1, 3))
              for dt in (torch.float32, torch.float64)]
     refs = []
-    for gg, (l, h) in ((g, boxes[0]), (g64, boxes[1])):
-        ib = ibp(gg, l, h)
-        refs.append({**ib, **crown_intermediate(gg, l, h, ref=ib)})
+    for gg, (low, h) in ((g, boxes[0]), (g64, boxes[1])):
+        ib = ibp(gg, low, h)
+        refs.append({**ib, **crown_intermediate(gg, low, h, ref=ib)})
     root = alpha_crown(g, spec, *boxes[0], refs[0], refs[0], AlphaConfig(iterations=30))
     r = refine(g, g64, spec, *boxes[0], *boxes[1], refs[0], refs[1],
                RefineConfig(max_domains=max_domains, batch=32), margin_tol=1e-7,

@@ -29,8 +29,8 @@ def _instance(tmp_path, name, kind, seed=0):
     lo, hi = np.full(3, -0.1), np.full(3, 0.1)
     g = load_onnx(onnx_p)
     if kind == "unsat":
-        l, _ = ibp(g.cast(torch.float64), torch.tensor(lo).reshape(1, 3), torch.tensor(hi).reshape(1, 3))[g.output_name]
-        out = f"(assert (<= Y_0 {float(l[0, 0]) - 1.0!r}))"
+        low, _ = ibp(g.cast(torch.float64), torch.tensor(lo).reshape(1, 3), torch.tensor(hi).reshape(1, 3))[g.output_name]
+        out = f"(assert (<= Y_0 {float(low[0, 0]) - 1.0!r}))"
     else:
         with torch.no_grad():
             y0 = float(g.forward(torch.zeros(1, 3))[0, 0])

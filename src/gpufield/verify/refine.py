@@ -61,12 +61,12 @@ class RefineResult:
 
 def _with_splits(ref: dict[str, Interval], domains: list[tuple[Split, ...]]) -> dict[str, Interval]:
     B = len(domains)
-    out = {k: (l.expand(B, *l.shape[1:]).clone(), u.expand(B, *u.shape[1:]).clone()) for k, (l, u) in ref.items()}
+    out = {k: (low.expand(B, *low.shape[1:]).clone(), u.expand(B, *u.shape[1:]).clone()) for k, (low, u) in ref.items()}
     for b, dom in enumerate(domains):
         for name, idx, sign in dom:
-            l, u = out[name]
+            low, u = out[name]
             if sign > 0:
-                l[b].view(-1)[idx] = torch.clamp(l[b].view(-1)[idx], min=0.0)
+                low[b].view(-1)[idx] = torch.clamp(low[b].view(-1)[idx], min=0.0)
             else:
                 u[b].view(-1)[idx] = torch.clamp(u[b].view(-1)[idx], max=0.0)
     return out
@@ -77,8 +77,8 @@ def _empty(inter: dict[str, Interval], names: list[str]) -> torch.Tensor:
     B = next(iter(inter.values()))[0].shape[0]
     e = torch.zeros(B, dtype=torch.bool, device=next(iter(inter.values()))[0].device)
     for n in names:
-        l, u = inter[n]
-        e |= (l > u).flatten(1).any(1)
+        low, u = inter[n]
+        e |= (low > u).flatten(1).any(1)
     return e
 
 
@@ -94,13 +94,13 @@ def _branch(graph: Graph, spec: Spec, lo, hi, inter, domains) -> list[Split | No
         name = relu.inputs[0]
         if relu.name not in record or name == graph.input_name:
             continue
-        l, u = (t.flatten(1) for t in inter[name])
-        unstable = (l < 0) & (u > 0)
+        low, u = (t.flatten(1) for t in inter[name])
+        unstable = (low < 0) & (u > 0)
         for b, dom in enumerate(domains):
             for n2, idx, _ in dom:
                 if n2 == name:
                     unstable[b, idx] = False
-        t = torch.where(unstable, -l * u / torch.where(unstable, u - l, torch.ones_like(u)), torch.zeros_like(u))
+        t = torch.where(unstable, -low * u / torch.where(unstable, u - low, torch.ones_like(u)), torch.zeros_like(u))
         score = (record[relu.name].flatten(2).clamp(max=0).mean(0) * t).abs()
         score = torch.where(unstable, score + 1e-12, torch.full_like(score, -1.0))
         s, idx = score.max(1)
@@ -156,7 +156,7 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
             continue
         sub = [doms[b] for b in open_]
         idx = torch.as_tensor(open_, device=lo.device)
-        picks = _branch(graph, spec, loB[idx], hiB[idx], {k: (l[idx], u[idx]) for k, (l, u) in inter.items()}, sub)
+        picks = _branch(graph, spec, loB[idx], hiB[idx], {k: (low[idx], u[idx]) for k, (low, u) in inter.items()}, sub)
         for dom, pick in zip(sub, picks, strict=True):
             if pick is None:
                 return RefineResult(False, count, time.monotonic() - t0, "a leaf has no unstable neuron left")

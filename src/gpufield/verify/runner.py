@@ -102,9 +102,9 @@ def outward_box(case: Case, shape, dtype, device) -> tuple[torch.Tensor, torch.T
 
 
 def _ibp_clauses(graph: Graph, spec: Spec, bounds) -> torch.Tensor:
-    l, u = (t.flatten(1) for t in bounds[graph.output_name])
-    C = torch.as_tensor(spec.C_SM, dtype=l.dtype, device=l.device)
-    lb_SB = C.clamp(min=0) @ l.T + C.clamp(max=0) @ u.T
+    low, u = (t.flatten(1) for t in bounds[graph.output_name])
+    C = torch.as_tensor(spec.C_SM, dtype=low.dtype, device=low.device)
+    lb_SB = C.clamp(min=0) @ low.T + C.clamp(max=0) @ u.T
     return spec.clause_value(spec.margins(lb_SB))
 
 

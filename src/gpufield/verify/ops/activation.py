@@ -19,26 +19,26 @@ from gpufield.verify.ops._util import dot_tail
 from gpufield.verify.protocols import BackwardInputs
 
 
-def relu_upper_line(l, u):
+def relu_upper_line(low, u):
     """Upper relaxation ``a ≤ s·z + t`` of ReLU for ``l ≤ z ≤ u`` (``[B, *]`` each).
 
     Returns:
         ``(s, t)``: slope and intercept, ``[B, *]``; exact (0,0)/(1,0) for stable neurons.
     """
-    unstable = (l < 0) & (u > 0)
-    denom = torch.where(unstable, u - l, torch.ones_like(u))
-    s = torch.where(unstable, u / denom, (l >= 0).to(u.dtype))
-    t = torch.where(unstable, -l * s, torch.zeros_like(u))
+    unstable = (low < 0) & (u > 0)
+    denom = torch.where(unstable, u - low, torch.ones_like(u))
+    s = torch.where(unstable, u / denom, (low >= 0).to(u.dtype))
+    t = torch.where(unstable, -low * s, torch.zeros_like(u))
     return s, t
 
 
-def adaptive_lower_slope(l, u):
+def adaptive_lower_slope(low, u):
     """CROWN's adaptive lower slope: 1 if ``u > −l`` else 0 for unstable; exact for stable (``[B, *]``)."""
-    unstable = (l < 0) & (u > 0)
-    return torch.where(unstable, (u > -l).to(u.dtype), (l >= 0).to(u.dtype))
+    unstable = (low < 0) & (u > 0)
+    return torch.where(unstable, (u > -low).to(u.dtype), (low >= 0).to(u.dtype))
 
 
-def lower_slope(l, u, alpha):
+def lower_slope(low, u, alpha):
     """The lower slope in use: α for unstable neurons, the exact slope for stable ones.
 
     Args:
@@ -49,9 +49,9 @@ def lower_slope(l, u, alpha):
         slope broadcastable to ``[S, B, *]``.
     """
     if alpha is None:
-        return adaptive_lower_slope(l, u)
-    unstable = (l < 0) & (u > 0)
-    return torch.where(unstable, alpha, (l >= 0).to(u.dtype))
+        return adaptive_lower_slope(low, u)
+    unstable = (low < 0) & (u > 0)
+    return torch.where(unstable, alpha, (low >= 0).to(u.dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,17 +71,17 @@ class Relu:
 
     def backward(self, lA, uA, ctx: BackwardInputs):
         """Lower pass ``A⁺α + A⁻s_u`` with bias ``A⁻t_u``; upper pass ``A⁺s_u + A⁻α``, bias ``A⁺t_u``."""
-        l, u = ctx.in_bounds[0]
-        s, t = relu_upper_line(l, u)
+        low, u = ctx.in_bounds[0]
+        s, t = relu_upper_line(low, u)
         new_l = new_u = None
         lb = ub = 0.0
         if lA is not None:
-            a = lower_slope(l, u, ctx.alpha_lower)
+            a = lower_slope(low, u, ctx.alpha_lower)
             pos, neg = lA.clamp(min=0), lA.clamp(max=0)
             new_l = pos * a + neg * s
             lb = dot_tail(neg, t)
         if uA is not None:
-            a = lower_slope(l, u, ctx.alpha_upper)
+            a = lower_slope(low, u, ctx.alpha_upper)
             pos, neg = uA.clamp(min=0), uA.clamp(max=0)
             new_u = pos * s + neg * a
             ub = dot_tail(pos, t)
