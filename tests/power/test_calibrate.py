@@ -159,3 +159,83 @@ def test_efficiency_descends_past_the_cliff_only_while_the_gate_holds():
     assert ce.chosen_x == 450.0 and ce.j_per_token < cb.j_per_token
     cb, ce = run(460.0)
     assert ce.chosen_x == 475.0  # here the gate, not the flat part, stops the descent
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_knee_of_a_step_cliff_lies_between_the_last_flat_and_the_first_dropped_value(seed):
+    # an HBM-state drop is a step: -11% at once, then level
+    rng = np.random.default_rng(seed)
+    x = np.arange(1965.0, 700.0, -90.0)
+    t = np.where(x >= 930, 1.0, 0.89)
+    xx = np.concatenate([x, x])
+    k = fit_knee(xx, np.concatenate([t, t]) * np.exp(rng.normal(0, 0.02, 2 * len(x))), n_boot=100, seed=seed)
+    assert 885 <= k.knee <= 975 and k.step < -0.05
+
+
+def _step_lane(noise: float, seed: int):
+    """Decode lane with a *step* cliff under SM-clock ceilings (flat >= 975 MHz, -11% below, then a
+    compute-bound decline below 700 MHz), as the twin's HBM gate produces."""
+    rng = np.random.default_rng(seed)
+
+    def thr(s: LaneSetting) -> float:
+        if s.clock_window_mhz is None:
+            return 1000.0 if (s.power_limit_w or 700.0) >= 300 else 500.0
+        f = s.clock_window_mhz[1]
+        return 1000.0 * (1.0 if f >= 930 else 0.89 if f >= 700 else 0.89 - (700 - f) * 0.0012)
+
+    def measure(s: LaneSetting) -> SweepPoint:
+        t = thr(s) * math.exp(rng.normal(0, noise))
+        f = s.clock_window_mhz[1] if s.clock_window_mhz else 1980
+        p = (150 + 0.3 * f) * math.exp(rng.normal(0, noise))
+        return SweepPoint(x=math.nan, setting=s, throughput_tok_s=t, itl_p50_s=0.01, itl_p99_s=10.0 / thr(s),
+                          power_w=p, j_per_token=p / t)
+
+    def gate(s: LaneSetting) -> GateResult:
+        return GateResult(itl_p99_s=10.0 / thr(s), e2e_mean_s=5.0 * 1000.0 / thr(s))
+    return measure, gate
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_clock_ceiling_over_a_step_cliff_lands_one_margin_above_the_flat_part(seed):
+    # fitted over the whole tail, a two-segment knee sat inside the flat part and the ceiling landed
+    # two steps above the flat part's end; the knee now comes from the flat part and the first two
+    # values past it
+    measure, gate = _step_lane(0.02, seed)
+    cfg = CalibrationConfig(step_w=STEP, clock_step_mhz=90, n_boot=100)
+    clocks = list(range(1965, 344, -15))
+    res = calibrate_decode(measure=measure, gate=gate, default_limit_w=700.0, min_limit_w=200.0,
+                           sm_clocks_mhz=clocks, slo_itl_p99_s=0.05, cfg=cfg)
+    fam = {f.family: f for f in res.families}["clock_lock"]
+    assert fam.flat_min == 975
+    assert fam.knee is not None and 885 <= fam.knee.knee <= fam.flat_min
+    # flat part + margin = 1065 MHz; the knee's bootstrap interval may add up to one sweep step
+    assert 1065 <= fam.chosen_x <= 1155
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prefill_window_top_is_the_smoothed_sweet_spot_not_a_noisy_point(seed):
+    rng = np.random.default_rng(seed)
+    fmax = 1965
+    clocks = list(range(1965, 164, -15))
+
+    def j_true(f: float, f_sweet: float) -> float:  # U-shaped energy per token, minimum at f_sweet
+        return 0.12 * (1 + 1.5 * ((f - f_sweet) / 1000.0) ** 2)
+
+    def run(f_sweet: float, low_at: int | None):
+        def measure(f: int) -> PrefillPoint:
+            j = j_true(f, f_sweet) * math.exp(rng.normal(0, 0.02)) * (0.95 if f == low_at else 1.0)
+            t = 0.18 * fmax / f
+            return PrefillPoint(clock_mhz=f, service_mean_s=t, service_p99_s=2 * t, j_per_token=j,
+                                power_peak_w=200 + 0.2 * f, held=True)
+        return calibrate_prefill(measure=measure, sm_clocks_mhz=clocks, clock_step_mhz=90, peak_rate_per_s=1.0,
+                                 instances=4, ttft_p99_slo_s=2.0, headroom=0.1, kv_transfer_p99_s=0.05,
+                                 first_decode_s=0.03, enforced_limit_w=700.0)
+    # sweet spot below the floor, one point above the floor reading 5% low: the window is a lock
+    res = run(450.0, low_at=1155)
+    lo, hi = res.setting.clock_window_mhz
+    assert 900 < lo < 1155 and hi == lo  # (a pointwise "within 2% of the minimum" gave >= 1155)
+    # sweet spot above the floor: the top is within two sweep steps of it (the curve rises only
+    # 1.5% over +-100 MHz there, about the smoothed curve's noise)
+    res = run(1500.0, low_at=None)
+    lo, hi = res.setting.clock_window_mhz
+    assert lo < 1500 and abs(hi - 1500) <= 180

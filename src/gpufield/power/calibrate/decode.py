@@ -62,7 +62,8 @@ class FamilyResult:
         family: ``"power_cap"``, ``"clock_lock"`` or a vendor stand-in name.
         points: every measurement (both passes).
         flat_min: lowest x whose every higher x stays on the flat part (NaN if none).
-        knee: two-segment fit (None when there is no drop, or when the drop is seen only at the
+        knee: two-phase fit on the flat part and the first two values past it (None when there is
+            no drop, or when the drop is seen only at the
             sweep's last value so that the fit cannot place it; then ``flat_min`` alone anchors).
         chosen: the gated setting (None when nothing passed the gate).
         chosen_x: its x; j_per_token: its calibration-load energy per token.
@@ -162,8 +163,16 @@ def sweep_family(family: str, values: Sequence[float], make: Callable[[float], L
     flat = flat_minimum(pts, base, slo_itl_p99_s, cfg)
     knee = None
     xs = np.array([p.x for p in pts])
-    if len(np.unique(xs)) >= 3 and len(pts) >= 4:
-        ys = np.array([p.throughput_tok_s for p in pts]) / base.throughput_tok_s
+    ys = np.array([p.throughput_tok_s for p in pts]) / base.throughput_tok_s
+    # the knee is the end of the flat part: fit it on the flat part and the first two swept values
+    # past it. Further down other regimes begin (HBM in its lower state, compute-bound clocks) that
+    # one lower segment cannot describe; fitted to the whole tail, the breakpoint is dragged up
+    # into the part of the sweep that was measured flat. With fewer than two values past the flat
+    # part the drop is seen only at the sweep's last value and the cliff is not resolved
+    below = sorted((v for v in np.unique(xs) if not math.isnan(flat) and v < flat), reverse=True)
+    keep = xs >= below[1] if len(below) >= 2 else np.zeros(len(xs), bool)
+    xs, ys = xs[keep], ys[keep]
+    if len(np.unique(xs)) >= 3 and len(xs) >= 4:
         if ys.min() < 1 - cfg.eps_throughput:  # there is a drop to locate
             knee = fit_knee(xs, ys, n_boot=cfg.n_boot)
             if len(np.unique(xs[xs < knee.knee])) < 2:

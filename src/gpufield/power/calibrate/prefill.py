@@ -8,8 +8,13 @@ allowance at the provisioned peak rate (DistServe models prefill as M/D/1 with m
 with ``t_p99(f) + W_q99(f) <= B``. The floor must
 be enforceable: the board has to hold it under the power limit on the heaviest prompts
 (``P(f_lo) <= 0.95 * enforced limit``); otherwise the lane keeps the vendor default and says why. The
-window top is the energy sweet spot: the fastest measured clock ``>= f_lo`` whose J/token is within
-``sweet_tol`` (2%) of the minimum.
+window top is the energy sweet spot ``argmin_{f >= f_lo} J/token(f)`` (power.md 1.3) of the sweep
+*smoothed* by local quadratic regression (:func:`smooth_j_per_token`): each point carries ~2%
+measurement noise, so a pointwise minimum, or "the fastest clock within 2% of it", lands wherever
+one point happened to read low (a 885 MHz top over a 697 MHz floor in the twin's MoE scenario, with
+J/token still falling towards the floor). When the unconstrained sweet spot lies below the floor the
+window closes to a lock at the floor: any clock above it costs energy and buys TTFT the SLO does not
+ask for.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import numpy as np
 
 from gpufield.power.types import LaneSetting
 
-__all__ = ["PrefillPoint", "PrefillCalibration", "calibrate_prefill", "md1_wait_s", "mm1_wait_p99_s", "fit_beta"]
+__all__ = ["PrefillPoint", "PrefillCalibration", "calibrate_prefill", "md1_wait_s", "mm1_wait_p99_s", "fit_beta",
+           "smooth_j_per_token"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,11 +102,50 @@ def fit_beta(clocks_mhz: Sequence[float], service_s: Sequence[float]) -> float:
     return float(-slope)
 
 
+def smooth_j_per_token(clocks_mhz: Sequence[float], j_per_token: Sequence[float], at_mhz: Sequence[float],
+                       *, span_points: float = 3.5) -> np.ndarray:
+    """Local quadratic regression (LOESS, tricube weights) of ``log J/token`` over the clock sweep.
+
+    Args:
+        clocks_mhz / j_per_token: the sweep, shape ``(n,)``, ``n >= 3``.
+        at_mhz: clocks to evaluate at (MHz), inside the swept range.
+        span_points: half-width of the tricube kernel in units of the median sweep step (3.5: the
+            three neighbours on each side get weight).
+
+    Returns:
+        Smoothed J/token at ``at_mhz``, float64 ``(len(at_mhz),)``.
+
+    Raises:
+        ValueError: fewer than 3 distinct clocks.
+
+    Follows Cleveland, "Robust locally weighted regression and smoothing scatterplots", JASA 74
+    (1979), without the robustness iterations.
+    """
+    f = np.asarray(clocks_mhz, float)
+    y = np.log(np.asarray(j_per_token, float))
+    uf = np.unique(f)
+    if len(uf) < 3:
+        raise ValueError("smooth_j_per_token needs at least 3 distinct clocks")
+    h = span_points * float(np.median(np.diff(uf)))
+    out = []
+    for f0 in np.asarray(at_mhz, float):
+        u = np.abs(f - f0) / h
+        w = np.where(u < 1, (1 - u ** 3) ** 3, 0.0)
+        if np.count_nonzero(w) < 3:  # too few neighbours for a quadratic: widen to the 3 nearest
+            w = np.zeros_like(f)
+            w[np.argsort(np.abs(f - f0))[:3]] = 1.0
+        X = np.column_stack([np.ones_like(f), f - f0, (f - f0) ** 2])
+        sw = np.sqrt(w)
+        coef, *_ = np.linalg.lstsq(X * sw[:, None], y * sw, rcond=None)
+        out.append(float(np.exp(coef[0])))
+    return np.asarray(out)
+
+
 def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: Sequence[int],
                       clock_step_mhz: float, peak_rate_per_s: float, instances: int, ttft_p99_slo_s: float,
                       headroom: float, kv_transfer_p99_s: float, first_decode_s: float,
                       enforced_limit_w: float, gate: Callable[[LaneSetting], float] | None = None,
-                      sweet_tol: float = 0.02) -> PrefillCalibration:
+                      sweet_tol: float = 0.0) -> PrefillCalibration:
     """Choose the prefill clock window.
 
     Args:
@@ -112,8 +157,9 @@ def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: 
         enforced_limit_w: the prefill GPUs' enforced power limit (W).
         gate: optional peak replay returning the TTFT p99 (s) at a setting; the floor is raised one
             sweep step at a time until it meets ``(1-h) SLO``.
-        sweet_tol: the window top is the fastest measured clock whose J/token is within this
-            fraction of the minimum (the sweet spot is flat; measurement noise is ~2%).
+        sweet_tol: the window top is the fastest supported clock ``>= f_lo`` whose *smoothed* J/token
+            is within this fraction of the smoothed minimum (0: the sweet spot itself; a positive
+            value trades that much prefill energy for TTFT).
     """
     clocks = sorted(set(int(c) for c in sm_clocks_mhz), reverse=True)
     fmax, fmin = clocks[0], clocks[-1]
@@ -141,13 +187,14 @@ def calibrate_prefill(*, measure: Callable[[int], PrefillPoint], sm_clocks_mhz: 
                                   budget_s=budget, enforceable=False, points=tuple(pts),
                                   reason=(f"floor {floor} MHz not enforceable: {at_floor.power_peak_w:.0f} W"
                                           f" > 0.95 x {enforced_limit_w:.0f} W limit: keep default"))
-    cands = [p for p in pts if p.clock_mhz >= floor and p.held]
-    if cands:  # the sweet spot is flat: take the fastest clock within sweet_tol of the minimum J/token
-        jmin = min(p.j_per_token for p in cands)
-        top_p = max((p for p in cands if p.j_per_token <= (1 + sweet_tol) * jmin), key=lambda p: p.clock_mhz)
+    held = [p for p in pts if p.held]
+    cands = [c for c in clocks if floor <= c <= max((p.clock_mhz for p in held), default=0)]
+    if len({p.clock_mhz for p in held}) >= 3 and cands:  # sweet spot of the smoothed sweep
+        j = smooth_j_per_token([p.clock_mhz for p in held], [p.j_per_token for p in held], cands)
+        hi = max(c for c, v in zip(cands, j, strict=True) if v <= (1 + sweet_tol) * j.min())
     else:
-        top_p = at_floor
-    hi = max(top_p.clock_mhz, floor)
+        hi = at_floor.clock_mhz
+    hi = max(hi, floor)
 
     def make(lo: int) -> LaneSetting:
         return LaneSetting(clock_window_mhz=(lo, max(hi, lo)), label=f"clocks {lo}-{max(hi, lo)} MHz")
