@@ -12,7 +12,15 @@ time, then by confidence. Walking that order, a finding becomes a *cascade* of a
   unknown/unmapped host, or a peer address that cannot be resolved to a different known host);
   NCCL errors, watchdog timeouts and teardown happen on victims anywhere in the job.
 
-Everything else starts its own incident. A host blamed by established hardware incidents in
+Everything else starts its own incident.
+
+*Episode window* (triage.md 5.6.2): when the inputs hold job-side logs (anything but kernel logs,
+nvidia-smi and DCGM samples), the failure episode is ``[first job-side anomaly - EPISODE_BEFORE_S,
+last job-side line + EPISODE_AFTER_S]``. A finding outside it (a Xid hours after the job died, or
+the day before) is context, not root: it is ordered after every in-window failure finding, never
+absorbs in-window cascades, and its note says so.
+
+A host blamed by established hardware incidents in
 :data:`LEMON_MIN` or more separate files (jobs) is additionally reported as ``LEMON_NODE``.
 """
 
@@ -27,6 +35,10 @@ from gpufield.triage.events import Event
 
 EPISODE_S = 3 * 3600.0  # a cascade comes within hours of its root (watchdog timeouts: 10-30 min)
 LEMON_MIN = 3
+EPISODE_BEFORE_S = 3600.0  # a root precedes the first job-side symptom by at most the watchdog timeout + margin
+EPISODE_AFTER_S = 300.0  # kernel lines about the failure land within seconds to minutes of the job's last line
+#: sources whose lines come from the job itself (not the host's kernel log or GPU telemetry)
+HOST_SIDE_SOURCES = frozenset({"kernel", "smi", "dcgm"})
 HARDWARE_NODE = frozenset({"GPU_FELL_OFF_BUS", "GPU_LOST_PCIE", "GSP_TIMEOUT", "ECC_UNCORRECTABLE",
                            "HBM_DEGRADATION", "NVLINK_FAULT", "GPU_RESET_REQUIRED"})
 
@@ -40,12 +52,45 @@ PERFORMANCE = frozenset({"STRAGGLER_COMPUTE", "STRAGGLER_INPUT", "STRAGGLER_THER
 HINTS = frozenset({"LOSS_SCALE_COLLAPSE", "SILENT_SKIPPED_STEPS"})
 
 
-def order_key(f: Finding) -> tuple:
+def episode_window(findings: Sequence[Finding], tl: Timeline) -> tuple[int, int] | None:
+    """The failure episode ``(start_ns, end_ns)`` in corrected time, or None when it cannot be told.
+
+    End: the last timed job-side line + :data:`EPISODE_AFTER_S`. Start: the earliest timed root of a
+    job-side failure finding (neither performance nor hint) - :data:`EPISODE_BEFORE_S`, or the
+    first job-side line - that margin when no job-side finding exists. None when no job-side line
+    has a time (kernel logs alone: everything is in the episode).
+    """
+    first = last = None
+    for e in tl.events:
+        if e.source in HOST_SIDE_SOURCES:
+            continue
+        t = tl.t(e)
+        if t is None:
+            continue
+        first = t if first is None or t < first else first
+        last = t if last is None or t > last else last
+    if last is None:
+        return None
+    anomalies = [f.t_ns for f in findings if f.t_ns is not None and f.root.source not in HOST_SIDE_SOURCES
+                 and f.cls not in PERFORMANCE and f.cls not in HINTS]
+    start = min(anomalies) if anomalies else first
+    return int(start - EPISODE_BEFORE_S * 1e9), int(last + EPISODE_AFTER_S * 1e9)
+
+
+def in_episode(f: Finding, window: tuple[int, int] | None) -> bool:
+    """Whether finding ``f`` lies in the failure episode (untimed findings and no window: yes)."""
+    return window is None or f.t_ns is None or window[0] <= f.t_ns <= window[1]
+
+
+def order_key(f: Finding, window: tuple[int, int] | None = None) -> tuple:
     """Sort key: established first, then causal tier, time, confidence (untimed after timed).
 
-    Performance findings (stragglers, slow input/checkpoints) come after all failure findings.
+    Performance findings (stragglers, slow input/checkpoints) come after all failure findings;
+    findings outside the episode ``window`` come after every in-window finding.
     """
-    if f.cls in PERFORMANCE:
+    if not in_episode(f, window):
+        group = 5
+    elif f.cls in PERFORMANCE:
         group = 4
     elif f.established:
         group = 0
@@ -64,7 +109,10 @@ def _consistent(root: Finding, f: Finding, known_hosts: set[str]) -> bool:
     return root.host in (f.facts.get("peer"), *f.facts.get("reporters", "").split(","))
 
 
-def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str]) -> bool:
+def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str],
+              window: tuple[int, int] | None = None) -> bool:
+    if in_episode(f, window) and not in_episode(root, window):
+        return False
     if not (f.tier >= Tier.NCCL or not f.established or root.tier < f.tier):
         return False
     if f.tier >= Tier.NCCL and root.tier > f.tier:
@@ -90,20 +138,22 @@ def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequ
         Incidents; empty when there are no findings.
     """
     known_hosts = {e.host for e in tl.events if e.host}
+    window = episode_window(findings, tl)
     roots: list[tuple[Finding, list[Finding]]] = []
-    for f in sorted(findings, key=order_key):
+    for f in sorted(findings, key=lambda f: order_key(f, window)):
         for root, cascades in roots:
-            if _explains(root, f, tl, known_hosts):
+            if _explains(root, f, tl, known_hosts, window):
                 cascades.append(f)
                 break
         else:
             roots.append((f, []))
-    incidents = [_incident(root, cascades, tl, progress) for root, cascades in roots]
+    incidents = [_incident(root, cascades, tl, progress, in_episode(root, window)) for root, cascades in roots]
     lemon = _lemon(incidents, [r for r, _ in roots])
     return lemon + incidents
 
 
-def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Sequence[Event]) -> Incident:
+def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Sequence[Event],
+              in_window: bool = True) -> Incident:
     root_ids = {id(e) for e in root.evidence}
     seen: set[int] = set(root_ids)
     cascade_events: list[Event] = []
@@ -126,6 +176,10 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         # the job side agrees with the host side: the one rank that never reported runs on the blamed GPU
         note += f" Rank {root.rank}, the only rank that never reported, runs on this GPU."
         conf = min(0.95, conf + 0.05)
+    if not in_window:
+        note += (" Outside the failure episode (well before the first job-side anomaly or after the job's"
+                 " last line): context for the host's health, not the root of this failure.")
+        conf = min(conf, 0.3)
     return Incident(
         cls=root.cls, confidence=round(conf, 2), established=root.established, root=root.root,
         host=root.host, gpu=root.gpu, rank=root.rank, action_kind=kind, action=action, next_evidence=nxt,
