@@ -32,3 +32,13 @@ def test_h1_stale_xid_day_before_is_context_not_root():
     res = _run("D07b")
     assert res.verdict.cls == "CUDA_OOM_CAPACITY"
     assert [i.cls for i in res.incidents][-1] == "GPU_FELL_OFF_BUS"
+
+
+def test_h3_untimed_cuda_ecc_traceback_merges_into_timed_xid48_naming_the_gpu():
+    # the traceback has no time (inherits 03:00:00 of the step line); Xid 48 at 03:00:05 names 0000:ba:00
+    res = _run("D02")
+    top = res.verdict
+    assert (top.cls, top.host, top.gpu, top.action_kind) == ("ECC_UNCORRECTABLE", "hC", "0000:ba:00.0", "RESET_GPU")
+    assert "0000:ba:00.0" in top.action and "not named" not in top.action
+    assert {e.event.kind for e in top.evidence} >= {"xid"} and any("ECC error" in e.event.raw for e in top.evidence)
+    assert [i.cls for i in res.incidents] == ["ECC_UNCORRECTABLE"]

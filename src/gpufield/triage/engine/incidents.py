@@ -77,6 +77,41 @@ def episode_window(findings: Sequence[Finding], tl: Timeline) -> tuple[int, int]
     return int(start - EPISODE_BEFORE_S * 1e9), int(last + EPISODE_AFTER_S * 1e9)
 
 
+#: hardware classes that name the same fault from two sides (the application's CUDA error, the driver's Xid)
+_SAME_FAULT = {"ECC_UNCORRECTABLE": {"ECC_UNCORRECTABLE", "HBM_DEGRADATION"}, "NVLINK_FAULT": {"NVLINK_FAULT"}}
+
+
+def merge_corroborating(findings: Sequence[Finding]) -> list[Finding]:
+    """Fold a hardware finding that names no GPU into one of the same fault that does.
+
+    The application sees an uncorrectable ECC / NVLink error as a CUDA error (often an untimed
+    traceback line, which inherits an earlier time of its file) while the driver's Xid line, seconds
+    later, names the GPU. Both describe one fault; the Xid finding becomes the root (it names what to
+    reset) and the CUDA error lines join its evidence. Partners: established, hardware tier, same
+    host (or the GPU-less one has none), compatible class, within :data:`EPISODE_AFTER_S` when both
+    are timed.
+
+    Returns:
+        The findings without the folded ones (the partners' ``evidence`` and ``note`` are extended).
+    """
+    out = list(findings)
+    for f in findings:
+        if f.tier != Tier.HARDWARE or not f.established or f.gpu is not None or f.cls not in _SAME_FAULT:
+            continue
+        for g in out:
+            if g is f or g.gpu is None or not g.established or g.tier != Tier.HARDWARE \
+                    or g.cls not in _SAME_FAULT[f.cls] or (f.host is not None and g.host != f.host):
+                continue
+            if f.t_ns is not None and g.t_ns is not None and abs(f.t_ns - g.t_ns) > EPISODE_AFTER_S * 1e9:
+                continue
+            seen = {id(e) for e in g.evidence}
+            g.evidence.extend(e for e in f.evidence if id(e) not in seen)
+            g.note += f" The application's error ({f.root.file}:{f.root.line}) reports the same fault."
+            out = [x for x in out if x is not f]
+            break
+    return out
+
+
 def in_episode(f: Finding, window: tuple[int, int] | None) -> bool:
     """Whether finding ``f`` lies in the failure episode (untimed findings and no window: yes)."""
     return window is None or f.t_ns is None or window[0] <= f.t_ns <= window[1]
@@ -138,6 +173,7 @@ def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequ
         Incidents; empty when there are no findings.
     """
     known_hosts = {e.host for e in tl.events if e.host}
+    findings = merge_corroborating(findings)
     window = episode_window(findings, tl)
     roots: list[tuple[Finding, list[Finding]]] = []
     for f in sorted(findings, key=lambda f: order_key(f, window)):
