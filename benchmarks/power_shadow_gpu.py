@@ -111,6 +111,7 @@ def _phase(nvml, lane: Lane, phase: str, args, fake, device, plan, out: Path) ->
         lim = LaneLimits(default_limit_w=gpu.tdp_w, max_clock_mhz=gpu.sm_clock_max_mhz, step_w=25.0,
                          clock_step_mhz=90.0)
         t0 = time.perf_counter()
+        t_loop_ns = time.time_ns()  # samples from here on are the steady part of the phase
         ticks, intents = run_shadow(nvml=ro, lane=lane, setting=plan[lane], guard=guard, limits=lim, source=src,
                                     duration_s=args.phase_s - args.warmup_s, period_s=args.period_s,
                                     log_path=str(out / f"intents_{phase}.jsonl"))
@@ -137,6 +138,14 @@ def _phase(nvml, lane: Lane, phase: str, args, fake, device, plan, out: Path) ->
             "violation_power_s": s.violation_power_s} for s in samples]
     pw = np.array([s["power_w"] for s in tel if s["power_w"] is not None] or [np.nan])
     sm = np.array([s["sm_clock_mhz"] for s in tel if s["sm_clock_mhz"] is not None] or [np.nan])
+    # the sampler starts before the workload: its first samples still show the previous phase (the
+    # H200 run's decode phase listed 'sw_power_cap' from 5 samples of prefill tail); report the
+    # steady part (after the warm-up) separately
+    steady = [s for s in tel if s["t_s"] >= t_loop_ns * 1e-9]
+    reason_share = {r: sum(r in s["reasons"] for s in steady) / max(1, len(steady))
+                    for r in sorted({r for s in steady for r in s["reasons"]})}
+    pw_st = np.array([s["power_w"] for s in steady if s["power_w"] is not None] or [np.nan])
+    sm_st = np.array([s["sm_clock_mhz"] for s in steady if s["sm_clock_mhz"] is not None] or [np.nan])
     return {
         "phase": phase, "lane": lane.value, "plan": plan[lane].label, "slo_s": slo,
         "steps": len(steps), "step_p50_s": float(np.median(steps)) if steps else None,
@@ -147,6 +156,8 @@ def _phase(nvml, lane: Lane, phase: str, args, fake, device, plan, out: Path) ->
         "intents": intents, "tick_settings": [t.settings for t in ticks], "tick_errors": [t.error for t in ticks if t.error],
         "power_w_median": float(np.nanmedian(pw)), "sm_clock_mhz_median": float(np.nanmedian(sm)),
         "reasons_seen": sorted({r for s in tel for r in s["reasons"]}), "energy_check": checks,
+        "steady_samples": len(steady), "power_w_median_steady": float(np.nanmedian(pw_st)),
+        "sm_clock_mhz_median_steady": float(np.nanmedian(sm_st)), "reason_share_steady": reason_share,
         "telemetry": tel,
     }
 
@@ -204,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     for p in phases:
         e = next((c for c in p["energy_check"] if "rel_diff" in c), {})
         print(f"  {p['phase']:7s} plan {p['plan']}: {p['steps']} steps p50 {p['step_p50_s'] * 1e3:.1f} ms "
-              f"p99 {p['step_p99_s'] * 1e3:.1f} ms | {p['power_w_median']:.0f} W @ {p['sm_clock_mhz_median']:.0f} MHz "
-              f"reasons {p['reasons_seen']} | ticks {p['ticks']} period {p['period_mean_s']:.3f} s "
+              f"p99 {p['step_p99_s'] * 1e3:.1f} ms | steady {p['power_w_median_steady']:.0f} W @ "
+              f"{p['sm_clock_mhz_median_steady']:.0f} MHz reasons "
+              f"{ {r: round(v, 2) for r, v in p['reason_share_steady'].items()} } | ticks {p['ticks']} period {p['period_mean_s']:.3f} s "
               f"(max {p['period_max_s']:.3f}) overhead p50 {p['tick_overhead_p50_ms']:.2f} ms "
               f"max {p['tick_overhead_max_ms']:.2f} ms | intents {len(p['intents'])} | energy counter vs "
               f"integral {e.get('rel_diff', float('nan')) * 100:+.1f}%")
