@@ -149,3 +149,20 @@ def test_fp8_digit_planes_from_kernel_match_reference():
         for mi in range(14):
             for k, plane in enumerate(fp8_digit_planes(res[c * 14 + mi], t, mi)):
                 assert torch.equal(d[c, mi, k].float(), plane.float())
+
+
+def test_bound_operand_kernel_bit_identical():
+    from gpufield.fp64.ozaki.scaling import bound_operand
+
+    g = torch.Generator().manual_seed(12)
+    X = torch.randn(33, 70, dtype=torch.float64, generator=g) * torch.exp(5 * torch.randn(33, 70, dtype=torch.float64, generator=g))
+    X[0] = 0.0
+    X[1, :3], X[1, 3:] = 5e-324, 0.0
+    X[2] = 1.7e308
+    Xc = torch.complex(X, X.flip(1))
+    for ufp in (6, 4):
+        for Y in (X, X.T, Xc):
+            h_ref, s_ref = bound_operand(Y, ufp, False)
+            h, s = bound_operand(Y.to(DEV), ufp, True)
+            assert torch.equal(h.cpu().long(), h_ref) and torch.equal(s.cpu(), s_ref)
+            assert int(h_ref.max()) <= 2**ufp

@@ -97,6 +97,74 @@ def _fast_shift_kernel(
     tl.store(out_ptr + rows, tl.where(amax > 0, s, 0), mask=rmask)
 
 
+@triton.jit
+def _row_amax_exponent(x_ptr, x2_ptr, stride_r, stride_k, rows, rmask, cols0, K,
+                       COMPLEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    amax = tl.full((BLOCK_R,), 0.0, tl.float64)
+    k0 = 0
+    while k0 < K:
+        cols = k0 + cols0
+        m = rmask[:, None] & (cols[None, :] < K)
+        off = rows[:, None] * stride_r + cols[None, :] * stride_k
+        amax = tl.maximum(amax, tl.reduce(tl.abs(tl.load(x_ptr + off, mask=m, other=0.0)), 1, _fmax))
+        if COMPLEX:
+            amax = tl.maximum(amax, tl.reduce(tl.abs(tl.load(x2_ptr + off, mask=m, other=0.0)), 1, _fmax))
+        k0 += BLOCK_K
+    bits = amax.to(tl.int64, bitcast=True)
+    ex = (bits >> 52) & 0x7FF
+    e_sub = _bitlen_pos(tl.maximum(bits & 0xFFFFFFFFFFFFF, 1)) - 1075
+    e = tl.where(ex > 0, ex - 1023, e_sub)
+    return tl.where(amax > 0, e, 0)
+
+
+@triton.jit
+def _bound_operand_kernel(
+    x_ptr, x2_ptr, stride_r, stride_k, R, K, hi_ptr, sigma_ptr, UFP,
+    COMPLEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    rmask = rows < R
+    cols0 = tl.arange(0, BLOCK_K).to(tl.int64)
+    e = _row_amax_exponent(x_ptr, x2_ptr, stride_r, stride_k, rows, rmask, cols0, K, COMPLEX, BLOCK_R, BLOCK_K)
+    sigma = (UFP - (2 if COMPLEX else 1)) - e
+    tl.store(sigma_ptr + rows, sigma, mask=rmask)
+    sc = tl.minimum(tl.maximum(sigma, -2044), 2046)  # mul_pow2 of the reference, same two steps
+    sc1 = tl.minimum(tl.maximum(sc, -1022), 1023)
+    p1 = _pow2(sc1)
+    p2 = _pow2(sc - sc1)
+    k0 = 0
+    while k0 < K:
+        cols = k0 + cols0
+        m = rmask[:, None] & (cols[None, :] < K)
+        off = rows[:, None] * stride_r + cols[None, :] * stride_k
+        x = tl.abs(tl.load(x_ptr + off, mask=m, other=0.0))
+        h = tl.maximum(tl.ceil(x * p1[:, None] * p2[:, None]).to(tl.int32), (x != 0).to(tl.int32))
+        if COMPLEX:
+            x2 = tl.abs(tl.load(x2_ptr + off, mask=m, other=0.0))
+            h += tl.maximum(tl.ceil(x2 * p1[:, None] * p2[:, None]).to(tl.int32), (x2 != 0).to(tl.int32))
+        tl.store(hi_ptr + rows[:, None] * K + cols[None, :], h.to(tl.int8), mask=m)
+        k0 += BLOCK_K
+
+
+def bound_operand_triton(X_RK: torch.Tensor, ufp: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accurate-mode bound operand in one kernel: (hi int8 [R, K] in [0, 2**ufp], sigma int64 [R]).
+
+    Same values as ``gpufield.fp64.ozaki.scaling.bound_operand`` (which returns hi as int64).
+    """
+    R, K = X_RK.shape
+    hi = torch.zeros((R, K), dtype=torch.int8, device=X_RK.device)
+    sigma = torch.zeros(R, dtype=torch.int64, device=X_RK.device)
+    if R == 0 or K == 0:
+        return hi, sigma
+    cplx = X_RK.is_complex()
+    x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
+    BR, BK = 32, 64
+    _bound_operand_kernel[(triton.cdiv(R, BR),)](
+        x1, x2, x1.stride(0), x1.stride(1), R, K, hi, sigma, ufp, COMPLEX=cplx, BLOCK_R=BR, BLOCK_K=BK,
+    )
+    return hi, sigma
+
+
 def fast_shifts_triton(X_RK: torch.Tensor, table: ModuliTable, H: float, Q: int) -> torch.Tensor:
     """Launch the fast-shift kernel (called by ``fast_shifts`` on the Triton path).
 

@@ -69,11 +69,11 @@ def scale_residues_complex(X_RK, shift_R, table, dtype, kernels="auto"):
 
 
 def _shifts(A_MK, BT_NK, table, be, mode):
+    tri = use_triton(getattr(be, "kernels", "torch"), A_MK.device)
     if mode == "fast":
-        tri = use_triton(getattr(be, "kernels", "torch"), A_MK.device)
         return fast_shifts(A_MK, table, tri), fast_shifts(BT_NK, table, tri)
-    hiA, sigma = bound_operand(A_MK, be.bound_ufp)
-    hiB, tau = bound_operand(BT_NK, be.bound_ufp)
+    hiA, sigma = bound_operand(A_MK, be.bound_ufp, tri)
+    hiB, tau = bound_operand(BT_NK, be.bound_ufp, tri)
     G_MN = be.bound_matmul(hiA, hiB)
     if G_MN.numel():
         return accurate_shifts_from_bound(sigma, tau, G_MN.amax(dim=1), G_MN.amax(dim=0), table)

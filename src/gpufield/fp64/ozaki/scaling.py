@@ -144,16 +144,22 @@ def fast_shifts(X_RK: torch.Tensor, table: ModuliTable, use_triton: bool = False
     return torch.where(amax > 0, s, torch.zeros_like(s))
 
 
-def bound_operand(X_RK: torch.Tensor, ufp: int) -> tuple[torch.Tensor, torch.Tensor]:
+def bound_operand(X_RK: torch.Tensor, ufp: int, use_triton: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Accurate mode, step 1: sigma and the integer upper bound hi >= |x| * 2**sigma, hi in [0, 2**ufp].
 
     Args:
         X_RK: float64 or complex128 [R, K], finite.
         ufp: bits of the bound entries (6 for INT8, 4 for FP8).
+        use_triton: one fused Triton kernel (``gpufield.fp64.kernels.shifts``); hi then comes back as int8.
 
     Returns:
-        (hi_RK int64, sigma_R int64). Complex: hi = ceil(|re| 2**sigma) + ceil(|im| 2**sigma).
+        (hi_RK int64 (int8 on the Triton path), sigma_R int64). Complex: hi = ceil(|re| 2**sigma) +
+        ceil(|im| 2**sigma).
     """
+    if use_triton:
+        from gpufield.fp64.kernels.shifts import bound_operand_triton
+
+        return bound_operand_triton(X_RK, ufp)
     parts = _abs_parts(X_RK)
     amax = parts[0].amax(dim=-1)
     for P in parts[1:]:
