@@ -80,6 +80,7 @@ def backward(
     lower: bool = True,
     upper: bool = True,
     record: dict[str, torch.Tensor] | None = None,
+    betas: Mapping[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """CROWN bounds of ``C · start`` over the input box.
 
@@ -92,7 +93,12 @@ def backward(
         alphas: optional ReLU slopes for this start node (``[2, S, B, *]`` per ReLU name).
         lower, upper: which bound(s) to compute.
         record: if given, receives the lower-pass A-matrix arriving at each ReLU output
-            (``[S, B, *relu]``, detached), e.g. for branching scores.
+            (``[S, B, *relu]``, detached), e.g. for branching scores, and the one arriving
+            at the graph input (its minimising box vertex is a counterexample candidate).
+        betas: β-CROWN split terms for the lower pass (Wang et al. 2021, arXiv:2103.06624):
+            tensor name -> ``[S, B, *shape]`` added to the lower-pass A-matrix of that tensor
+            when it is reached, i.e. the term ``−Σ β_j s_j z_j`` (``β ≥ 0``, split sign ``s_j``;
+            the caller passes ``−β·s``), which is ≤ 0 on the split domain.
 
     Returns:
         ``(lb_SB, ub_SB)`` (None for a bound not requested).
@@ -105,6 +111,8 @@ def backward(
     for pos in range(graph.position(start), -1, -1):
         node = graph.nodes[pos]
         lA, uA = A.pop(node.name, (None, None))
+        if betas is not None and lA is not None and node.name in betas:
+            lA = lA + betas[node.name]
         if lA is None and uA is None:
             continue
         if node.op.nonlinear:
@@ -128,6 +136,8 @@ def backward(
             if u_new is not None:
                 slot[1] = u_new if slot[1] is None else slot[1] + u_new
     lA, uA = A.pop(graph.input_name, (None, None))
+    if record is not None and lA is not None:
+        record[graph.input_name] = lA.detach()
     S, B = C.shape[:2]
     zero = C.new_zeros(S, B)
     lb = ub = None
