@@ -42,3 +42,44 @@ def test_h3_untimed_cuda_ecc_traceback_merges_into_timed_xid48_naming_the_gpu():
     assert "0000:ba:00.0" in top.action and "not named" not in top.action
     assert {e.event.kind for e in top.evidence} >= {"xid"} and any("ECC error" in e.event.raw for e in top.evidence)
     assert [i.cls for i in res.incidents] == ["ECC_UNCORRECTABLE"]
+
+
+def test_h4_truncated_gzip_keeps_every_decoded_line_and_warns_with_file_line():
+    # cut at 90 % of its bytes; `zcat` recovers 2,700 lines (Xid 79 on line 1) before "unexpected end of file"
+    from gpufield.triage import IngestOptions, ingest
+
+    path = HUNT / "D01-trunc-kern.log.gz"
+    res = ingest([path], options=IngestOptions(year=2026))
+    assert res.stats.lines == 2701 and res.stats.files_read == 1  # 2,700 whole lines + the cut one
+    assert res.events[0].line == 1 and res.events[0].code == "79"
+    warn = [w for w in res.stats.warnings if "truncated" in w.message]
+    assert len(warn) == 1 and warn[0].line == 2700 and str(path) in str(warn[0])
+    assert analyze([str(path)]).verdict.cls == "GPU_FELL_OFF_BUS"
+
+
+def test_h4_truncated_bz2_xz_and_multimember_gzip(tmp_path):
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+
+    from gpufield.triage import IngestOptions, ingest
+
+    xid = b"Aug 11 03:00:00 hB kernel: NVRM: Xid (PCI:0000:9a:00): 79, pid=1, name=p, GPU has fallen off the bus.\n"
+    body = xid + b"".join(f"Aug 11 03:00:01 hB kernel: audit: id={i} {'x' * (i % 37)}\n".encode() for i in range(19999))
+    oracles = {"bz2": bz2.BZ2Decompressor, "xz": lzma.LZMADecompressor, "gz": lambda: zlib.decompressobj(wbits=31)}
+    for ext, comp in (("bz2", lambda b: bz2.compress(b, 1)),  # 100 kB blocks: a cut keeps whole blocks
+                       ("xz", lzma.compress), ("gz", gzip.compress)):
+        blob = comp(body)
+        head = blob[: len(blob) * 3 // 4]
+        cut = tmp_path / f"k.log.{ext}"
+        cut.write_bytes(head)
+        decoded = oracles[ext]().decompress(head)  # independent: the codec's decoder over all the cut bytes at once
+        res = ingest([cut], options=IngestOptions(year=2026))
+        assert res.stats.lines == decoded.count(b"\n") + (0 if decoded.endswith(b"\n") else 1) > 5000, ext
+        assert [e.code for e in res.events] == ["79"], ext
+        assert any("truncated" in w.message for w in res.stats.warnings), ext
+    two = tmp_path / "two.log.gz"
+    two.write_bytes(gzip.compress(body[:5000]) + gzip.compress(body[5000:]))
+    res = ingest([two], options=IngestOptions(year=2026))
+    assert res.stats.lines == 20000 and not [w for w in res.stats.warnings if "truncated" in w.message]

@@ -23,9 +23,6 @@ after the mtime (a log spanning New Year); zone-less timestamps are read as UTC 
 
 from __future__ import annotations
 
-import bz2
-import gzip
-import lzma
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufield.errors import LogFormatError
+from gpufield.triage._decompress import Decoded
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import LOSS_PARSER, PARSERS
 from gpufield.triage.parsers._scan import BLOCK_BYTES, BlockHook, ScanCounters, Table, scan
@@ -41,8 +39,8 @@ from gpufield.triage.parsers._scan import BLOCK_BYTES, BlockHook, ScanCounters, 
 __all__ = ["IngestOptions", "IngestWarning", "FileStats", "IngestStats", "IngestResult", "iter_events", "ingest"]
 
 _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
-_WRAPPERS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "bzip2": lambda f: bz2.BZ2File(f, mode="rb"),
-             "xz": lambda f: lzma.LZMAFile(f, mode="rb")}
+#: streaming decoders that keep every byte decoded before a truncation point (see ``_decompress``)
+_WRAPPERS = {k: (lambda f, _k=k: Decoded(f, _k)) for k in ("gzip", "bzip2", "xz")}
 _SNIFF_BYTES = 8192
 #: file name suffixes a directory walk skips (documentation, code, images); a file named
 #: explicitly is always read
