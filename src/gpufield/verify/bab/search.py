@@ -24,6 +24,7 @@ import torch
 from gpufield.verify.attack import Counterexample, validate
 from gpufield.verify.bab.bound import bound64, final_bound, intermediate64, optimise
 from gpufield.verify.bab.branch import choose
+from gpufield.verify.bab.leaf import solve_leaf
 from gpufield.verify.graph import Graph
 from gpufield.verify.spec import Spec
 
@@ -99,6 +100,20 @@ def _attack_vertices(graph: Graph, spec: Spec, case, ort_model, lo, hi, A_SBN, o
         if cex is not None:
             return cex
     return None
+
+
+def _leaf(g64, spec, case, ort_model, lo64, hi64, inter64, alpha, splits, names, b, S, tol):
+    one = {n: s[b:b + 1] for n, s in splits.items()}
+    i64 = {n: (lw[b:b + 1], u[b:b + 1]) for n, (lw, u) in inter64.items()}
+    beta, points = solve_leaf(g64, spec, lo64, hi64, i64, one, S)
+    lb = bound64(g64, spec, lo64, hi64, i64, {r: a[:, :, b:b + 1] for r, a in alpha.items()}, beta, one, names)
+    if float(lb[0]) > tol:
+        return "proven", None
+    for x in points if case is not None and ort_model is not None else []:
+        cex = validate(ort_model, case, x)
+        if cex is not None:
+            return "open", cex
+    return "open", None
 
 
 def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg, *,
@@ -197,8 +212,14 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                 picks = choose(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits,
                                rec32, method=cfg.branching, k=cfg.fsb_k)
                 for i, b in enumerate(idx.tolist()):
-                    if picks[i] is None:
-                        return finish(False, "a domain has no unstable neuron left but is not proven")
+                    if picks[i] is None:  # affine on the domain: an LP decides it
+                        verdict, cex = _leaf(graph64, spec, case, ort_model, lo64, hi64, inter64, alpha,
+                                             splits, names, b, S, margin_tol)
+                        if verdict == "proven":
+                            continue
+                        if cex is not None:
+                            return finish(False, "counterexample from a fully stable leaf's LP", cex)
+                        return finish(False, "a fully stable leaf is neither proven nor falsified")
                     d = Domain(float(lb64[b]), {n: s[b:b + 1] for n, s in splits.items()},
                                {n: (inter64[n][0][b:b + 1], inter64[n][1][b:b + 1]) for n in names},
                                {r: a[:, :, b:b + 1].detach() for r, a in alpha.items()},
