@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="fp64 wing (see gpufield.fp64).", no_args_is_help=True)
+app = typer.Typer(help="FP64 on low-precision tensor cores: Ozaki-II DGEMM, emulated FFT, floor model.", no_args_is_help=True)
 
 
 def _ms(x: float | None) -> str:
