@@ -83,3 +83,15 @@ def test_h4_truncated_bz2_xz_and_multimember_gzip(tmp_path):
     two.write_bytes(gzip.compress(body[:5000]) + gzip.compress(body[5000:]))
     res = ingest([two], options=IngestOptions(year=2026))
     assert res.stats.lines == 20000 and not [w for w in res.stats.warnings if "truncated" in w.message]
+
+
+def test_m1_same_seqnum_different_optype_is_desync_stop():
+    top = _run("D19").verdict
+    assert (top.cls, top.action_kind, top.established) == ("COLLECTIVE_DESYNC", "STOP", True)
+    assert top.confidence == 0.8 and "BROADCAST" in top.action and "ALLREDUCE" in top.action and top.rank is None
+
+
+def test_m1_same_seqnum_same_op_different_numel_is_desync_stop():
+    top = _run("D20").verdict
+    assert (top.cls, top.action_kind) == ("COLLECTIVE_DESYNC", "STOP")
+    assert top.confidence == 0.65 and "4194305" in top.action and "NumelIn" in top.note

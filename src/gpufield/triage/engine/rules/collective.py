@@ -48,6 +48,7 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
     for pg, evs in _per_rank_timeouts(ctx).items():
         seqs = {_seq(e) for e in evs}
         if len(seqs) < 2:
+            out.extend(_same_seq_mismatch(ctx, pg, evs))
             continue
         ops = {(e.fields.get("op_type"), e.fields.get("numel_in")) for e in evs}
         by_seq = {s: sorted({e.rank for e in evs if _seq(e) == s and e.rank is not None}) for s in sorted(seqs)}
@@ -63,6 +64,30 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
                            note=f"Ranks timed out on different collectives ({desc}){during}: they issued "
                                 "different collective sequences."))
     return out
+
+
+def _same_seq_mismatch(ctx: RuleContext, pg: object, evs: list[Event]) -> list[Finding]:
+    """Ranks timing out on the *same* SeqNum but a different OpType (or the same op with a different
+    NumelIn): the ranks disagree on what collective number N is (triage.md 2.8: a desync; NCCL
+    would hang or corrupt data). Different OpType is the catalogued form (0.8); a size mismatch
+    alone is an inference (0.65)."""
+    known = [e for e in evs if e.fields.get("op_type") is not None or e.fields.get("numel_in") is not None]
+    by_op: dict[tuple, list[int | None]] = {}
+    for e in known:
+        by_op.setdefault((e.fields.get("op_type"), e.fields.get("numel_in")), []).append(e.rank)
+    if len(by_op) < 2:
+        return []
+    op_types = {op for op, _ in by_op}
+    desc = "; ".join(f"{op or '?'} NumelIn={n if n is not None else '?'}: ranks "
+                     f"{sorted({r for r in ranks if r is not None}) or '?'}" for (op, n), ranks in by_op.items())
+    what = "OpType" if len(op_types) > 1 else "NumelIn (tensor size)"
+    seq = _seq(evs[0])
+    return [finding(ctx, "COLLECTIVE_DESYNC", "seqnum_op_mismatch", Tier.PROCESS,
+                    0.8 if len(op_types) > 1 else CONF_INFERRED, sorted(known, key=lambda e: (e.file, e.line)),
+                    host=None, gpu=None, rank=None,  # which side is "wrong" is not in the lines
+                    facts={"seqs": f"SeqNum {seq}: {desc}", "pg": str(pg)},
+                    note=f"Ranks timed out on the same SeqNum {seq} with a different {what} ({desc}): they issued "
+                         "different collective sequences (a code path that differs between ranks).")]
 
 
 TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
