@@ -95,3 +95,18 @@ def test_m1_same_seqnum_same_op_different_numel_is_desync_stop():
     top = _run("D20").verdict
     assert (top.cls, top.action_kind) == ("COLLECTIVE_DESYNC", "STOP")
     assert top.confidence == 0.65 and "4194305" in top.action and "NumelIn" in top.note
+
+
+def test_m2_contained_xid94_follows_catalogue_restart_app(tmp_path):
+    top = _run("D03").verdict  # "Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    assert (top.cls, top.gpu, top.action_kind) == ("ECC_UNCORRECTABLE", "0000:2a:00.0", "RETRY")
+    assert "RESTART_APP for Xid 94" in top.action and "WORKFLOW_XID_48" not in top.action
+    # the same line with RST: Yes needs the reset; Xid 95 cites its own catalogue entry (RESET_GPU)
+    line = (HUNT / "D03" / "hB" / "kern.log").read_text().replace("RST: No, D-RST", "RST: Yes, D-RST")
+    (tmp_path / "rst.log").write_text(line)
+    (tmp_path / "x95.log").write_text("Aug 11 03:00:05 hB kernel: NVRM: Xid (PCI:0000:2a:00): 95, pid=60001, "
+                                      "name=python3, Uncontained: FBHUB. RST: Yes, D-RST: No\n")
+    rst = analyze([str(tmp_path / "rst.log")]).verdict
+    assert rst.action_kind == "RESET_GPU" and "RESET_GPU for Xid 94" in rst.action
+    x95 = analyze([str(tmp_path / "x95.log")]).verdict
+    assert x95.action_kind == "RESET_GPU" and "RESET_GPU for Xid 95" in x95.action

@@ -38,7 +38,7 @@ ACTIONS: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
                       ("lspci -vvv / AER counters of the root port on {host}", _DMESG)),
     "GSP_TIMEOUT": (RESET_GPU, "Reset GPU {gpu} on {host} (nvidia-smi -r or reboot); record the driver "
                     "version and escalate if Xid 119 recurs.", ("driver version and GSP firmware on {host}",)),
-    "ECC_UNCORRECTABLE": (RESET_GPU, "Drain node {host} and reset GPU {gpu} (catalog WORKFLOW_XID_48); check "
+    "ECC_UNCORRECTABLE": (RESET_GPU, "Drain node {host} and reset GPU {gpu} ({catalog}); check "
                           "the row-remap state; RMA if it recurs.", ("nvidia-smi -q -d ROW_REMAPPER,ECC on {host}",)),
     "HBM_DEGRADATION": (EXCLUDE_NODE, "Exclude node {host} and RMA GPU {gpu}: its HBM keeps failing.",
                         ("row-remap history (nvidia-smi -q -d ROW_REMAPPER) of GPU {gpu}",)),
@@ -152,6 +152,14 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
         KeyError: ``cls`` has no action (a consistency test keeps the table complete).
     """
     kind, template, nxt = UNKNOWN_EXCEPTION if (cls == "UNKNOWN" and exception) else ACTIONS[cls]
+    if cls == "ECC_UNCORRECTABLE":
+        bucket, xid = values.get("bucket"), values.get("xid")
+        values = {**values, "catalog": f"catalog {bucket} for Xid {xid}" if bucket and xid else
+                  "catalog WORKFLOW_XID_48, the uncorrectable-ECC workflow"}
+        if bucket == "RESTART_APP":  # contained (Xid 94, RST: No, D-RST: No): only the faulting process died
+            kind, template = RETRY, ("Restart the job from the last checkpoint, same nodes: the ECC error on GPU {gpu} "
+                                     "({host}) was contained to the faulting process ({catalog}; no reset needed); "
+                                     "drain {host} and check the row-remap state if it recurs.")
     if cls == "IB_TRANSPORT_RETRY_EXCEEDED" and not running:
         kind, template = FIX_CONFIG, ("Fix the RoCE/IB addressing before retrying: check NCCL_IB_GID_INDEX "
                                      "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")

@@ -146,6 +146,9 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         maps = [m for m in ctx.kinds("gpu_map") if m.host == host and gpu_id and m.gpu_bdf == gpu_id]
         codes = sorted({str(xid_code(e)) for e in evs if e.kind == "xid"})
         facts = {"xid": ",".join(codes)} if codes else {}
+        bucket = _bucket_of(evs)
+        if bucket:
+            facts["bucket"] = bucket
         if uuid:
             facts["uuid"] = uuid
         note = _NOTES[cls].format(n=len(evs), gpu=gpu_id or "an unidentified GPU", host=host or "the host",
@@ -159,6 +162,23 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
                            established=not is_weak, note=note + (" Non-fatal so far: watch its rate." if is_weak else ""),
                            gpu=gpu_id, rank=rank, facts=facts))
     return _merge_same_gpu(out)
+
+
+def _bucket_of(evs: list[Event]) -> str | None:
+    """The catalogue bucket governing a group of Xid lines: a reset/reboot bucket if any line has
+    one, else the first line's; ``RST: Yes`` / ``D-RST: Yes`` in a line overrides a no-reset bucket."""
+    buckets = []
+    for e in evs:
+        code = xid_code(e) if e.kind == "xid" else None
+        if code is None:
+            continue
+        bucket, _ = _catalog(code)
+        if any(str(e.fields.get(k)).lower() in ("true", "yes") for k in ("rst", "d_rst")) \
+                and bucket not in RESET_BUCKETS:
+            bucket = "RESET_GPU"  # the driver says this instance needs a reset
+        if bucket:
+            buckets.append(bucket)
+    return next((b for b in buckets if b in RESET_BUCKETS), buckets[0] if buckets else None)
 
 
 _NOTES = {
