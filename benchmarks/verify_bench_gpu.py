@@ -48,6 +48,11 @@ def main() -> int:
     ap.add_argument("--attack-rounds", type=int, default=20)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    ap.add_argument("--select", default=None, help="regex on 'onnx,vnnlib': run only matching instances (e.g. 256x2)")
+    ap.add_argument("--no-bab", action="store_true", help="switch off beta-CROWN branch and bound (v1 pipeline)")
+    ap.add_argument("--branching", default="fsb", help="fsb | babsr")
+    ap.add_argument("--bab-batch", type=int, default=1024, help="most domains bounded together")
+    ap.add_argument("--bab-iterations", type=int, default=20, help="Adam steps per BaB batch")
     a = ap.parse_args()
 
     import torch
@@ -65,15 +70,19 @@ def main() -> int:
     csv_path = out / f"verify_mnist_fc_{tag}.csv"
     if csv_path.exists():
         csv_path.unlink()
+    from gpufield.verify.refine import RefineConfig
+
+    rcfg = None if a.no_bab else RefineConfig(batch=a.bab_batch, branching=a.branching,
+                                             alpha=AlphaConfig(iterations=a.bab_iterations))
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
-                       attack_rounds=a.attack_rounds)
+                       attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
         x = torch.randn(256, 256, device=a.device)
         (x @ x).sum().item()
     t0 = time.monotonic()
     s = bench(data / "mnist_fc", csv_path,
               reference=data / "results/alpha_beta_crown_mnist_fc_results.csv",
-              config=cfg, max_instance_s=a.max_instance_s, total_budget_s=a.total_s)
+              config=cfg, max_instance_s=a.max_instance_s, total_budget_s=a.total_s, select=a.select)
     wall = time.monotonic() - t0
     summary = {
         "benchmark": "vnncomp2022 mnist_fc (256x2, 256x4: 60 instances)",
@@ -81,7 +90,9 @@ def main() -> int:
         "device_name": torch.cuda.get_device_name(a.device) if a.device.startswith("cuda") else platform.processor(),
         "torch": torch.__version__,
         "settings": {"threads": torch.get_num_threads(), "max_instance_s": a.max_instance_s, "total_s": a.total_s, "dtype": a.dtype,
-                     "alpha_iterations": a.alpha_iterations, "attack_rounds": a.attack_rounds},
+                     "alpha_iterations": a.alpha_iterations, "attack_rounds": a.attack_rounds, "select": a.select,
+                     "bab": None if rcfg is None else {"batch": a.bab_batch, "branching": a.branching,
+                                                       "iterations": a.bab_iterations, "beta": True}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,

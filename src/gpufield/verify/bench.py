@@ -70,7 +70,8 @@ def _materialise(bench_dir: Path, rel: str, cache: Path) -> Path:
 def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path | None = None,
           config: VerifyConfig | None = None, max_instance_s: float | None = None,
           resume: bool = False, force: bool = False, limit: int | None = None,
-          total_budget_s: float | None = None, progress: bool = True) -> BenchSummary:
+          total_budget_s: float | None = None, progress: bool = True,
+          select: str | None = None) -> BenchSummary:
     """Run every instance of ``bench_dir/instances.csv``.
 
     Args:
@@ -85,6 +86,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
         total_budget_s: wall-clock budget for the whole run; each instance's timeout is also
             capped at the remaining budget divided by the instances left.
         progress: show a rich progress bar.
+        select: regular expression; only instances whose ``onnx,vnnlib`` text matches run
+            (``re.search``).
 
     Returns:
         :class:`BenchSummary`; also written as ``<out_csv>.summary.json``.
@@ -93,7 +96,13 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
         InputError: missing ``instances.csv``/files, or ``out_csv`` exists without resume/force.
     """
     bench_dir, out_csv = Path(bench_dir), Path(out_csv)
-    instances = read_instances(bench_dir / "instances.csv")[:limit]
+    instances = read_instances(bench_dir / "instances.csv")
+    if select is not None:
+        import re
+
+        pat = re.compile(select)
+        instances = [i for i in instances if pat.search(f"{i.onnx},{i.vnnlib}")]
+    instances = instances[:limit]
     done: dict[tuple[str, str], str] = {}
     if out_csv.exists():
         if resume:

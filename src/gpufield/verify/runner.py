@@ -44,11 +44,12 @@ class VerifyConfig:
         alpha: α-CROWN optimiser settings.
         attack: PGD settings of one round.
         attack_rounds: most PGD rounds after bounding failed (stops earlier at the deadline).
-        refine: ReLU-split refinement after α-CROWN (None: off); runs after the first
-            ``min(2, attack_rounds)`` extra PGD rounds.
+        refine: β-CROWN branch and bound after α-CROWN (None: off); runs after the first
+            ``min(2, attack_rounds)`` extra PGD rounds, until the deadline or a limit.
         margin_tol: a clause counts as proven only if its float64 margin exceeds this.
         ort_atol: tolerance of the load-time differential check against onnxruntime.
         memory_budget_bytes: cap on the A-matrices of one spec chunk.
+        progress: show a live branch-and-bound line on stderr (rich).
     """
 
     method: str = "alpha"
@@ -61,6 +62,7 @@ class VerifyConfig:
     margin_tol: float = 1e-7
     ort_atol: float = 1e-4
     memory_budget_bytes: int = 2 << 30
+    progress: bool = False
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -162,20 +164,24 @@ class _Case:
                                                 alphas=tables(last64))
         return proven
 
-    def refine(self, deadline_s: float) -> bool:
-        """Split refinement of the clauses still open after α-CROWN (see :mod:`.refine`)."""
+    def refine(self, deadline_s: float, ort_model=None):
+        """β-CROWN branch and bound on the clauses still open after α-CROWN (see :mod:`.refine`).
+
+        Returns:
+            None when nothing ran, else the :class:`~gpufield.verify.refine.RefineResult`.
+        """
         if self.cfg.refine is None or not hasattr(self, "ref"):
-            return False
+            return None
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
-        if not open_k:
-            return False
-        if any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
-            return False
-        r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
-                   self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
-                   deadline_s=deadline_s)
-        self.margins["refine_domains"] = float(r.domains)
-        return r.proven
+        if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
+            return None
+        with _live(self.cfg.progress) as progress:
+            r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
+                       self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
+                       deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress)
+        self.margins["bab_domains"] = float(r.domains)
+        self.margins["bab_lb"] = float(r.global_lb)
+        return r
 
     def _proven64(self, snapshots, use_ibp=False) -> bool:
         with torch.no_grad():
@@ -190,6 +196,30 @@ class _Case:
         self.margins["float64"] = float(v.min())
         self.v64 = v
         return bool((v > self.cfg.margin_tol).all())
+
+
+class _live:
+    """Context giving a BaB progress callback: a rich status line (domains left, bound, rounds/s)."""
+
+    def __init__(self, on: bool):
+        self.on, self.status = on, None
+
+    def __enter__(self):
+        if not self.on:
+            return None
+        from rich.console import Console
+
+        self.status = Console(stderr=True).status("branch and bound")
+        self.status.start()
+
+        def cb(left, glb, rate):
+            self.status.update(f"BaB: {left} domains left, global lower bound {glb:.4g}, {rate:.1f} rounds/s")
+        return cb
+
+    def __exit__(self, *exc):
+        if self.status is not None:
+            self.status.stop()
+        return False
 
 
 def load_instance(onnx_path: str | Path, vnnlib_path: str | Path, atol: float = 1e-4):
@@ -282,10 +312,18 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         for s in open_states:
             if time.monotonic() > deadline:
                 return done("timeout", msg="deadline reached while refining")
-            if not s.refine(deadline):
+            r = s.refine(deadline, ort_model)
+            if r is not None and r.counterexample is not None:
+                return done("sat", r.counterexample, "counterexample found in branch and bound, validated by onnxruntime")
+            if r is not None and r.reason == "interrupted":
+                return done("unknown", msg=f"interrupted during branch and bound (global bound {r.global_lb:.4g})")
+            if r is None or not r.proven:
                 still.append(s)
         if not still:
-            return done("unsat", msg="all clauses proven after split refinement, float64 re-check passed")
+            return done("unsat", msg="all clauses proven by branch and bound, float64 re-check passed")
+        if time.monotonic() > deadline:
+            lb = min(s.margins.get("bab_lb", -np.inf) for s in still)
+            return done("timeout", msg=f"deadline reached in branch and bound (global lower bound {lb:.4g})")
         open_states = still
     if (out := attack_rounds(early + 1, cfg.attack_rounds)) is not None:
         return out
