@@ -110,3 +110,17 @@ def test_m2_contained_xid94_follows_catalogue_restart_app(tmp_path):
     assert rst.action_kind == "RESET_GPU" and "RESET_GPU for Xid 94" in rst.action
     x95 = analyze([str(tmp_path / "x95.log")]).verdict
     assert x95.action_kind == "RESET_GPU" and "RESET_GPU for Xid 95" in x95.action
+
+
+def test_m3_single_xid63_is_a_hint_not_hbm_degradation(tmp_path):
+    res = _run("D11")  # one "Row Remapper: new row ... marked for remapping" + NCCL timeouts on hA
+    top = res.verdict
+    assert top.cls == "NCCL_COLLECTIVE_TIMEOUT" and top.action_kind == "RETRY"
+    hint = [i for i in res.incidents if i.cls == "HBM_DEGRADATION"]
+    assert len(hint) == 1 and not hint[0].established and hint[0].action_kind != "EXCLUDE_NODE"
+    assert "No exclusion" in hint[0].action and "0000:86:00.0" in hint[0].action
+    # growth: the remap record at three different times is degradation (exclude + RMA)
+    line = (HUNT / "D11" / "hB" / "kern.log").read_text()
+    (tmp_path / "kern.log").write_text("".join(line.replace("03:00:00", f"0{h}:00:00") for h in (1, 2, 3)))
+    grown = analyze([str(tmp_path / "kern.log")]).verdict
+    assert (grown.cls, grown.established, grown.action_kind) == ("HBM_DEGRADATION", True, "EXCLUDE_NODE")

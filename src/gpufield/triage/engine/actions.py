@@ -160,6 +160,12 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
             kind, template = RETRY, ("Restart the job from the last checkpoint, same nodes: the ECC error on GPU {gpu} "
                                      "({host}) was contained to the faulting process ({catalog}; no reset needed); "
                                      "drain {host} and check the row-remap state if it recurs.")
+    if cls == "HBM_DEGRADATION" and values.get("hint") == "lone_remap":
+        kind, template = RETRY, ("No exclusion: one row-remap record (Xid {xid}) on GPU {gpu} ({host}) is not "
+                                 "degradation; reset the GPU at the next drain to activate the remap, and exclude "
+                                 "it only if remaps recur, an uncorrectable error (Xid 48/94/95) follows or Xid 64 "
+                                 "(remap failure) appears.")
+        nxt = ("row-remap counters (nvidia-smi -q -d ROW_REMAPPER) of GPU {gpu} over the next days",)
     if cls == "IB_TRANSPORT_RETRY_EXCEEDED" and not running:
         kind, template = FIX_CONFIG, ("Fix the RoCE/IB addressing before retrying: check NCCL_IB_GID_INDEX "
                                      "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")

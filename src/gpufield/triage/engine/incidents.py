@@ -129,7 +129,7 @@ def order_key(f: Finding, window: tuple[int, int] | None = None) -> tuple:
         group = 4
     elif f.established:
         group = 0
-    elif f.cls in HINTS:
+    elif f.cls in HINTS or f.facts.get("hint"):
         group = 3  # e.g. a few fp16 overflow skips: normal calibration unless nothing else is wrong
     else:
         group = 1 if f.tier <= Tier.PROCESS else 2

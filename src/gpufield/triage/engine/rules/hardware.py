@@ -32,6 +32,7 @@ XID_GSP = frozenset({119, 120})
 XID_DBE = frozenset({48, 171})  # double-bit / uncorrectable DRAM error (171 on new drivers)
 XID_ECC = frozenset({48, 94, 95, 140, 171, 172})
 XID_REMAP = frozenset({63, 64})  # row-remap recorded / remap failure
+REMAP_GROWTH = 3  # Xid 63 records at this many distinct times on one GPU = growing remaps (degradation)
 XID_NVLINK = frozenset({74, 136, 155} | set(range(144, 151)))
 XID_APP = frozenset({13, 31})  # graphics exception / MMU fault: usually the application
 XID_SECONDARY = frozenset({8, 43, 45, 92, 154})  # follow-ups, trends, recovery announcements
@@ -129,7 +130,9 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
     for key, evs in per_gpu.items():
         codes = [xid_code(e) for e in evs if e.kind == "xid"]
         dbe = [c for c in codes if c in XID_DBE]
-        if 64 in codes or len(dbe) >= 2 and len({ctx.t(e) for e in evs}) > 1 or dbe and 63 in codes:
+        remaps = {ctx.t(e) for e in evs if e.kind == "xid" and xid_code(e) == 63}
+        if 64 in codes or len(dbe) >= 2 and len({ctx.t(e) for e in evs}) > 1 or dbe and 63 in codes \
+                or len(remaps) >= REMAP_GROWTH:
             degraded.add(key)
     out = []
     weak: set[tuple[str, str | None, str | None]] = set()
@@ -157,6 +160,8 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         if cls == "NVLINK_FAULT" and all(e.fields.get("fatal") is False for e in evs if e.kind == "xid"):
             weak.add((cls, host, gpu))  # NVLink5 "Nonfatal" subcodes
         is_weak = (cls, host, gpu) in weak
+        if is_weak and cls == "HBM_DEGRADATION":
+            facts["hint"] = "lone_remap"  # ordered as a hint, action: monitor (engine/actions.py)
         out.append(finding(ctx, cls, "xid_catalog", Tier.HARDWARE,
                            CONF_PRIOR if is_weak else entity_conf(host, gpu_id), evs + maps,
                            established=not is_weak, note=note + (" Non-fatal so far: watch its rate." if is_weak else ""),
