@@ -124,3 +124,33 @@ def test_m3_single_xid63_is_a_hint_not_hbm_degradation(tmp_path):
     (tmp_path / "kern.log").write_text("".join(line.replace("03:00:00", f"0{h}:00:00") for h in (1, 2, 3)))
     grown = analyze([str(tmp_path / "kern.log")]).verdict
     assert (grown.cls, grown.established, grown.action_kind) == ("HBM_DEGRADATION", True, "EXCLUDE_NODE")
+
+
+def test_m4_host_from_folder_when_kernel_log_names_none(tmp_path):
+    # gpu-b17/dmesg.txt in `dmesg -T` form carries no hostname; alone (no NCCL lines naming gpu-b17)
+    job = tmp_path / "job-1234"
+    (job / "gpu-b17").mkdir(parents=True)
+    (job / "gpu-b17" / "dmesg.txt").write_bytes((HUNT / "D05" / "gpu-b17" / "dmesg.txt").read_bytes())
+    top = analyze([str(job)]).verdict
+    assert (top.cls, top.host, top.action_kind) == ("GPU_FELL_OFF_BUS", "gpu-b17", "EXCLUDE_NODE")
+    assert "Exclude node gpu-b17" in top.action
+    # generic folder names and the input directory itself are never hosts
+    logs = tmp_path / "in" / "logs"
+    logs.mkdir(parents=True)
+    (logs / "dmesg.txt").write_bytes((HUNT / "D05" / "gpu-b17" / "dmesg.txt").read_bytes())
+    for given in (tmp_path / "in", logs):
+        top = analyze([str(given)]).verdict
+        assert top.host is None and "<the host that wrote logs/dmesg.txt: not named in the logs>" in top.action
+    # with the job's NCCL init lines the rank<->bus-id map names rank 13 too (D05 as collected)
+    top = _run("D05").verdict
+    assert (top.host, top.gpu, top.rank) == ("gpu-b17", "0000:9a:00.0", 13)
+
+
+def test_m4_rfc5424_kernel_line_keeps_time_and_host():
+    from gpufield.triage import IngestOptions, ingest
+
+    ev = ingest([HUNT / "D14" / "kern.log"], options=IngestOptions(year=2026)).events
+    assert [(e.kind, e.code, e.host) for e in ev] == [("xid", "79", "hB")]
+    assert ev[0].ts_ns == 1786417200123456000  # 2026-08-11T03:00:00.123456Z
+    top = _run("D14").verdict
+    assert top.host == "hB" and "Exclude node hB" in top.action

@@ -19,6 +19,14 @@ reset required, PCIe AER, OOM killer), NCCL INFO/WARN lines (IB completion error
 PyTorch ProcessGroupNCCL watchdog/heartbeat/Flight Recorder lines, torchrun ChildFailedError blocks,
 CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi dumps, DCGM text.
 
+**Which host a line is from.** The line's own prefix (syslog / journal / RFC 5424 hostname, NCCL
+``host:pid:tid``, torchrun ``host :``), else the host all other lines of its file name, else a
+folder of its path that is a known hostname, else - for files that name no host at all (``dmesg -T``,
+raw ``dmesg``) - the nearest folder *below the directory given* whose name looks like a hostname
+(``job/gpu-b17/dmesg.txt`` -> ``gpu-b17``; generic names such as ``logs``, ``kernel``, ``job-12``,
+``rank3`` or dates never count; see ``analyze.folder_host``). When none applies the action names the
+file whose host is meant. A PCI bus id is joined to a rank through NCCL ``Init COMPLETE ... busId`` lines.
+
 **How it decides** (``../shared/reference/triage.md`` section 5.6):
 
 1. Events are put on one timeline. Cross-host clock skew is estimated from watchdog timeouts of the

@@ -8,8 +8,9 @@ lives in :mod:`gpufield.triage.report`; the CLI only calls these.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,53 @@ def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], lis
     return res.events, marks, stats
 
 
+#: folder names that organise logs but never name a host (a host-like folder is used as the host of
+#: the host-less files under it, see :func:`folder_hosts`)
+GENERIC_FOLDERS = frozenset({
+    "log", "logs", "kernel", "dmesg", "syslog", "journal", "var", "tmp", "data", "output", "outputs", "out",
+    "run", "runs", "job", "jobs", "slurm", "nccl", "torch", "train", "training", "rank", "ranks", "node",
+    "nodes", "host", "hosts", "gpu", "gpus", "debug", "results", "artifacts", "archive", "collected", "triage",
+    "stdout", "stderr", "workers", "worker", "launcher", "dumps", "fr", "flight_recorder", "traces"})
+_HOSTLIKE = re.compile(r"^(?=.*[A-Za-z])[A-Za-z0-9](?:[A-Za-z0-9.-]{0,62}[A-Za-z0-9])?$")
+_NOT_HOST = re.compile(r"^(?:job|run|attempt|rank|step|epoch|case|try|restart)[-_.]?\d+$|^\d{4}-\d\d", re.IGNORECASE)
+
+
+def folder_host(path: str, roots: Sequence[str]) -> str | None:
+    """The host a folder name gives ``path``: its nearest ancestor folder *below* the input
+    directory it was found in whose name looks like a hostname (RFC 1123 label characters, at least
+    one letter, not a generic name of :data:`GENERIC_FOLDERS` nor ``job-12`` / ``rank3`` / a date).
+    Collected logs are laid out as ``<job>/<host>/dmesg.txt``; the input directory itself (and a file
+    named directly) gives no host.
+    """
+    p = os.path.abspath(path)
+    for root in roots:
+        r = os.path.abspath(root)
+        if not os.path.isdir(r) or not p.startswith(r.rstrip(os.sep) + os.sep):
+            continue
+        for part in reversed(os.path.relpath(p, r).split(os.sep)[:-1]):
+            if part.lower() not in GENERIC_FOLDERS and _HOSTLIKE.match(part) and not _NOT_HOST.match(part):
+                return part
+    return None
+
+
+def folder_hosts(events: Sequence[Event], roots: Sequence[str]) -> list[Event]:
+    """Give the events of files that name no host at all (``dmesg -T``, raw ``dmesg``, a training log
+    without NCCL prefixes) the host of their folder (:func:`folder_host`). Files where any event
+    names a host are left to the engine's own inference (:func:`~gpufield.triage.engine.correlate.infer_hosts`).
+    """
+    named = {e.file for e in events if e.host}
+    hint: dict[str, str | None] = {}
+    out = []
+    for e in events:
+        if e.host or e.file in named:
+            out.append(e)
+            continue
+        if e.file not in hint:
+            hint[e.file] = folder_host(e.file, roots)
+        out.append(replace(e, host=hint[e.file]) if hint[e.file] else e)
+    return out
+
+
 def _check_paths(paths: Sequence[str]) -> None:
     """Fail only when nothing at all is readable; a missing path among good ones is a warning."""
     existing = [p for p in paths if os.path.exists(p)]
@@ -129,6 +177,7 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     given = [str(example_dir())] if example else [os.fspath(p) for p in paths]  # type: ignore[union-attr]
     _check_paths(given)
     events, marks, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
+    events = folder_hosts(events, given)
     result = run_engine(events, phases=marks, skew_tolerance_s=skew_tolerance_s)
     return TriageResult(
         incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,

@@ -26,6 +26,7 @@ A host blamed by established hardware incidents in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from gpufield.triage.engine.actions import action_for
@@ -202,6 +203,9 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
     running = root.facts.get("phase") != "startup" and (
         root.facts.get("phase") == "running" or any(tl.before(p, root.root) for p in progress))
     values: dict[str, object] = {"host": root.host, "gpu": root.gpu, "rank": root.rank, **root.facts}
+    if root.host is None and root.root.file:
+        # no hostname in the line, its file or its folder: say which file's host is meant
+        values["host"] = f"<the host that wrote {_short(root.root.file)}: not named in the logs>"
     kind, action, nxt = action_for(root.cls, values, running=running,
                                    exception=root.rule == "python_exception")
     if not root.established and not nxt:
@@ -224,6 +228,12 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),
         rule=root.rule, note=note, t_ns=root.t_ns,
     )
+
+
+def _short(path: str) -> str:
+    """The last two components of ``path`` (``node-b/dmesg.txt``): enough to find the file."""
+    parts = [p for p in re.split(r"[\\/]", path) if p]
+    return "/".join(parts[-2:])
 
 
 def _lemon(incidents: list[Incident], roots: list[Finding]) -> list[Incident]:

@@ -9,6 +9,8 @@ Formats stripped, in any nesting order (``../shared/reference/triage.md`` §2.2,
     [ 1843.308145] node-7 kernel: NVRM: ...                          # journalctl -o short-monotonic
     [  +0.000316] pcieport ...                                       # dmesg --reltime/-d delta
     [Fri Mar  3 04:27:08 2023] NVRM: ...                             # dmesg -T
+    <4>1 2026-08-11T03:00:00.123456+00:00 hB kernel - - - NVRM: ...  # RFC 5424 syslog (rsyslog/syslog-ng forwarders)
+    <4>Aug 11 03:00:00 hB kernel: NVRM: ...                          # RFC 3164 with its <PRI>
     kernel: [16450076.435595] NVRM: ...
     [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ...   # torch rank prefix + glog
     [default0]:...                                                   # torchrun --tee (local rank)
@@ -46,6 +48,11 @@ ISO_RE = re.compile(
     r"(?P<tz>Z|[+-]\d\d:?\d\d)?\]? ?")
 # ... host kernel:   (after an ISO time with a zone or a 'T': journalctl -o short-iso)
 ISO_HOST_RE = re.compile(r"(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+# <4>1 2026-08-11T03:00:00.123456+00:00 hB kernel - - - msg  (RFC 5424: PRI VERSION TIMESTAMP HOSTNAME
+# APP-NAME PROCID MSGID STRUCTURED-DATA MSG; "-" = nil value)   /   <4>  (a bare PRI before an RFC 3164 line)
+RFC5424_RE = re.compile(
+    r"<(?P<pri>\d{1,3})>(?:(?P<ver>\d{1,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) (?P<msgid>\S+) "
+    r"(?P<sd>-|(?:\[[^\]]*\])+) ?)?")
 # [Fri Mar  3 04:27:08 2023]   (dmesg -T)
 DMESG_T_RE = re.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\] ?")
@@ -144,6 +151,19 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
             break
         c = line[pos]  # cheap first-character dispatch: only the formats that can start here
         bracket, digit = c == "[", c.isdigit()
+        m = RFC5424_RE.match(line, pos) if c == "<" else None
+        if m:
+            if m["ver"]:
+                t = ISO_RE.fullmatch(m["ts"]) if m["ts"] != "-" else None
+                if t:
+                    y, mo, d = (int(x) for x in t["date"].split("-"))
+                    p.ts_ns = _ns(y, mo, d, t["hms"], t["frac"], _tz_seconds(t["tz"], utc_offset_s))
+                if m["host"] != "-":
+                    p.host = m["host"]
+                if m["procid"].isdigit() and m["app"] != "kernel":
+                    p.pid = int(m["procid"])
+            pos = m.end()
+            continue
         m = RANK_PREFIX_RE.match(line, pos) if bracket else None
         if m:
             if m["rank"]:
