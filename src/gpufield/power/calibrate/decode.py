@@ -62,7 +62,7 @@ class FamilyResult:
         family: ``"power_cap"``, ``"clock_lock"`` or a vendor stand-in name.
         points: every measurement (both passes).
         flat_min: lowest x whose every higher x stays on the flat part (NaN if none).
-        knee: two-phase fit on the flat part and the first two values past it (None when there is
+        knee: two-phase fit on the flat part's lowest three values and the first two past it (None when there is
             no drop, or when the drop is seen only at the
             sweep's last value so that the fit cannot place it; then ``flat_min`` alone anchors).
         chosen: the gated setting (None when nothing passed the gate).
@@ -164,13 +164,18 @@ def sweep_family(family: str, values: Sequence[float], make: Callable[[float], L
     knee = None
     xs = np.array([p.x for p in pts])
     ys = np.array([p.throughput_tok_s for p in pts]) / base.throughput_tok_s
-    # the knee is the end of the flat part: fit it on the flat part and the first two swept values
-    # past it. Further down other regimes begin (HBM in its lower state, compute-bound clocks) that
+    # the knee is the end of the flat part: fit it on the end of the flat part and the first two
+    # swept values past it. Further down other regimes begin (HBM in its lower state, compute-bound clocks) that
     # one lower segment cannot describe; fitted to the whole tail, the breakpoint is dragged up
     # into the part of the sweep that was measured flat. With fewer than two values past the flat
     # part the drop is seen only at the sweep's last value and the cliff is not resolved
+    # The upper side is the flat part's lowest three values: over the whole flat part a trend
+    # within the flat tolerance can win the split and put the knee far above the cliff (1380 MHz
+    # over a sweep flat to 975 MHz in the twin's dense efficiency calibration)
     below = sorted((v for v in np.unique(xs) if not math.isnan(flat) and v < flat), reverse=True)
-    keep = xs >= below[1] if len(below) >= 2 else np.zeros(len(xs), bool)
+    above = sorted(v for v in np.unique(xs) if not math.isnan(flat) and v >= flat)
+    keep = ((xs >= below[1]) & (xs <= above[min(2, len(above) - 1)]) if len(below) >= 2 and above
+            else np.zeros(len(xs), bool))
     xs, ys = xs[keep], ys[keep]
     if len(np.unique(xs)) >= 3 and len(xs) >= 4:
         if ys.min() < 1 - cfg.eps_throughput:  # there is a drop to locate
