@@ -218,15 +218,6 @@ def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: tor
     return [t.to(dtype) for t in (rr, ri, rs)]
 
 
-def _group_moduli(res_LRN: torch.Tensor, g: int) -> torch.Tensor:
-    """[L, R, N] residues -> [ceil(L/g), R, g*N]: moduli q*g..q*g+g-1 side by side (zero-padded)."""
-    L, R, N = res_LRN.shape
-    Q = -(-L // g)
-    if Q * g != L:
-        res_LRN = torch.cat([res_LRN, res_LRN.new_zeros((Q * g - L, R, N))])
-    return res_LRN.view(Q, g, R, N).permute(0, 2, 1, 3).reshape(Q, R, g * N)
-
-
 def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -> torch.Tensor:
     """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
 
@@ -266,28 +257,34 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -
         for r0 in range(0, R, rows):
             xc = x_GRN[g, r0:r0 + rows]
             Rc = xc.shape[0]
+            gsz = plan.int8_group
             if plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
                 from gpufield.fp64.kernels.residue import scale_residues_triton
 
                 s = row_shifts(xc, plan.input_bits)
-                xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
+                if gsz > 1:  # written straight in the grouped layout [3, Q, Rc, g*N] (no regrouping copy)
+                    xres = scale_residues_triton(xc, s, table, bk.residue_dtype, group=gsz)
+                else:
+                    xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
             else:
                 xr, xi, s = quantize_rows(xc, plan.input_bits)
                 xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
                 del xr, xi
             shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
-            gsz = plan.int8_group
-            if gsz > 1:  # block-diagonal grouped INT8 GEMMs, read in place by the kernel
+            if gsz > 1:  # block-diagonal grouped INT8 GEMMs, written into Tg and read in place by the kernel
                 Q = -(-r // gsz)
                 Tg = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
                 for comp in range(3):
-                    Tg[comp] = bk.modular_matmul_grouped(_group_moduli(xres[comp], gsz), wres[comp][:, g], table, gsz)
+                    bk.modular_matmul_grouped(xres[comp], wres[comp][:, g], table, gsz, out=Tg[comp])
                 del xres
                 y[g, r0:r0 + Rc] = run_epi(Tg, shift, tab, plan.variant, grouped=(gsz, Rc, K)).view(Rc, K)
                 continue
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
             for comp in range(3):
-                T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)
+                if plan.backend == "int8":  # _int_mm writes each [Rc, K] plane T[l, comp] in place
+                    bk.modular_matmul(xres[comp], wres[comp][:, g], table, out=T[:, comp])
+                else:
+                    T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)
             del xres
             y[g, r0:r0 + Rc] = run_epi(T.view(r, 3, -1), shift, tab, plan.variant).view(Rc, K)
     return y

@@ -164,17 +164,22 @@ class Int8Backend:
             return out_MN
         return out
 
-    def modular_matmul(self, resA_LMK, resB_LNK, table):
-        """int32 (int64 if K > 2**16) [L, M, N] of _int_mm products, unreduced (the CRT kernel reduces)."""
+    def modular_matmul(self, resA_LMK, resB_LNK, table, out=None):
+        """int32 (int64 if K > 2**16) [L, M, N] of _int_mm products, unreduced (the CRT kernel reduces).
+
+        ``out``: optional [L, M, N] tensor of that dtype whose planes ``out[l]`` are contiguous (e.g. a
+        strided view ``T[:, c]`` of a larger buffer); the products are written there, no extra copy.
+        """
         L, M, K = resA_LMK.shape
         N = resB_LNK.shape[1]
-        out = torch.empty((L, M, N), dtype=torch.int32 if K <= INT8_K_CHUNK else torch.int64,
-                          device=resA_LMK.device)
+        if out is None:
+            out = torch.empty((L, M, N), dtype=torch.int32 if K <= INT8_K_CHUNK else torch.int64,
+                              device=resA_LMK.device)
         for mi in range(L):
             self._int_mm(resA_LMK[mi], resB_LNK[mi], out[mi])
         return out
 
-    def modular_matmul_grouped(self, bufA_GMX, resB_LNK, table, group):
+    def modular_matmul_grouped(self, bufA_GMX, resB_LNK, table, group, out=None):
         """Block-diagonal grouping of moduli for small K (the FFT-shaped regime): one GEMM per g moduli.
 
         A tall-skinny [M x K] x [K x N] INT8 GEMM with K, N = 32 runs far below peak in cuBLAS (fp64.md 3.3:
@@ -188,13 +193,15 @@ class Int8Backend:
             resB_LNK: int8 [L, N, K] residues of B^T.
             table: moduli table.
             group: g.
+            out: optional int32 [G, M, g*N] destination with contiguous planes ``out[q]`` (written in place).
 
         Returns:
             int32 [G, M, g*N] grouped products (input layout of ``crt_triton_rows_cols(..., group=g)``).
         """
         G, M, gK = bufA_GMX.shape
         L, N, K = resB_LNK.shape
-        out = torch.empty((G, M, group * N), dtype=torch.int32, device=bufA_GMX.device)
+        if out is None:
+            out = torch.empty((G, M, group * N), dtype=torch.int32, device=bufA_GMX.device)
         for q in range(G):
             Bd = torch.zeros((group * N, group * K), dtype=torch.int8, device=resB_LNK.device)
             for li in range(group):
