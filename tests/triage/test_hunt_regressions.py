@@ -154,3 +154,23 @@ def test_m4_rfc5424_kernel_line_keeps_time_and_host():
     assert ev[0].ts_ns == 1786417200123456000  # 2026-08-11T03:00:00.123456Z
     top = _run("D14").verdict
     assert top.host == "hB" and "Exclude node hB" in top.action
+
+
+def test_m5_slurm_time_limit_sigkill_is_not_host_oom(tmp_path):
+    top = _run("D10").verdict  # "*** STEP 12345.0 ON hA CANCELLED AT ... DUE TO TIME LIMIT ***" + exit -9
+    assert top.cls != "HOST_OOM_KILL" and top.rule == "scheduler_cancel" and top.host == "hA"
+    assert top.action_kind == "FIX_CONFIG" and "time limit" in top.action and "memory" not in top.action.split(";")[0]
+    assert not [i for i in _run("D10").incidents if i.cls == "HOST_OOM_KILL"]
+    # a bare SIGKILL stays an unestablished prior whose action asks for the OOM-killer line first
+    body = (HUNT / "D10" / "hA" / "slurm.out").read_text().splitlines()
+    (tmp_path / "bare.log").write_text("\n".join(x for x in body if "slurmstepd" not in x) + "\n")
+    bare = analyze([str(tmp_path / "bare.log")]).verdict
+    assert (bare.cls, bare.established) == ("HOST_OOM_KILL", False)
+    assert bare.action.startswith("Check the kernel log of hA for 'Out of memory: Killed process' first")
+    from gpufield.triage import IngestOptions, ingest
+
+    (tmp_path / "s.log").write_text("slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO "
+                                    "TIME LIMIT ***\n")
+    (e,) = ingest([tmp_path / "s.log"], options=IngestOptions(year=2026)).events
+    assert (e.kind, e.host, e.fields["reason"], e.fields["job_id"], e.ts_ns) == (
+        "scheduler_cancel", "node01", "TIME LIMIT", "123", 1704067200 * 10**9)

@@ -85,6 +85,7 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file", "root_cause", "time", "traceback", "script", "entry", "binary", "block_line")),
     "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message", "timeout_s")),
     "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count", "attempts_left", "message")),
+    "scheduler_cancel": ("torchrun", "the batch scheduler cancelled the job/step (Slurm '*** JOB n ON host CANCELLED AT t DUE TO TIME LIMIT ***'): its processes then get SIGKILL", ("scheduler", "job_id", "scope", "reason", "message")),
     "signal_death": ("torchrun", "process died / killed by signal (SIGKILL, SIGBUS, ...)", ("signal", "signal_name", "message", "sent_by_agent")),
     # cuda
     "cuda_illegal_address": ("cuda", "an illegal memory access was encountered", ("message", "via", "pg")),

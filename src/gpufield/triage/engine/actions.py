@@ -166,6 +166,20 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                                  "it only if remaps recur, an uncorrectable error (Xid 48/94/95) follows or Xid 64 "
                                  "(remap failure) appears.")
         nxt = ("row-remap counters (nvidia-smi -q -d ROW_REMAPPER) of GPU {gpu} over the next days",)
+    reason = values.get("scheduler_reason")
+    if reason:  # Slurm cancelled the job: its limit or policy, not a node/memory fault
+        kind, template, nxt = {
+            "TIME LIMIT": (FIX_CONFIG, "Resubmit from the last checkpoint with a longer time limit (sbatch --time) or "
+                           "checkpoint before the limit; not a node or memory fault.", ("sacct -j {job_id}",)),
+            "PREEMPTION": (RETRY, "Requeue from the last checkpoint: the job was preempted.", ("sacct -j {job_id}",)),
+            "NODE FAILURE": (EXCLUDE_NODE, "Exclude node {host} (Slurm reported a node failure) and resubmit.",
+                             ("scontrol show node {host}", "slurmd log of {host}")),
+        }.get(str(reason), (STOP, "Cancelled by the scheduler or a user (scancel, {scheduler_reason}): ask the "
+                                  "owner before resubmitting.", ("sacct -j {job_id}",)))
+    if cls == "HOST_OOM_KILL" and values.get("prior") == "sigkill":
+        template = ("Check the kernel log of {host} for 'Out of memory: Killed process' first: if it is there, reduce "
+                    "host memory (fewer DataLoader workers, less pinned memory); if not, find who sent SIGKILL "
+                    "(scheduler limit, cgroup, a monitor) before changing anything.")
     if cls == "IB_TRANSPORT_RETRY_EXCEEDED" and not running:
         kind, template = FIX_CONFIG, ("Fix the RoCE/IB addressing before retrying: check NCCL_IB_GID_INDEX "
                                      "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")

@@ -48,6 +48,11 @@ SOCKET_RE = re.compile(r"client socket has timed out after (?P<secs>\d+)s while 
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
 STORE_RE = re.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
+# slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***
+# slurmstepd: error: *** STEP 12345.0 ON hA CANCELLED AT 2026-08-11T03:00:05 ***          (scancel: no reason)
+# (Slurm src/slurmd/slurmstepd/req.c / step_terminate_monitor: the step is killed with SIGKILL after KillWait)
+SLURM_CANCEL_RE = re.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+]+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
+                             r"(?: DUE TO (?P<reason>[A-Z][A-Z_ ]*[A-Z]))?(?: \([^)]*\))? \*\*\*")
 RESTART_RE = re.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
 
 
@@ -66,9 +71,9 @@ class TorchrunParser:
     name = "torchrun"
     source = "torchrun"
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
-                 r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED")
+                 r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "ignal ", "Rendezvous",
-                "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED")
+                "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one torchrun / elastic line (see module docstring)."""
@@ -103,6 +108,13 @@ class TorchrunParser:
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
                          fields={"message": (m["err"] or m.group(0)).strip()})
+        m = SLURM_CANCEL_RE.search(line)
+        if m:
+            reason = (m["reason"] or "").strip() or None
+            return event("torchrun", "scheduler_cancel", ctx, line, pre, code=reason or "CANCELLED", severity="error",
+                         host=m["host"], ts_ns=pre.ts_ns or parse_date_time(m["at"], ctx.utc_offset_s),
+                         fields={"scheduler": "slurm", "job_id": m["id"], "scope": m["what"].lower(),
+                                 "reason": reason, "message": line[m.start():]})
         m = RESTART_RE.search(line)
         if m:
             left, mx = int(m["left"]), int(m["max"])

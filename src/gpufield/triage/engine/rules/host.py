@@ -46,8 +46,20 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
                                     f"({len(group)} kill(s)); ranks died with SIGKILL."))
         return out
+    cancels = ctx.kinds("scheduler_cancel")
+    for c in cancels:  # the scheduler sends SIGKILL after its grace period: that explains the -9s
+        related = [k for k in kills if k.host in (c.host, None)]
+        kills = [k for k in kills if k not in related]
+        reason = c.fields.get("reason") or "a user/admin scancel"
+        out.append(finding(ctx, "UNKNOWN", "scheduler_cancel", Tier.HOST, 0.85, [c, *related],
+                           facts={"scheduler_reason": str(c.fields.get("reason") or "CANCELLED"),
+                                  "job_id": str(c.fields.get("job_id", "?"))},
+                           note=f"The scheduler cancelled {c.fields.get('scope', 'job')} {c.fields.get('job_id', '?')} on "
+                                f"{c.host or 'the host'} ({reason}); the SIGKILL (exit -9) of the ranks is its doing, "
+                                "not the host OOM killer."))
     for host, group in group_by(kills, lambda e: e.host).items():
         out.append(finding(ctx, "HOST_OOM_KILL", "sigkill_prior", Tier.HOST, CONF_PRIOR + 0.05, group,
+                           facts={"prior": "sigkill"},
                            established=False,
                            note=f"Rank(s) on {host or 'a host'} received SIGKILL (exit -9) with no kernel OOM "
                                 "line in the input: most often the host OOM killer."))
