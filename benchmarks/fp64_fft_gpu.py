@@ -153,6 +153,21 @@ def epilogue_bench(run: Run, dev: str, n_out: int, p_int: float, copy_bw: float)
                 rec["c_epi_ptx_static"] = n_instr * 32 * warps / (2 * 128) if n_instr else None
             except Exception as e:  # noqa: BLE001 - diagnostics only
                 rec["ptx_error"] = repr(e)
+            if dev == "cuda" and kind == "int8" and v in ("crt", "kulisch"):
+                # launch-shape sweep (BLOCK outputs per program, warps): same bits, tells whether the
+                # default (128, 4) leaves the kernel latency/occupancy bound
+                sweep = {}
+                for blk, nw in ((64, 4), (128, 8), (256, 8), (32, 2)):
+                    try:
+                        def f(v=v, T=T, shift=shift, tab=tab, blk=blk, nw=nw):
+                            return epilogue_triton(T, shift, tab, v, block=blk, num_warps=nw)
+
+                        f()
+                        sweep[f"block{blk}_warps{nw}"] = _time(f, dev, reps=3)
+                    except Exception as e:  # noqa: BLE001 - diagnostics only (e.g. out of registers)
+                        sweep[f"block{blk}_warps{nw}"] = repr(e)[:200]
+                sweep["block128_warps4"] = t
+                rec["launch_sweep_time_s"] = sweep
             run.res["epilogue"][f"{kind}{r}/{v}"] = rec
             run.save()
         del T
@@ -232,8 +247,10 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
         configs.append(("int8", "crt", "torch", 1))
     for b, v, epi, grp in configs:
         key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
-        # two calls at this size, scaled from the per-call time at the previous size, 30% margin
-        est = 2 * 1.3 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
+        # first call + timed call + random-input call (+ inverse for the round trip), scaled from the
+        # warm per-call time at the previous size, 20% margin
+        calls = 4 if round_trip and v == "crt" else 3
+        est = calls * 1.2 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
         if est > run.left():
             run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
             continue
@@ -258,8 +275,30 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
     del x, xr
 
 
+def _phase_of(name: str) -> str:
+    name = name.lower()
+    if "fft_epilogue" in name:
+        return "epilogue (triton)"
+    if "scale_residue" in name:
+        return "scaling+residues (triton)"
+    if any(w in name for w in ("gemm", "int_mm", "scaled_mm", "sm90", "cutlass", "xmma", "imma", "s8s32")):
+        return "tensor-core GEMMs"
+    if any(w in name for w in ("reduce", "amax", "abs", "frexp", "isfinite", "max")):
+        return "row shifts + isfinite (torch reductions/elementwise)"
+    if "copy" in name or "memcpy" in name or "transpose" in name or "cat" in name:
+        return "copies/transposes"
+    if "memset" in name or "fill" in name:
+        return "memset/fill"
+    return "other elementwise"
+
+
 def phase_breakdown(run: Run, dev: str, n: int) -> None:
-    """GPU time per phase (torch.profiler kernel times) of one transform, for int8/crt and fp8/crt."""
+    """GPU time per phase (torch.profiler kernel times) of one n^3 transform, plus kernel launches and the
+    wall time of the same call, for int8/crt (g = 1 and 8) and fp8/crt.
+
+    wall - sum(kernel times) is the time the GPU sat idle: Python loops over groups/chunks/moduli, launch
+    latency and host syncs (the stage's isfinite check). Kernel names per phase are kept in the JSON.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated
@@ -268,31 +307,45 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
     x = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
                       torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
     out = {}
-    for b in BACKENDS:
-        plan = EmulatedFftPlan(backend=b, variant="crt", epilogue="triton", chunk_outputs=1 << 25)
+    for b, grp in (("int8", 1), ("int8", 8), ("fp8", 1)):
+        key = f"{b}/crt" + (f"/g{grp}" if grp > 1 else "")
+        plan = EmulatedFftPlan(backend=b, variant="crt", epilogue="triton", int8_group=grp, chunk_outputs=1 << 25)
         fftn_fp64_emulated(x, plan)
         torch.cuda.synchronize()
+        t0 = _now()
+        fftn_fp64_emulated(x, plan)
+        torch.cuda.synchronize()
+        wall = _now() - t0
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fftn_fp64_emulated(x, plan)
             torch.cuda.synchronize()
         phases: dict = {}
+        launches: dict = {}
+        names: dict = {}
         for ev in prof.key_averages():
+            if str(getattr(ev, "device_type", "")).endswith("CPU"):
+                continue
             t = getattr(ev, "self_device_time_total", None)
             if t is None:
                 t = getattr(ev, "self_cuda_time_total", 0.0)
-            name = ev.key.lower()
-            if "fft_epilogue" in name:
-                ph = "epilogue (triton)"
-            elif "scale_residue" in name:
-                ph = "scaling+residues (triton)"
-            elif "gemm" in name or "int_mm" in name or "scaled_mm" in name or "sm90" in name or "cutlass" in name:
-                ph = "tensor-core GEMMs"
-            else:
-                ph = "other (transposes, copies, digit planes, casts)"
+            if not t:
+                continue
+            ph = _phase_of(ev.key)
             phases[ph] = phases.get(ph, 0.0) + t / 1e6
-        out[f"{b}/crt"] = {k: round(v, 6) for k, v in sorted(phases.items())}
-    run.res["phases_s"] = {f"{n}^3": out}
-    run.save()
+            launches[ph] = launches.get(ph, 0) + int(ev.count)
+            names.setdefault(ph, []).append([ev.key[:80], int(ev.count), round(t / 1e6, 6)])
+        busy = sum(phases.values())
+        out[key] = {"phases_s": {k: round(v, 6) for k, v in sorted(phases.items())},
+                    "launches": launches, "kernel_launches_total": sum(launches.values()),
+                    "gpu_busy_s": busy, "wall_s": wall, "idle_s": wall - busy,
+                    "kernels": {k: sorted(v, key=lambda e: -e[2])[:8] for k, v in names.items()}}
+        run.res["phases_s"] = {f"{n}^3": out}
+        run.save()
+        print(f"  phases {n}^3 {key}: wall {wall * 1e3:.1f} ms, GPU busy {busy * 1e3:.1f} ms, "
+              f"{sum(launches.values())} kernel launches")
+        for ph, t in sorted(phases.items(), key=lambda kv: -kv[1]):
+            print(f"     {ph:52s} {t * 1e3:8.1f} ms  {launches[ph]:6d} launches")
+    del x
 
 
 def model_predictions(run: Run, sizes, copy_bw: float) -> None:
@@ -316,7 +369,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--small", action="store_true", help="sizes 8^3, 16^3 and a smaller self-check (dry run)")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="wall-clock budget of the whole run (default 220 s on CUDA, unlimited on CPU)")
+                    help="wall-clock budget of the whole run (default 200 s on CUDA, unlimited on CPU)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dev = a.device
@@ -324,7 +377,7 @@ def main() -> None:
         sys.exit("--device cuda but no CUDA device; use --device cpu --small for a dry run")
     if dev == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    run = Run(a.out, a.budget_s if a.budget_s is not None else (220.0 if dev == "cuda" else float("inf")))
+    run = Run(a.out, a.budget_s if a.budget_s is not None else (200.0 if dev == "cuda" else float("inf")))
     from gpufield.telemetry import gpu_spec
 
     p_int = gpu_spec("H200").int32_ops_per_s
@@ -386,7 +439,16 @@ def print_summary(run: Run) -> None:
                   f"{sp['emulated_s'][1] * 1e3:.1f} ms (c_epi 203-281)")
     for sz, ph in r.get("phases_s", {}).items():
         for k, v in ph.items():
-            print(f"phases {sz} {k}: " + ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v.items()))
+            print(f"phases {sz} {k}: wall {v['wall_s'] * 1e3:.1f} ms, GPU busy {v['gpu_busy_s'] * 1e3:.1f} ms, "
+                  f"{v['kernel_launches_total']} launches; "
+                  + ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v["phases_s"].items()))
+    for k, e in r["epilogue"].items():
+        if "launch_sweep_time_s" in e:
+            print(f"epilogue {k} launch sweep: " + ", ".join(
+                f"{a} {b * 1e3:.2f} ms" if isinstance(b, float) else f"{a} {b[:40]}"
+                for a, b in e["launch_sweep_time_s"].items()))
+    if "phases_error" in r:
+        print("phase breakdown failed:", r["phases_error"][:300])
     for s in r["skipped"]:
         print("skipped:", s)
     print(f"elapsed {r['meta']['elapsed_s']:.0f} s; JSON in {run.out / 'fp64_fft_gpu.json'}")

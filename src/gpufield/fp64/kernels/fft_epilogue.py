@@ -266,7 +266,8 @@ def _padded_tables(tab: EpilogueTables, device: str) -> dict:
 
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
-                    block: int | None = None, grouped: tuple[int, int, int] | None = None) -> torch.Tensor:
+                    block: int | None = None, grouped: tuple[int, int, int] | None = None,
+                    num_warps: int | None = None) -> torch.Tensor:
     """Fused stage epilogue (same contract as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
 
     Args:
@@ -280,6 +281,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
             Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
             vectorizes over a few large programs.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
+        num_warps: warps per program (None: Triton's default, 4); a tuning knob only (every output is
+            computed independently with exact integer arithmetic, so the bits do not depend on it).
 
     Returns:
         complex128 [O].
@@ -306,10 +309,11 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     if block is None:
         block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
+    launch = {} if num_warps is None else {"num_warps": num_warps}
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],
         tb["M"], tb["frac"], tb["inv"], tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"],
         VARIANT=VARIANTS.index(variant), FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
-        GROUP=g,
+        GROUP=g, **launch,
     )
     return torch.view_as_complex(out.view(n_out, 2))
