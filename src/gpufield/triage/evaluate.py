@@ -10,7 +10,10 @@ column. Label grammar and scoring rule:
   **Correct** when the top class is any class of the chain; **strict** only when it is ``A`` (the
   first backticked class, the "expected class").
 - ``A`` ... and ``B`` - two incidents in one log, in no particular order. Correct (and strict) when
-  the top class is one of them and every named class appears among the reported incidents.
+  the top class is one of them and *every* named class is reported as an established incident (the
+  tool claims it and names what it blames); an unestablished hint of that class ("a compute
+  straggler may be masked; wall time cannot name it") does not count. ``per_class`` credits each
+  class of such a label separately.
 - ``(cascade)`` in the label: the case is a victim's view; the root must be reported as UNKNOWN
   (``established`` false). This is scored separately as the *root check*.
 
@@ -131,6 +134,8 @@ class CaseResult:
         confidence: confidence of the top incident (0 when none).
         root_cause: the top incident's root cause (class or UNKNOWN).
         error: the error message when the case could not be analysed.
+        found: expected classes reported as established incidents (for ``all`` labels; the top
+            class for the others when correct).
     """
 
     case: LabelledCase
@@ -142,6 +147,7 @@ class CaseResult:
     confidence: float
     root_cause: str
     error: str | None = None
+    found: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -167,9 +173,15 @@ class EvalReport:
         return sum(r.strict for r in self.results) / max(len(self.results), 1)
 
     def per_class(self) -> dict[str, tuple[int, int]]:
-        """``expected class -> (correct, total)`` keyed by the first expected class."""
+        """``expected class -> (correct, total)`` keyed by the first expected class (every class of an
+        ``A and B`` label, each credited when it was found)."""
         acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for r in self.results:
+            if r.case.mode == "all":  # each class of "A and B" on its own
+                for c in dict.fromkeys(r.case.classes):
+                    acc[c][0] += c in r.found
+                    acc[c][1] += 1
+                continue
             acc[r.case.expected][0] += r.correct
             acc[r.case.expected][1] += 1
         return {k: (v[0], v[1]) for k, v in sorted(acc.items())}
@@ -203,7 +215,8 @@ class EvalReport:
             "results": [{"case": r.case.number, "file": r.case.file, "expected": list(r.case.classes),
                          "mode": r.case.mode, "predicted": r.predicted, "reported": list(r.reported),
                          "correct": r.correct, "strict": r.strict, "root_cause": r.root_cause,
-                         "root_ok": r.root_ok, "confidence": r.confidence, "error": r.error}
+                         "root_ok": r.root_ok, "confidence": r.confidence, "error": r.error,
+                         "found": list(r.found)}
                         for r in self.results],
         }
 
@@ -213,14 +226,16 @@ def score(case: LabelledCase, reported: list[tuple[str, bool, float]]) -> CaseRe
     top = reported[0][0] if reported else "NONE"
     classes = tuple(c for c, _, _ in reported)
     if case.mode == "all":
-        correct = top in case.classes and all(c in classes for c in case.classes)
+        found = tuple(c for c in dict.fromkeys(case.classes) if any(rc == c and est for rc, est, _ in reported))
+        correct = top in case.classes and len(found) == len(set(case.classes))
         strict = correct
     else:
         correct = top in case.classes
         strict = top == case.expected
+        found = (top,) if correct else ()
     root_ok = None if not case.cascade else bool(reported) and not reported[0][1]
     return CaseResult(case, top, classes, correct, strict, root_ok, reported[0][2] if reported else 0.0,
-                      (top if reported[0][1] else "UNKNOWN") if reported else "NONE")
+                      (top if reported[0][1] else "UNKNOWN") if reported else "NONE", found=found)
 
 
 def evaluate(directory: str | os.PathLike[str], *, index: str | os.PathLike[str] | None = None) -> EvalReport:
