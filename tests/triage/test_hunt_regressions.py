@@ -174,3 +174,20 @@ def test_m5_slurm_time_limit_sigkill_is_not_host_oom(tmp_path):
     (e,) = ingest([tmp_path / "s.log"], options=IngestOptions(year=2026)).events
     assert (e.kind, e.host, e.fields["reason"], e.fields["job_id"], e.ts_ns) == (
         "scheduler_cancel", "node01", "TIME LIMIT", "123", 1704067200 * 10**9)
+
+
+def test_l1_duplicate_inputs_are_read_once_with_a_warning(tmp_path):
+    from gpufield.triage import IngestOptions, ingest
+
+    src = HUNT / "D05"
+    once = ingest([src], options=IngestOptions(year=2026))
+    link = tmp_path / "again.txt"
+    link.symlink_to((src / "gpu-b17" / "dmesg.txt").resolve())
+    dup = ingest([src, src, src / "gpu-b17" / "dmesg.txt", link], options=IngestOptions(year=2026))
+    assert dup.stats.files_seen == once.stats.files_seen == 4
+    assert len(dup.events) == len(once.events)
+    warns = [w for w in dup.stats.warnings if "read once" in w.message]
+    assert len(warns) == 6 and any(str(link) in str(w) for w in warns)
+    a = analyze([str(src)]).verdict
+    b = analyze([str(src), str(src)]).verdict
+    assert a.cascade_count == b.cascade_count == 15

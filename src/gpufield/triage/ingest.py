@@ -185,6 +185,25 @@ class IngestResult:
 
 
 def _walk(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> Iterator[str]:
+    """Files under ``paths`` in order, each physical file once: the same path twice, a directory and
+    a file inside it, or a link to a file already listed are read once, with a warning."""
+    seen: dict[tuple[int, int], str] = {}
+    for full in _walk_all(paths, stats):
+        try:
+            st = os.stat(full)
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            yield full  # _open reports it
+            continue
+        if key in seen and st.st_ino:
+            stats.warnings.append(IngestWarning(full, None, f"same file as {seen[key]} (given twice, or a link to "
+                                                            "it): read once"))
+            continue
+        seen[key] = full
+        yield full
+
+
+def _walk_all(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> Iterator[str]:
     for p in paths:
         path = os.fspath(p)
         if os.path.isdir(path):
