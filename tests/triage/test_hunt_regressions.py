@@ -191,3 +191,10 @@ def test_l1_duplicate_inputs_are_read_once_with_a_warning(tmp_path):
     a = analyze([str(src)]).verdict
     b = analyze([str(src), str(src)]).verdict
     assert a.cascade_count == b.cascade_count == 15
+
+
+def test_l3_fatal_nvswitch_sxid_gets_a_fabric_node_action():
+    top = _run("D15").verdict  # "nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 ..."
+    assert (top.cls, top.host, top.gpu, top.action_kind) == ("NVLINK_FAULT", "hB", None, "EXCLUDE_NODE")
+    assert "not named" not in top.action and "Reset GPU" not in top.action
+    assert "SXid 24007 on nvidia-nvswitch0 (PCI 0000:c3:00.0) link 30" in top.action

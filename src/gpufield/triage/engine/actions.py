@@ -166,6 +166,11 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                                  "it only if remaps recur, an uncorrectable error (Xid 48/94/95) follows or Xid 64 "
                                  "(remap failure) appears.")
         nxt = ("row-remap counters (nvidia-smi -q -d ROW_REMAPPER) of GPU {gpu} over the next days",)
+    if cls == "NVLINK_FAULT" and values.get("sxid"):  # an NVSwitch, not a GPU: the node's fabric
+        kind, template = EXCLUDE_NODE, ("Exclude node {host}: fatal NVSwitch SXid {sxid} on {switch} takes down the "
+                                        "node's NVLink fabric; reset the fabric (GPUs and NVSwitches, restart Fabric "
+                                        "Manager, or reboot the node) before reuse; RMA the baseboard if it recurs.")
+        nxt = ("nvidia-smi -q (Fabric state) and Fabric Manager log on {host}", "nvidia-smi nvlink -e counters on {host}")
     reason = values.get("scheduler_reason")
     if reason:  # Slurm cancelled the job: its limit or policy, not a node/memory fault
         kind, template, nxt = {

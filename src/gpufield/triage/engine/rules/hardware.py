@@ -264,10 +264,22 @@ def sxid_rule(ctx: RuleContext) -> list[Finding]:
         fatal = [e for e in group if e.fields.get("fatal") is True or e.severity == "fatal"]
         codes = ",".join(sorted({str(e.code or e.fields.get("sxid")) for e in group}))
         out.append(finding(ctx, "NVLINK_FAULT", "sxid", Tier.HARDWARE, 0.85 if fatal else CONF_PRIOR,
-                           fatal or group, established=bool(fatal), gpu=None, facts={"sxid": codes},
+                           fatal or group, established=bool(fatal), gpu=None,
+                           facts={"sxid": codes, "switch": _switch_of(fatal or group)},
                            note=f"NVSwitch SXid {codes} on {host or 'the host'}"
                                 + (" (fatal): the NVLink fabric of this node failed." if fatal else " (non-fatal).")))
     return out
+
+
+def _switch_of(evs: list[Event]) -> str:
+    """``nvidia-nvswitch0 (PCI 0000:c3:00.0) link 30`` from the first SXid line that names them."""
+    e = evs[0]
+    parts = [str(e.fields.get("switch") or "the NVSwitch")]
+    if e.gpu_bdf:
+        parts.append(f"(PCI {e.gpu_bdf})")
+    if e.fields.get("link") is not None:
+        parts.append(f"link {e.fields['link']}")
+    return " ".join(parts)
 
 
 def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
