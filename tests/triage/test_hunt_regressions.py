@@ -198,3 +198,10 @@ def test_l3_fatal_nvswitch_sxid_gets_a_fabric_node_action():
     assert (top.cls, top.host, top.gpu, top.action_kind) == ("NVLINK_FAULT", "hB", None, "EXCLUDE_NODE")
     assert "not named" not in top.action and "Reset GPU" not in top.action
     assert "SXid 24007 on nvidia-nvswitch0 (PCI 0000:c3:00.0) link 30" in top.action
+
+
+def test_l5_timeout_note_counts_ranks_per_process_group():
+    top = _run("D16").verdict  # PG 0 SeqNum 8812 on 4 ranks, PG 1 SeqNum 301 on 4 other ranks
+    assert top.cls == "NCCL_COLLECTIVE_TIMEOUT"
+    assert "4 rank(s) on PG 0 SeqNum 8812 (ALLREDUCE)" in top.note and "4 rank(s) on PG 1 SeqNum 301" in top.note
+    assert "8 rank(s) timed out on SeqNum 8812" not in top.note

@@ -196,7 +196,17 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
             miss = silent  # every other rank of the job timed out; these never reported
             facts["missing"] = ",".join(map(str, miss))
     rank = as_int(miss[0]) if len(miss) == 1 else None
-    note = (f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
+    per_key: dict[tuple, set] = {}
+    for e in w:
+        per_key.setdefault((e.fields.get("pg"), _seq(e), e.fields.get("op_type")), set()).add(
+            e.rank if e.rank is not None else id(e))
+    if len(per_key) > 1:  # several process groups / collectives: say each one, not the first with all ranks
+        what = "; ".join(f"{len(r)} rank(s) on PG {pg if pg is not None else '?'} SeqNum {sq} ({o or '-'})"
+                         for (pg, sq, o), r in per_key.items())
+        lead = f"Timeouts on {len(per_key)} collectives: {what}"
+    else:
+        lead = f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
+    note = (lead
             + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
                "; no rank in the input explains why (some rank never joined or a link stalled)."))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
