@@ -153,7 +153,7 @@ def epilogue_bench(run: Run, dev: str, n_out: int, p_int: float, copy_bw: float)
                 rec["c_epi_ptx_static"] = n_instr * 32 * warps / (2 * 128) if n_instr else None
             except Exception as e:  # noqa: BLE001 - diagnostics only
                 rec["ptx_error"] = repr(e)
-            if dev == "cuda" and kind == "int8" and v in ("crt", "kulisch"):
+            if dev == "cuda" and kind == "int8" and v == "crt":
                 # launch-shape sweep (BLOCK outputs per program, warps): same bits, tells whether the
                 # default (128, 4) leaves the kernel latency/occupancy bound
                 sweep = {}
