@@ -62,8 +62,8 @@ def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record,
     sc, layers = babsr_scores(graph, inter, record)
     B = sc.shape[0]
     if method == "babsr" or k <= 1:
-        best = sc.max(1)
-        return [None if float(best.values[b]) < 0 else _locate(layers, int(best.indices[b])) for b in range(B)]
+        val, ind = (t.tolist() for t in sc.max(1))
+        return [None if val[b] < 0 else _locate(layers, ind[b]) for b in range(B)]
     k = min(k, sc.shape[1])
     top = sc.topk(k, 1)
     valid = top.values >= 0  # [B, k]
@@ -91,11 +91,6 @@ def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record,
                         {n: ch_splits[n] for n in ch_beta}).min(0).values
     v = torch.nan_to_num(v, nan=-torch.inf).reshape(B, k, 2).min(2).values
     v = torch.where(valid, v, torch.full_like(v, -torch.inf))
-    pick = v.max(1).indices
-    out = []
-    for b in range(B):
-        if not bool(valid[b].any()):
-            out.append(None)
-        else:
-            out.append(_locate(layers, int(top.indices[b, pick[b]])))
-    return out
+    chosen = top.indices.gather(1, v.max(1).indices.unsqueeze(1)).squeeze(1).tolist()
+    any_valid = valid.any(1).tolist()
+    return [_locate(layers, chosen[b]) if any_valid[b] else None for b in range(B)]

@@ -211,6 +211,7 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                     final_bound(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits, record=rec32)
                 picks = choose(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits,
                                rec32, method=cfg.branching, k=cfg.fsb_k)
+                lb_list = lb64.tolist()
                 for i, b in enumerate(idx.tolist()):
                     if picks[i] is None:  # affine on the domain: an LP decides it
                         verdict, cex = _leaf(graph64, spec, case, ort_model, lo64, hi64, inter64, alpha,
@@ -220,7 +221,7 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                         if cex is not None:
                             return finish(False, "counterexample from a fully stable leaf's LP", cex)
                         return finish(False, "a fully stable leaf is neither proven nor falsified")
-                    d = Domain(float(lb64[b]), {n: s[b:b + 1] for n, s in splits.items()},
+                    d = Domain(lb_list[b], {n: s[b:b + 1] for n, s in splits.items()},
                                {n: (inter64[n][0][b:b + 1], inter64[n][1][b:b + 1]) for n in names},
                                {r: a[:, :, b:b + 1].detach() for r, a in alpha.items()},
                                {n: bt[:, b:b + 1].detach() for n, bt in beta.items()},
