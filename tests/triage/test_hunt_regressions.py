@@ -205,3 +205,19 @@ def test_l5_timeout_note_counts_ranks_per_process_group():
     assert top.cls == "NCCL_COLLECTIVE_TIMEOUT"
     assert "4 rank(s) on PG 0 SeqNum 8812 (ALLREDUCE)" in top.note and "4 rank(s) on PG 1 SeqNum 301" in top.note
     assert "8 rank(s) timed out on SeqNum 8812" not in top.note
+
+
+def test_l2_host_attribution_is_consistent_across_events_evidence_and_json():
+    import json
+
+    from gpufield.triage import dumps
+
+    res = _run("D17")
+    for e in res.events:
+        if e.file.endswith(("gpu-a03/train.log", "gpu-b17/train.log")):
+            assert e.host == e.file.split("/")[-2], (e.kind, e.line, e.host)  # watchdog and loss lines too
+    cascade = [x for x in res.verdict.evidence if x.role == "cascade"]
+    assert cascade and set(cascade[0].hosts) == {"gpu-a03", "gpu-b17"}
+    d = json.loads(dumps(res))["incidents"][0]
+    assert d["root"]["time"] == d["evidence"][0]["time"] == "2026-08-11T03:00:00.000Z"  # as logged, both places
+    assert d["root"]["time_corrected"] is not None

@@ -150,7 +150,7 @@ def estimate_offsets(events: Sequence[Event]) -> dict[str, int]:
     return offsets
 
 
-_BULK = frozenset({"loss", "metric_sample"})  # one per step/sample: left as they are (cost, and unused)
+_BULK = frozenset({"metric_sample"})  # one per sample: left as they are (cost); loss lines are thinned at ingest
 
 
 def infer_hosts(events: Sequence[Event]) -> list[Event]:

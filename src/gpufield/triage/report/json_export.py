@@ -13,14 +13,17 @@ Schema ``gpufield.triage.result/1``::
          "action_kind": "RETRY|EXCLUDE_NODE|RESET_GPU|FIX_CONFIG|STOP", "action": str,
          "next_evidence": [str],
          "blamed": {"host", "gpu", "rank"},   # the entity the action targets (null: not identified)
-         "root": {"host", "rank", "gpu", "gpu_bdf", "gpu_uuid", "file", "line", "time", "kind", "raw"},
+         "root": {"host", "rank", "gpu", "gpu_bdf", "gpu_uuid", "file", "line", "time", "time_corrected",
+                  "kind", "raw"},
          "cascade_count": int, "cascade_classes": [str], "rule": str, "note": str,
          "evidence": [{"role": "root|cascade", "file", "line", "host", "rank", "kind", "time",
                        "raw", "count", "ranks", "hosts"}]}
       ]
     }
 
-Times are ISO 8601 UTC strings (clock-skew corrected for the root) or null. ``root`` locates the
+Times are ISO 8601 UTC strings or null. ``time`` is always the time as logged (the same value for the
+root line in ``root`` and in ``evidence``); ``root.time_corrected`` is the clock-skew corrected time
+the engine ordered it by (equal to ``time`` when no offset was estimated for its host). ``root`` locates the
 root evidence line (its host/rank fall back to the reporting event's); ``blamed`` is what the rules
 blame, null where the logs do not name it (e.g. the victim side of a peer exit).
 """
@@ -74,7 +77,7 @@ def incident_dict(inc: Incident) -> dict[str, Any]:
         "blamed": {"host": inc.host, "gpu": inc.gpu, "rank": inc.rank},
         "root": {"host": inc.host or r.host, "rank": inc.rank if inc.rank is not None else r.rank,
                  "gpu": inc.gpu, "gpu_bdf": r.gpu_bdf, "gpu_uuid": r.gpu_uuid, "file": r.file, "line": r.line,
-                 "time": iso(inc.t_ns), "kind": r.kind, "raw": r.raw},
+                 "time": iso(r.ts_ns), "time_corrected": iso(inc.t_ns), "kind": r.kind, "raw": r.raw},
         "cascade_count": inc.cascade_count, "cascade_classes": list(inc.cascade_classes), "rule": inc.rule,
         "note": inc.note, "evidence": [evidence_dict(x) for x in inc.evidence],
     }
