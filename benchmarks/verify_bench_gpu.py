@@ -10,8 +10,10 @@ It writes ``OUTDIR/verify_mnist_fc_<device>.csv`` (VNN-COMP results format, one 
 per instance), ``OUTDIR/verify_mnist_fc_<device>.json`` (summary: counts, agreement and wrong
 answers against alpha-beta-CROWN's published 2022 results, total time, settings, device) and
 prints the counts. Per-instance timeout = min(CSV timeout, --max-instance-s, remaining budget /
-instances left), so the whole run stays inside --total-s (default 420 s: 60 instances finish
-well under 8 minutes including start-up).
+instances left), so the whole run stays inside --total-s (default 400 s: 60 instances finish
+under 8 minutes including start-up). ``--select REGEX`` runs only matching instances (e.g.
+``256x4.*0.05``); β-CROWN branch and bound is on (``--no-bab`` for the v1 pipeline,
+``--branching babsr|fsb``, ``--bab-batch``, ``--bab-memory-gb``).
 
 The benchmark data is looked up in --data, else ``shared/data/vnncomp2022`` inside the repo,
 else ``../shared/data/vnncomp2022`` next to it.
@@ -42,8 +44,8 @@ def main() -> int:
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--data", default=None, help="directory holding mnist_fc/ and results/")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--max-instance-s", type=float, default=6.0)
-    ap.add_argument("--total-s", type=float, default=420.0)
+    ap.add_argument("--max-instance-s", type=float, default=60.0, help="per-instance cap (s); VNN-COMP: 120/300")
+    ap.add_argument("--total-s", type=float, default=400.0, help="whole-run budget (s)")
     ap.add_argument("--alpha-iterations", type=int, default=100)
     ap.add_argument("--attack-rounds", type=int, default=20)
     ap.add_argument("--dtype", default="float32")
@@ -53,6 +55,8 @@ def main() -> int:
     ap.add_argument("--branching", default="fsb", help="fsb | babsr")
     ap.add_argument("--bab-batch", type=int, default=1024, help="most domains bounded together")
     ap.add_argument("--bab-iterations", type=int, default=20, help="Adam steps per BaB batch")
+    ap.add_argument("--bab-memory-gb", type=float, default=None,
+                    help="BaB memory budget (batch size and queue); default 16 on cuda, 2 on cpu")
     a = ap.parse_args()
 
     import torch
@@ -72,8 +76,10 @@ def main() -> int:
         csv_path.unlink()
     from gpufield.verify.refine import RefineConfig
 
+    mem_gb = a.bab_memory_gb if a.bab_memory_gb is not None else (16.0 if a.device.startswith("cuda") else 2.0)
     rcfg = None if a.no_bab else RefineConfig(batch=a.bab_batch, branching=a.branching,
-                                             alpha=AlphaConfig(iterations=a.bab_iterations))
+                                             alpha=AlphaConfig(iterations=a.bab_iterations),
+                                             memory_budget_bytes=int(mem_gb * 2**30))
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
                        attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
@@ -92,7 +98,8 @@ def main() -> int:
         "settings": {"threads": torch.get_num_threads(), "max_instance_s": a.max_instance_s, "total_s": a.total_s, "dtype": a.dtype,
                      "alpha_iterations": a.alpha_iterations, "attack_rounds": a.attack_rounds, "select": a.select,
                      "bab": None if rcfg is None else {"batch": a.bab_batch, "branching": a.branching,
-                                                       "iterations": a.bab_iterations, "beta": True}},
+                                                       "iterations": a.bab_iterations, "beta": True,
+                                                       "memory_gb": mem_gb}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,
