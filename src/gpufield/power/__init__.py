@@ -6,11 +6,12 @@ Each lane of a disaggregated deployment gets its own actuator, chosen by calibra
 
 * **prefill**: an SM-clock *window* whose floor is the TTFT guarantee (prefill is compute-bound:
   ``t_p ~ f^-beta``; floor = lowest clock meeting ``(1-h) SLO - t_x - t_d1`` including p99 queueing at
-  the provisioned peak rate, checked enforceable under the power limit) and whose top is the measured
-  energy sweet spot (:func:`calibrate_prefill`);
+  the provisioned peak rate, checked enforceable under the power limit) and whose top is the energy
+  sweet spot of the smoothed clock sweep (:func:`calibrate_prefill`);
 * **decode**: the Pareto-best of a power cap at *cliff + margin*, an SM-clock ceiling, or a vendor
-  profile stand-in (:func:`calibrate_decode`): a two-pass sweep, a two-segment knee with a bootstrap
-  interval (:func:`fit_knee`), a margin of ``max(step, 5% TGP)``, then a latency gate at peak load;
+  profile stand-in (:func:`calibrate_decode`): a two-pass sweep, a knee with a bootstrap
+  interval on the end of the flat part (:func:`fit_knee`, a two-phase fit that allows a step), a
+  margin of ``max(step, 5% TGP)``, then a latency gate at peak load;
 * a runtime **SLO guard** per lane (:class:`SloGuard`, an explicit state machine: fast breach ->
   defaults at once, slow breach / leading indicators -> one notch up, relax slowly, fail-safe to
   defaults on stale telemetry, NVML errors or thermal slowdown).
