@@ -221,3 +221,11 @@ def test_l2_host_attribution_is_consistent_across_events_evidence_and_json():
     d = json.loads(dumps(res))["incidents"][0]
     assert d["root"]["time"] == d["evidence"][0]["time"] == "2026-08-11T03:00:00.000Z"  # as logged, both places
     assert d["root"]["time_corrected"] is not None
+
+
+def test_l6_unresolved_status12_peer_is_named_by_the_one_host_whose_ib_port_went_down():
+    # hA and hC: status 12 from peer 10.0.0.17 (no Bootstrap line maps it); hB: "mlx5_3: Port: 1 Link DOWN"
+    top = _run("D04").verdict
+    assert (top.cls, top.host, top.action_kind) == ("IB_TRANSPORT_RETRY_EXCEEDED", "hB", "EXCLUDE_NODE")
+    assert "Exclude node hB" in top.action and "10.0.0.17" in top.note and top.confidence == 0.8
+    assert any(x.event.kind == "nic_link_state" for x in top.evidence if x.role == "root")

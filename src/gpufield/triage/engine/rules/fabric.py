@@ -89,20 +89,43 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         elif len(reporters) == 1 and not peers:
             host = reporters[0]
             note_who = f"host {host} (the only reporter)"
+        peer_txt = top[0][0] if top else "-"
+        extra: list[Event] = []
+        if host is not None and host not in reporters and host not in {e.host for e in ctx.events if e.host}:
+            # the peer is an address no line maps to a host: a port-down on exactly one other host at
+            # that time names the far end (triage.md 5.6.2: status-12 peers pointing at one host)
+            t0 = ctx.t(evs[0])
+            near = [e for e in _port_down(ctx) if e.host and e.host not in reporters and (
+                t0 is None or ctx.t(e) is None or abs(ctx.t(e) - t0) <= PORT_DOWN_NEAR_S * 1e9)]
+            if len({e.host for e in near}) == 1:
+                ip, host = host, near[0].host
+                extra = near
+                peer_txt = f"{host} ({ip})"
+                conf, note_who = 0.8, (f"peer {ip}, which no line maps to a host; {host} reported its IB port down "
+                                       f"at that time ({near[0].file}:{near[0].line}), so {ip} is taken to be {host}")
         running = any(ctx.progress_before(e) for e in evs[:1])
         facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
-                 "reporters": ",".join(reporters) or "-", "peer": top[0][0] if top else "-"}
+                 "reporters": ",".join(reporters) or "-", "peer": peer_txt}
         status = facts["status"]
-        out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs, host=host, gpu=None, facts=facts,
+        out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs + extra, host=host, gpu=None, facts=facts,
                            note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
     return out
 
 
-def ib_port_rule(ctx: RuleContext) -> list[Finding]:
-    """IB async port errors and ConnectX ``Link DOWN`` lines -> ``IB_LINK_FLAP`` on the reporting host."""
+PORT_DOWN_NEAR_S = 600.0  # a port-down this close to the completion errors is taken as their cause
+
+
+def _port_down(ctx: RuleContext) -> list[Event]:
+    """IB async port errors and ConnectX ``Link DOWN`` lines, in time order."""
     evs = [e for e in ctx.kinds("ib_async_event") if _PORT_TEXT.search(text(e))]
     evs += [e for e in ctx.kinds("nic_link_state") if str(e.fields.get("state", e.code)).upper() == "DOWN"]
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    return evs
+
+
+def ib_port_rule(ctx: RuleContext) -> list[Finding]:
+    """IB async port errors and ConnectX ``Link DOWN`` lines -> ``IB_LINK_FLAP`` on the reporting host."""
+    evs = _port_down(ctx)
     out = []
     for host, group in group_by(evs, lambda e: e.host).items():
         conf = 0.85 if len(group) >= 2 else 0.75
