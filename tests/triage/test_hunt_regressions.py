@@ -229,3 +229,12 @@ def test_l6_unresolved_status12_peer_is_named_by_the_one_host_whose_ib_port_went
     assert (top.cls, top.host, top.action_kind) == ("IB_TRANSPORT_RETRY_EXCEEDED", "hB", "EXCLUDE_NODE")
     assert "Exclude node hB" in top.action and "10.0.0.17" in top.note and top.confidence == 0.8
     assert any(x.event.kind == "nic_link_state" for x in top.evidence if x.role == "root")
+
+
+def test_l4_clock_900s_ahead_is_estimated_from_same_seqnum_timeouts():
+    # gpu-b17's clock runs 15 min ahead: its timeouts of SeqNum 8812 read 03:25:01, gpu-a03's 03:10:00
+    res = _run("D18")
+    assert res.clock_offsets_s == {"gpu-a03": 0.0, "gpu-b17": 901.0}
+    top = res.verdict
+    assert (top.cls, top.host, top.rank) == ("GPU_FELL_OFF_BUS", "gpu-b17", 13) and top.cascade_count == 15
+    assert [i.cls for i in res.incidents] == ["GPU_FELL_OFF_BUS"]
