@@ -238,3 +238,10 @@ def test_l4_clock_900s_ahead_is_estimated_from_same_seqnum_timeouts():
     top = res.verdict
     assert (top.cls, top.host, top.rank) == ("GPU_FELL_OFF_BUS", "gpu-b17", 13) and top.cascade_count == 15
     assert [i.cls for i in res.incidents] == ["GPU_FELL_OFF_BUS"]
+
+
+def test_m5_bare_sigkill_after_a_hardware_root_elsewhere_is_teardown_not_a_second_incident():
+    # n1: Xid 79; n4: a rank's exit -9 with no OOM-killer line, after it
+    res = _run("D06")
+    assert [i.cls for i in res.incidents] == ["GPU_FELL_OFF_BUS"]
+    assert res.verdict.host == "n1" and "HOST_OOM_KILL" in res.verdict.cascade_classes

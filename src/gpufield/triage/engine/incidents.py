@@ -159,7 +159,9 @@ def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str],
         return False
     if root.t_ns is not None and f.t_ns is not None and f.t_ns - root.t_ns > EPISODE_S * 1e9:
         return False
-    return f.tier >= Tier.NCCL or _consistent(root, f, known_hosts)
+    # a bare SIGKILL after an established root elsewhere is most often the launcher tearing the job down
+    teardown_kill = f.facts.get("prior") == "sigkill" and root.established
+    return f.tier >= Tier.NCCL or teardown_kill or _consistent(root, f, known_hosts)
 
 
 def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = ()) -> list[Incident]:
