@@ -36,7 +36,10 @@ file whose host is meant. A PCI bus id is joined to a rank through NCCL ``Init C
 3. Findings are ordered by causal prior - hardware > fabric > host > process > NCCL remote/system
    errors > watchdog/heartbeat > torchrun teardown - then by corrected time. Later, higher-tier
    findings consistent with a root (entity, time window) are folded into it as its *cascade*, with
-   same-message copies across ranks deduplicated and counted.
+   same-message copies across ranks deduplicated and counted. Only findings inside the failure
+   episode ``[first job-side anomaly - 1 h, last job-side line + 5 min]`` can be the root; a Xid
+   hours after the job died, or the day before, is reported as a separate low-confidence context
+   incident (``engine.incidents.episode_window``).
 4. When only cascades exist (watchdog timeouts, broken pipes, ChildFailedError), the incident's
    class names the symptom but its ``root_cause`` is ``UNKNOWN`` and ``next_evidence`` says what to
    collect (Flight Recorder, dmesg of the missing rank's host, ...).
