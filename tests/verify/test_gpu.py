@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpufield.verify import VerifyConfig, backward, crown_intermediate, load_onnx, parse_vnnlib, verify_instance
+from gpufield.verify import (
+    VerifyConfig,
+    backward,
+    crown_intermediate,
+    load_onnx,
+    parse_vnnlib,
+    verify_instance,
+)
 from gpufield.verify.spec import Spec
 
 

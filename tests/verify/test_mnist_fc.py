@@ -135,3 +135,23 @@ def test_verdicts_agree_with_abcrown_2022(shared_dir, net, prop, stage):
     else:  # needed α-CROWN: plain CROWN fails, the float64 re-check of the α proof passes
         assert res.margins["crown"] <= 0 < res.margins["alpha"]
         assert res.margins["float64"] > 1e-7
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("net,prop", [("256x2", "10_0.05"), ("256x2", "9_0.05"), ("256x2", "11_0.05")])
+def test_bab_proves_what_alpha_crown_cannot(shared_dir, net, prop):
+    """v1's timeouts: α-CROWN margins −1.63/−0.67/−0.38; β-CROWN branch and bound proves them,
+    as α,β-CROWN did in 2022."""
+    assert _abcrown(shared_dir)[(f"mnist-net_{net}.onnx", f"prop_{prop}.vnnlib")] == "unsat"
+    res = verify_instance(*_paths(shared_dir, net, prop), timeout_s=120,
+                          config=VerifyConfig(refine=RefineConfig(batch=64)))
+    assert res.verdict == "unsat"
+    assert res.margins["float64"] <= 0 and res.margins["bab_domains"] > 1 and res.margins["bab_lb"] == np.inf
+
+
+def test_bab_decides_v1_timeout_256x2_prop_6_003(shared_dir):
+    """256x2 prop_6_0.03 (α-CROWN margin −0.41, unsat for α,β-CROWN) is proven by branch and bound."""
+    res = verify_instance(*_paths(shared_dir, "256x2", "6_0.03"), timeout_s=60,
+                          config=VerifyConfig(alpha=AlphaConfig(iterations=40), refine=RefineConfig(batch=64)))
+    assert res.verdict == "unsat"
+    assert res.margins["alpha"] <= 0 and res.margins["bab_domains"] >= 2

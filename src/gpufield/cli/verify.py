@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, PGD.",
+app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, beta-CROWN BaB, PGD.",
                   no_args_is_help=True)
 
 Method = Annotated[str, typer.Option(help="ibp | crown | alpha")]
@@ -16,11 +16,17 @@ Dtype = Annotated[str, typer.Option(help="float32 | float64")]
 AlphaIters = Annotated[int, typer.Option(help="alpha-CROWN Adam steps")]
 
 
-def _config(method: str, device: str, dtype: str, alpha_iterations: int):
-    from gpufield.verify import AlphaConfig, VerifyConfig
+Branching = Annotated[str, typer.Option(help="beta-CROWN BaB branching: fsb | babsr")]
+NoBab = Annotated[bool, typer.Option("--no-bab", help="no branch and bound (incomplete v1 pipeline)")]
+
+
+def _config(method: str, device: str, dtype: str, alpha_iterations: int, branching: str = "fsb",
+            no_bab: bool = False, progress: bool = False):
+    from gpufield.verify import AlphaConfig, RefineConfig, VerifyConfig
 
     return VerifyConfig(method=method, device=device, dtype=dtype,
-                        alpha=AlphaConfig(iterations=alpha_iterations))
+                        alpha=AlphaConfig(iterations=alpha_iterations), progress=progress,
+                        refine=None if no_bab else RefineConfig(branching=branching))
 
 
 @app.command("run")
@@ -34,6 +40,8 @@ def run(
     device: Device = "cpu",
     dtype: Dtype = "float32",
     alpha_iterations: AlphaIters = 100,
+    branching: Branching = "fsb",
+    no_bab: NoBab = False,
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
@@ -43,7 +51,8 @@ def run(
     from gpufield.verify import run_instance
 
     res = run_instance(model, prop, out, timeout_s=timeout, force=force,
-                       config=_config(method, device, dtype, alpha_iterations))
+                       config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
+                                      progress=True))
     typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
 
 
@@ -61,6 +70,9 @@ def bench(
     device: Device = "cpu",
     dtype: Dtype = "float32",
     alpha_iterations: AlphaIters = 100,
+    branching: Branching = "fsb",
+    no_bab: NoBab = False,
+    select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'")] = None,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 
@@ -70,8 +82,8 @@ def bench(
     from gpufield.verify import bench as run_bench
 
     s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
-                  total_budget_s=total_s, resume=resume, force=force, limit=limit,
-                  config=_config(method, device, dtype, alpha_iterations))
+                  total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
+                  config=_config(method, device, dtype, alpha_iterations, branching, no_bab))
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:
         typer.echo(f"reference: {s.reference_counts}  agree {s.agree}  wrong {s.wrong} {s.wrong_instances}")

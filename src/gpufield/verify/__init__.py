@@ -1,4 +1,4 @@
-"""gpufield.verify: incomplete verification of ReLU networks given as ONNX + VNN-LIB.
+"""gpufield.verify: verification of ReLU networks given as ONNX + VNN-LIB (complete by β-CROWN BaB).
 
 User guide
 ==========
@@ -12,7 +12,8 @@ whose assertions describe an input box and an *unsafe* output set. The answer is
 
 Command line::
 
-    gpufield verify run  MODEL.onnx PROP.vnnlib --timeout 120 --out result.txt [--force]
+    gpufield verify run  MODEL.onnx PROP.vnnlib --timeout 120 --out result.txt [--force] \\
+        [--branching fsb|babsr] [--no-bab]
     gpufield verify bench BENCH_DIR --out results.csv --reference abcrown_results.csv \\
         [--max-instance-s 10] [--device cuda] [--resume]
 
@@ -39,9 +40,22 @@ How it works
    ReLU input, A-matrices shaped ``[spec, batch, *node_shape]`` and spec chunking under a memory
    budget; α-CROWN (Xu et al. 2021) optimising the lower slopes of every ReLU for every start
    node (intermediate layers included) with Adam and learning-rate decay, best bound kept.
-4. **Refinement.** Clauses still open after α-CROWN are split on unstable ReLUs (BaBSR
-   intercept score), the domains bounded together as a batch by α-CROWN; a split only clamps
-   that neuron's bounds (no β multipliers yet: :mod:`gpufield.verify.refine`).
+4. **Branch and bound (β-CROWN).** Clauses still open after α-CROWN go to a complete
+   branch and bound over ReLU splits (:mod:`gpufield.verify.bab`, driven by :func:`refine`).
+   Each domain keeps its split history, float64 intermediate bounds (re-bounded by CROWN after
+   every split and intersected with the parent's), warm-started α and β, and its float64 lower
+   bound; open domains wait in a priority queue (worst bound first) and are bounded in batches
+   whose size comes from a memory budget. Split constraints ``s_j z_j ≥ 0`` enter the backward
+   pass with Lagrange multipliers β ≥ 0 optimised jointly with α (Wang et al. 2021); β = 0 is
+   iteration 0 and the best iterate is kept, so β never loosens a bound. Branching: filtered
+   smart branching (``fsb``, k candidates tried by a cheap bound, default) or BaBSR
+   (``babsr``). Every domain still open is attacked at the box vertices minimising its linear
+   bounds (onnxruntime validates: ``sat``); a leaf without unstable neurons is decided by an LP
+   whose duals become its β (float64 re-checked) or whose deepest point is validated as a
+   counterexample. Limits: deadline, ``max_domains``, memory budget; on timeout the smallest
+   float64 domain bound is reported (``margins['bab_lb']``); Ctrl-C gives ``unknown``.
+   ``VerifyConfig(progress=True)`` (``gpufield verify run``) shows a live line with domains
+   left, global bound and rounds per second. Input splitting is not implemented.
 5. **Decision.** A clause ``A y ≤ b`` is infeasible when a non-negative combination of its rows
    has a positive lower bound (each row, plus one optimised softmax combination per multi-row
    clause). ``unsat`` needs every clause of every box infeasible.

@@ -201,7 +201,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                     return finish(False, "counterexample in a domain's bound minimiser", cex)
             idx = open_B.nonzero().flatten()
             if len(idx):
-                sub = lambda t, dim=0: t.index_select(dim, idx)  # noqa: E731
+                def sub(t, dim=0, idx=idx):
+                    return t.index_select(dim, idx)
                 sub_inter = {n: (sub(lw), sub(u)) for n, (lw, u) in inter.items()}
                 sub_alpha = {r: sub(a, 2) for r, a in alpha.items()}
                 sub_beta = {n: sub(b, 1) for n, b in beta.items()}
