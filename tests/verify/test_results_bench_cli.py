@@ -158,3 +158,16 @@ def test_cli_run_exit_codes_and_files(tmp_path, capsys):
     res3 = tmp_path / "out3.txt"
     assert main(["verify", "run", str(o2), str(v2), "--timeout", "30", "--out", str(res3)]) == 0
     assert res3.read_text().startswith("sat\n((X_0 ")
+
+
+def test_ctrl_c_writes_unknown(tmp_path, monkeypatch):
+    import gpufield.verify.runner as runner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "verify_instance", interrupted)
+    out = tmp_path / "res.txt"
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_instance("m.onnx", "p.vnnlib", out, timeout_s=1)
+    assert out.read_text().strip() == "unknown"

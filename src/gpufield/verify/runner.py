@@ -336,7 +336,8 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
     """:func:`verify_instance` and write the VNN-COMP result file (what ``gpufield verify run`` does).
 
     The result file is checked before any work (never overwritten without ``force``). Bad inputs
-    write ``error`` to the result file and re-raise.
+    write ``error`` to the result file and re-raise; Ctrl-C writes ``unknown`` (inside branch and
+    bound it ends the search and ``unknown`` is returned with the bound reached in the message).
 
     Raises:
         InputError: the result file exists and ``force`` is False.
@@ -352,6 +353,9 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
         res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=config)
     except InputError:
         write_result_file(rp, "error", force=True)
+        raise
+    except KeyboardInterrupt:  # Ctrl-C outside branch and bound: an honest unknown, then stop
+        write_result_file(rp, "unknown", force=True)
         raise
     write_result_file(rp, res.verdict, res.counterexample, force=True)
     return res
