@@ -158,13 +158,16 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
     count = rounds = 0
     res = BabResult(False, None, 0, 0, 0.0, "", -float("inf"))
 
+    pending: list[tuple[Domain, tuple[str, int, int] | None]] = [(root, None)]
+
     def finish(proven, reason, cex=None):
         res.proven, res.counterexample, res.reason = proven, cex, reason
         res.domains, res.rounds, res.seconds = count, rounds, time.monotonic() - t0
-        res.global_lb = float("inf") if proven else min([h[0] for h in heap], default=res.global_lb)
+        # popped parents whose children were not bounded yet still count (their bound is the parent's)
+        open_lbs = [h[0] for h in heap] + [d.lb for d, _ in pending]
+        res.global_lb = float("inf") if proven else min(open_lbs, default=res.global_lb)
         return res
 
-    pending: list[tuple[Domain, tuple[str, int, int] | None]] = [(root, None)]
     try:
         while True:
             if time.monotonic() > deadline_s:
@@ -228,6 +231,7 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                                {n: bt[:, b:b + 1].detach() for n, bt in beta.items()},
                                decision=picks[i], depth=children[b].depth)
                     heapq.heappush(heap, (d.lb, next(tick), d))
+            pending = []  # every child is bounded and either proven or in the heap
             glb = min([h[0] for h in heap], default=float("inf"))
             res.global_lb = glb
             rate = rounds / max(1e-9, time.monotonic() - t0)
@@ -241,12 +245,11 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
             if len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes:
                 return finish(False, "memory budget")
             pending = []
-            while heap and len(pending) < max(1, batch // 2):
-                _, _, d = heapq.heappop(heap)
+            while heap and len(pending) + 2 <= max(2, batch):  # pending holds the children
+                d = heap[0][2]  # into pending before it leaves the heap (Ctrl-C loses nothing)
                 name, j = d.decision
                 pending += [(d, (name, j, 1)), (d, (name, j, -1))]
+                heapq.heappop(heap)
     except KeyboardInterrupt:
-        for d, _ in pending:  # put popped parents back for an honest global bound
-            heapq.heappush(heap, (d.lb, next(tick), d))
         return finish(False, "interrupted")
 
