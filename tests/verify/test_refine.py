@@ -50,12 +50,15 @@ def _decide(prob, threshold, cfg, deadline_s=20.0):
                   deadline_s=time.monotonic() + deadline_s, case=case, ort_model=ort), case
 
 
-@pytest.mark.parametrize("branching", ["fsb", "babsr"])
+@pytest.mark.parametrize("branching", ["fsb", "babsr", "input"])
 def test_complete_verdict_equals_milp(tmp_path, branching):
     """Unsafe set {c·y ≤ t}: t = exact − δ is unsat (must be proven), t = exact + δ is sat (a
     counterexample must be found and validated); δ = 2 % of (1 + |exact|)."""
-    cfg = RefineConfig(branching=branching, **FAST)
-    seeds = range(120) if branching == "fsb" else range(1000, 1040)
+    if branching == "input":  # split the input box instead of ReLUs
+        cfg = RefineConfig(input_split_max_dims=8, **FAST)
+    else:
+        cfg = RefineConfig(branching=branching, **FAST)
+    seeds = {"fsb": range(120), "babsr": range(1000, 1040), "input": range(2000, 2040)}[branching]
     results = {"agree": 0, "unknown": [], "wrong": []}
     for seed in seeds:
         prob = _problem(tmp_path, seed)

@@ -55,7 +55,8 @@ How it works
    counterexample. Limits: deadline, ``max_domains``, memory budget; on timeout the smallest
    float64 domain bound is reported (``margins['bab_lb']``); Ctrl-C gives ``unknown``.
    ``VerifyConfig(progress=True)`` (``gpufield verify run``) shows a live line with domains
-   left, global bound and rounds per second. Input splitting is not implemented.
+   left, global bound and rounds per second. Networks with few inputs can be split on the
+   input box instead (``RefineConfig(input_split_max_dims=…)``, :mod:`gpufield.verify.bab.input_split`).
 5. **Decision.** A clause ``A y ≤ b`` is infeasible when a non-negative combination of its rows
    has a positive lower bound (each row, plus one optimised softmax combination per multi-row
    clause). ``unsat`` needs every clause of every box infeasible.

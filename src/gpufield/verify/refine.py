@@ -6,7 +6,8 @@ float64 intermediate bounds, warm-started α and β and their float64 lower boun
 queue (worst first); batches are sized from a memory budget; split constraints enter the
 backward pass with Lagrange multipliers β optimised jointly with α (Wang et al. 2021,
 arXiv:2103.06624); neurons are chosen by BaBSR (Bunel et al. 2020, arXiv:1909.06588) or filtered
-smart branching (De Palma et al. 2021, arXiv:2104.06718). As everywhere, a leaf counts as proven
+smart branching (De Palma et al. 2021, arXiv:2104.06718); networks with few inputs can instead be
+split on the input box (``input_split_max_dims``). As everywhere, a leaf counts as proven
 only on its float64 bound, and ``sat`` only with a counterexample validated by onnxruntime.
 
 Shape legend: S spec rows, K clauses, B domains, * node shape without batch.
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from gpufield.verify.alpha import AlphaConfig
 from gpufield.verify.attack import Counterexample
 from gpufield.verify.bab import BRANCHING, bab
+from gpufield.verify.bab.input_split import input_bab
 from gpufield.verify.graph import Graph
 from gpufield.verify.propagate import Interval
 from gpufield.verify.spec import Spec
@@ -38,6 +40,8 @@ class RefineConfig:
         branching: ``babsr`` or ``fsb``.
         fsb_k: candidates per domain for ``fsb``.
         memory_budget_bytes: cap on one batch's A-matrices and on the queue's tensors.
+        input_split_max_dims: networks with at most this many inputs are split on the input box
+            (:mod:`gpufield.verify.bab.input_split`) instead of on ReLUs; 0 (default): never.
     """
 
     max_domains: int = 200_000
@@ -49,6 +53,7 @@ class RefineConfig:
     branching: str = "fsb"
     fsb_k: int = 4
     memory_budget_bytes: int = 2 << 30
+    input_split_max_dims: int = 0
 
     def __post_init__(self):
         if self.max_domains < 1 or self.batch < 2 or self.fsb_k < 1 or self.root_iterations < 0:
@@ -56,7 +61,7 @@ class RefineConfig:
                              f"fsb_k={self.fsb_k} >= 1, root_iterations >= 0 required")
         if self.branching not in BRANCHING:
             raise ValueError(f"branching {self.branching!r} not in {BRANCHING}")
-        if self.lr_beta <= 0 or self.memory_budget_bytes <= 0:
+        if self.lr_beta <= 0 or self.memory_budget_bytes <= 0 or self.input_split_max_dims < 0:
             raise ValueError("lr_beta and memory_budget_bytes must be positive")
 
 
@@ -101,6 +106,10 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
     Returns:
         :class:`RefineResult`.
     """
-    r = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
-            deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress)
+    if lo64[0].numel() <= cfg.input_split_max_dims:
+        r = input_bab(graph, graph64, spec, lo64, hi64, cfg, margin_tol=margin_tol, deadline_s=deadline_s,
+                      case=case, ort_model=ort_model, progress=progress)
+    else:
+        r = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
+                deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress)
     return RefineResult(r.proven, r.domains, r.seconds, r.reason, r.global_lb, r.counterexample)
