@@ -115,7 +115,7 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
     opt_a = _Adam(list(alpha.values()), lr_alpha, 0.98)
     opt_b = _Adam(list(beta.values()), lr_beta, 0.98) if beta else None
     best_a = {k: v.detach().clone() for k, v in alpha.items()}
-    best_b = {k: v.detach().clone() for k, v in beta.items()}
+    best_b = {k: v.detach().clone() for k, v in (beta if use_beta else beta0).items()}  # β off: stays 0
     best = None
     for it in range(iterations + 1):
         val_KB = final_bound(graph, spec, lo, hi, inter, alpha, beta, splits)
