@@ -6,31 +6,23 @@ computed independently with :mod:`datetime`.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from _triage_helpers import by_line
+from _triage_helpers import ns as _ns
 
-from gpufield.triage.ingest import IngestOptions, ingest
 from gpufield.triage.parsers import KernelParser
 from gpufield.triage.protocols import LineContext
 
 DATA = Path(__file__).parent / "data"
 
 
-def by_line(path: Path) -> dict:
-    out = {}
-    for e in ingest([path], options=IngestOptions(year=2026)).events:
-        assert e.line not in out, f"two events at {e.where}"
-        out[e.line] = e
-    return out
 
 
 EV = by_line(DATA / "kernel_variants.log")
 
 
-def _ns(*args: int, us: int = 0) -> int:
-    return int(datetime(*args, tzinfo=UTC).timestamp()) * 10**9 + us * 1000
 
 
 @pytest.mark.parametrize(("line", "xid", "bdf", "pid", "name"), [

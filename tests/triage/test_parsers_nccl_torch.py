@@ -10,20 +10,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from _triage_helpers import by_line
 
-from gpufield.triage.ingest import IngestOptions, ingest
 from gpufield.triage.parsers import NcclParser, TorchParser
 from gpufield.triage.protocols import LineContext
 
 DATA = Path(__file__).parent / "data"
 
 
-def by_line(path: Path) -> dict:
-    out = {}
-    for e in ingest([path], options=IngestOptions(year=2026)).events:
-        assert e.line not in out, f"two events at {e.where}"
-        out[e.line] = e
-    return out
 
 
 NCCL = by_line(DATA / "nccl_variants.log")

@@ -8,17 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufield.triage.ingest import IngestOptions, ingest
+from _triage_helpers import by_line
 
 DATA = Path(__file__).parent / "data"
 
 
-def by_line(path: Path) -> dict:
-    out = {}
-    for e in ingest([path], options=IngestOptions(year=2026)).events:
-        assert e.line not in out, f"two events at {e.where}"
-        out[e.line] = e
-    return out
 
 
 def test_full_h800_dump():

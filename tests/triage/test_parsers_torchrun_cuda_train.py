@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from _triage_helpers import by_line
 
 from gpufield.triage.ingest import IngestOptions, ingest
 from gpufield.triage.parsers import CudaParser
@@ -18,12 +19,6 @@ DATA = Path(__file__).parent / "data"
 MiB, GiB = 2**20, 2**30
 
 
-def by_line(path: Path) -> dict:
-    out = {}
-    for e in ingest([path], options=IngestOptions(year=2026)).events:
-        assert e.line not in out, f"two events at {e.where}"
-        out[e.line] = e
-    return out
 
 
 RUN = by_line(DATA / "torchrun_blocks.log")
