@@ -172,6 +172,7 @@ def crown_intermediate(
     ref: Mapping[str, Interval] | None = None,
     alphas: Mapping[str, AlphaTable] | None = None,
     memory_budget_bytes: int = 2 << 30,
+    fixed: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, Interval]:
     """CROWN bounds of every ReLU input, layer by layer in topological order.
 
@@ -186,6 +187,8 @@ def crown_intermediate(
         ref: known sound bounds to intersect with (name -> interval).
         alphas: start node name -> ReLU slopes (α-CROWN); None gives adaptive CROWN.
         memory_budget_bytes: cap on the A-matrices of one chunk.
+        fixed: ReLU inputs whose ``ref`` bounds are taken as they are (not re-bounded), e.g. layers
+            a branch-and-bound split cannot tighten.
 
     Returns:
         name -> ``(l_B*, u_B*)`` for every ReLU input (and the graph input).
@@ -200,7 +203,7 @@ def crown_intermediate(
         shape = graph.shape(start)
         n = torch.Size(shape).numel()
         r = None if ref is None else ref.get(start)
-        if r is not None and not (relus & ancestors(graph, start)):
+        if r is not None and (start in fixed or not (relus & ancestors(graph, start))):
             inter[start] = r  # an affine image of the box: the reference (IBP) is already exact
             continue
         if r is None:

@@ -54,7 +54,8 @@ def empty_mask(inter: Mapping[str, Interval], names) -> torch.Tensor:
     return e
 
 
-def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], splits: Splits) -> dict[str, Interval]:
+def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], splits: Splits,
+                   fixed: frozenset[str] = frozenset()) -> dict[str, Interval]:
     """Float64 CROWN bounds of every ReLU input of the domains, intersected with the parents'.
 
     Args:
@@ -62,13 +63,15 @@ def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], spl
         lo64, hi64: box ``[B, *input]``.
         parent64: the parents' bounds per ReLU input ``[B, *]`` (float64, sound).
         splits: the domains' splits (the new one included).
+        fixed: ReLU inputs that keep the parents' bounds (layers up to the shallowest new split:
+            no split of theirs changed; a parent's bounds stay sound for its children).
 
     Returns:
         name -> ``(l, u)`` ``[B, *]`` with the splits clamped.
     """
     ref = clamp_splits(parent64, splits)
     with torch.no_grad():
-        inter = crown_intermediate(g64, lo64, hi64, ref=ref)
+        inter = crown_intermediate(g64, lo64, hi64, ref=ref, fixed=fixed)
     return clamp_splits({k: v for k, v in inter.items() if k in parent64}, splits)
 
 
