@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from triage_ingest import REPO, incidents, ordinary_chunk  # noqa: E402
+from triage_ingest import REPO, grep, incidents, ordinary_chunk  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -65,12 +65,6 @@ def cli(path: Path) -> dict:
     incs = doc.get("incidents") or []
     return {"seconds": dt, "cpu_seconds": dc, "exit": out.returncode, "incidents": len(incs),
             "top_class": incs[0].get("class") if incs else None, "stderr_tail": out.stderr[-300:]}
-
-
-def grep(pattern: list[str], path: Path) -> tuple[float, int]:
-    t = time.perf_counter()
-    out = subprocess.run(["grep", "-c", *pattern, str(path)], capture_output=True, text=True)
-    return time.perf_counter() - t, int(out.stdout.strip() or 0)
 
 
 def main() -> None:

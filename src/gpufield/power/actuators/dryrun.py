@@ -17,8 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from gpufield.errors import ActuationError, NvmlUnavailableError
-from gpufield.power.actuators.nvml import _text, read_caps, read_state
+from gpufield.errors import ActuationError
+from gpufield.power.actuators.nvml import open_handles, read_caps, read_state
 from gpufield.power.types import GpuCaps, GpuState, Intent
 
 __all__ = ["DryRunActuator", "ReadOnlyNvml", "NVML_SETTER_PREFIXES"]
@@ -71,14 +71,7 @@ class DryRunActuator:
 
             self._raw = pynvml
         self._nvml = ReadOnlyNvml(self._raw)
-        nv = self._nvml
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as e:
-            raise NvmlUnavailableError(f"nvmlInit failed: {type(e).__name__}") from e
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            self._handles[_text(nv.nvmlDeviceGetUUID(h))] = h
+        self._handles.update(open_handles(self._nvml))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -42,6 +42,23 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def open_handles(nvml: Any) -> dict[str, Any]:
+    """``nvmlInit`` and map every GPU's UUID to its NVML handle (read-only calls).
+
+    Raises:
+        NvmlUnavailableError: ``nvmlInit`` failed (no driver, no GPU, or no NVML library).
+    """
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as e:
+        raise NvmlUnavailableError(f"nvmlInit failed: {type(e).__name__}") from e
+    handles = {}
+    for i in range(nvml.nvmlDeviceGetCount()):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        handles[_text(nvml.nvmlDeviceGetUUID(h))] = h
+    return handles
+
+
 def read_caps(nvml: Any, h: Any) -> GpuCaps:
     """Read limits and supported clocks of one handle (read-only NVML calls)."""
     lo_mw, hi_mw = nvml.nvmlDeviceGetPowerManagementLimitConstraints(h)
@@ -102,14 +119,7 @@ class NvmlActuator:
             import pynvml
 
             self._nvml = pynvml
-        nv = self._nvml
-        try:
-            nv.nvmlInit()
-        except nv.NVMLError as e:
-            raise NvmlUnavailableError(f"nvmlInit failed: {type(e).__name__}") from e
-        for i in range(nv.nvmlDeviceGetCount()):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            self._handles[_text(nv.nvmlDeviceGetUUID(h))] = h
+        self._handles.update(open_handles(self._nvml))
         self._restore_orphans()
         atexit.register(self.restore_all)
         if self._install:
