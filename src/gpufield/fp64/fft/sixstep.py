@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.stage import EmulatedFftPlan, dft_stage
+from gpufield.fp64.fft.memory import chunk_outputs_for
+from gpufield.fp64.fft.stage import EmulatedFftPlan, check_finite_flags, dft_stage
 from gpufield.fp64.fft.twiddles import N_MAX, root_index
 
 
@@ -52,31 +53,55 @@ def _fused_idx(n: int) -> np.ndarray:
     return root_index(n, j2 * (k1 + n1 * k2))
 
 
-def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
-    """Forward emulated DFT along the last axis of a [..., N] complex128 tensor (any strides).
+def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None) -> torch.Tensor:
+    """Forward DFT along the last axis of ``box.pop()`` ([..., N] complex128, any strides).
 
-    Args:
-        x_BN: complex128 [..., N], N a power of two <= 1024; read once (the first stage's input
-            copy is made straight from this view).
-        plan: :class:`EmulatedFftPlan`.
-
-    Returns:
-        complex128 [B, N] with B = x_BN.numel() / N, X[b, k] = sum_j x[b, j] exp(-2 pi i j k / N).
+    The input is taken out of ``box`` so that the last reference to it (when the caller holds no other)
+    dies as soon as the stage-1 input copy exists. Stage 1 writes straight into the stage-2 layout
+    [k1, b, j2] and stage 2 straight into the output layout X[b, k1 + n1 k2] (transposed ``out`` views),
+    so a pass holds at most three full-size arrays: its input (until copied), the stage-1 input, the
+    stage-2 input, then the stage-2 input and the output.
     """
+    x_BN = box.pop()
     N = x_BN.shape[-1]
     B = x_BN.numel() // N
     if N == 1:
         return x_BN.reshape(B, N).clone()
     if N <= 32:
-        return dft_stage(x_BN.reshape(1, B, N), _dft_idx(N), plan)[0]
+        a = x_BN.reshape(1, B, N)
+        del x_BN
+        return dft_stage(a, _dft_idx(N), plan, flags=flags, chunk_outputs=chunk)[0]
     n1, n2 = _split(N)
     a = x_BN.unflatten(-1, (n1, n2)).transpose(-1, -2).reshape(1, B * n2, n1)  # rows (b, j2), vector j1
-    y = dft_stage(a, _dft_idx(n1), plan)  # [1, B*n2, k1]
+    dev = a.device
+    del x_BN
+    y = torch.empty((n1, B, n2), dtype=torch.complex128, device=dev)  # [k1, b, j2]
+    dft_stage(a, _dft_idx(n1), plan, out=y.permute(1, 2, 0).view(1, B * n2, n1), flags=flags,
+              chunk_outputs=chunk)
     del a
-    y = y.view(B, n2, n1).permute(2, 0, 1).contiguous()  # [k1, b, j2]
-    z = dft_stage(y, _fused_idx(N), plan)  # [k1, b, k2]
-    del y
-    return z.permute(1, 2, 0).reshape(B, N)  # X[b, k1 + n1 k2]
+    z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k1 + n1 k2]
+    dft_stage(y, _fused_idx(N), plan, out=z.view(B, n2, n1).permute(2, 0, 1), flags=flags, chunk_outputs=chunk)
+    return z
+
+
+def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
+    """Forward emulated DFT along the last axis of a [..., N] complex128 tensor (any strides).
+
+    Args:
+        x_BN: complex128 [..., N], N a power of two <= 1024, finite; read once (the first stage's input
+            copy is made straight from this view).
+        plan: :class:`EmulatedFftPlan`.
+
+    Returns:
+        complex128 [B, N] with B = x_BN.numel() / N, X[b, k] = sum_j x[b, j] exp(-2 pi i j k / N).
+
+    Raises:
+        NumericsError: Inf/NaN in the input or an overflowing stage.
+    """
+    flags: list = []
+    out = _axis_pass([x_BN], plan, flags, None)
+    check_finite_flags(flags)
+    return out
 
 
 def _check(x: torch.Tensor) -> None:
@@ -97,13 +122,23 @@ def _as_tensor(x) -> tuple[torch.Tensor, bool]:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.complex128)), True
 
 
-def _fftn(x: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
+def _fftn(box: list, plan: EmulatedFftPlan) -> torch.Tensor:
+    """n-D forward transform of ``box.pop()`` (dropped once its first copy exists, see :func:`_axis_pass`).
+
+    One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
+    on the device, and nothing waits for the device before the transform is fully queued.
+    """
+    x = box.pop()
     _check(x)
+    chunk = chunk_outputs_for(plan, x.shape, x.device)
+    flags: list = []
     for axis in range(x.ndim):
         moved = x.movedim(axis, -1)
         shape = moved.shape
-        x = fft_last_axis(moved, plan).view(shape).movedim(-1, axis)
+        del x
+        x = _axis_pass([moved], plan, flags, chunk).view(shape).movedim(-1, axis)
         del moved
+    check_finite_flags(flags)
     return x.contiguous()
 
 
@@ -130,7 +165,9 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """
     plan = plan or EmulatedFftPlan(**plan_kwargs)
     t, was_np = _as_tensor(x)
-    y = _fftn(t, plan)
+    box = [t]
+    del t
+    y = _fftn(box, plan)
     return y.cpu().numpy() if was_np else y
 
 
@@ -152,5 +189,10 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """
     plan = plan or EmulatedFftPlan(**plan_kwargs)
     t, was_np = _as_tensor(x)
-    y = torch.conj(_fftn(torch.conj(t).resolve_conj(), plan)).resolve_conj() / t.numel()
+    n = t.numel()
+    box = [torch.conj(t).resolve_conj()]
+    del t
+    y = _fftn(box, plan)
+    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place
+    y.div_(n)
     return y.cpu().numpy() if was_np else y

@@ -19,8 +19,10 @@ stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
 CRT uniqueness: |Re Y'|, |Im Y'| <= N * 2 * 2^(b_x + b_w), so the plan requires
 log2 M >= b_x + b_w + log2(N_max = 32) + 1 + 2 (two bits of margin for the quotient estimate).
 
-The stage is processed in chunks of ``chunk_outputs`` outputs (per group g and row block), so the
-int32 products of all moduli (12 r bytes per output) exist for one chunk at a time.
+The G x R rows are processed as one flattened row range, in chunks sized from a memory budget
+(:mod:`gpufield.fp64.fft.memory`: 264 B of workspace per output on INT8 with 16 moduli), so the int32
+products of all moduli (12 r bytes per output) exist for one chunk at a time; a chunk may span several
+groups (one residue and one epilogue launch for all of them; the GEMMs are issued per group).
 
 Shape legend: G groups, R rows, N stage length (inner), K outputs per row, L moduli.
 """
@@ -34,7 +36,6 @@ import torch
 
 from gpufield.errors import InputError, NumericsError
 from gpufield.fp64.fft.epilogue import VARIANTS, epilogue_tables, epilogue_torch, sym_mod
-from gpufield.fp64.fft.twiddles import twiddle_table
 from gpufield.fp64.ozaki.moduli import RAW_MODULI, moduli_table
 
 BACKENDS = ("cpu", "int8", "fp8")
@@ -68,8 +69,11 @@ class EmulatedFftPlan:
         epilogue: ``"torch"`` (reference ops) or ``"triton"`` (the fused Triton kernels: scaling +
             residues, :func:`gpufield.fp64.kernels.residue.scale_residues_triton`, and the stage
             epilogue, :mod:`gpufield.fp64.kernels.fft_epilogue`; CUDA, or TRITON_INTERPRET=1 on CPU).
-        chunk_outputs: complex outputs per GEMM+epilogue chunk (memory bound on intermediates:
-            about 12*r bytes per output with int32 products).
+        chunk_outputs: cap on the complex outputs per GEMM+epilogue chunk; None = no cap (the chunk
+            then comes from the memory budget, :func:`gpufield.fp64.fft.memory.chunk_outputs_for`).
+        memory_budget_bytes: bytes the chunk workspace may use (about 15 r + 24 B per output on INT8,
+            :mod:`gpufield.fp64.fft.memory`); None = on CUDA half of the memory available at the start of
+            the transform after its own full-size arrays, on CPU chunks of 2^20 outputs.
         int8_group: INT8 backend with the Triton epilogue: g moduli per block-diagonal ``_int_mm``
             (``Int8Backend.modular_matmul_grouped``: a k = 32 GEMM is far below peak in cuBLAS, g
             products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
@@ -85,7 +89,8 @@ class EmulatedFftPlan:
     input_bits: int = 58
     twiddle_bits: int = 56
     epilogue: str = "torch"
-    chunk_outputs: int = 1 << 20
+    chunk_outputs: int | None = None
+    memory_budget_bytes: int | None = None
     int8_group: int = 1
 
     def __post_init__(self) -> None:
@@ -106,8 +111,10 @@ class EmulatedFftPlan:
             raise InputError(f"int8_group must be 1, 2, 4, 8 or 16, got {self.int8_group}")
         if self.int8_group > 1 and (self.backend != "int8" or self.epilogue != "triton"):
             raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
-        if self.chunk_outputs < 1024:
-            raise InputError(f"chunk_outputs must be >= 1024, got {self.chunk_outputs}")
+        if self.chunk_outputs is not None and self.chunk_outputs < 1024:
+            raise InputError(f"chunk_outputs must be None or >= 1024, got {self.chunk_outputs}")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
+            raise InputError(f"memory_budget_bytes must be None or > 0, got {self.memory_budget_bytes}")
         if self.num_moduli is not None:
             t = moduli_table(self.moduli_kind, self.num_moduli)
             need = _needed_log2_m(self.input_bits, self.twiddle_bits)
@@ -145,6 +152,13 @@ def auto_num_moduli(kind: str, input_bits: int = 58, twiddle_bits: int = 56) -> 
     raise InputError(f"no {kind} moduli count reaches log2 M >= {need:.1f}")
 
 
+def _shifts_amax(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row shifts (see :func:`row_shifts`) and the rows' largest |re|, |im| (NaN/Inf propagate into it)."""
+    amax = torch.view_as_real(x_RN).abs().amax(dim=(-2, -1))
+    e = torch.frexp(amax)[1].to(torch.int64)
+    return bits - torch.where(amax > 0, e, -(1 << 20)), amax
+
+
 def row_shifts(x_RN: torch.Tensor, bits: int) -> torch.Tensor:
     """Per-row shifts s = b_x - e_row, e_row the frexp exponent of the row's largest |re|, |im|.
 
@@ -155,9 +169,17 @@ def row_shifts(x_RN: torch.Tensor, bits: int) -> torch.Tensor:
     Returns:
         int64 [...]: s, so that |trunc(x * 2^s)| < 2^bits (all-zero rows get a huge s; their integers are 0).
     """
-    amax = torch.maximum(x_RN.real.abs(), x_RN.imag.abs()).amax(dim=-1)
-    e = torch.frexp(amax)[1].to(torch.int64)
-    return bits - torch.where(amax > 0, e, torch.full_like(e, -(1 << 20)))
+    return _shifts_amax(x_RN, bits)[0]
+
+
+def _quantize(x_RN: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    from gpufield.fp64.ozaki.residues import scale_trunc
+
+    shape = x_RN.shape
+    flat_s = s.reshape(-1)
+    out = [scale_trunc(v.reshape(-1, shape[-1]), flat_s).to(torch.int64).reshape(shape)
+           for v in (x_RN.real, x_RN.imag)]
+    return out[0], out[1]
 
 
 def quantize_rows(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -173,32 +195,9 @@ def quantize_rows(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     Returns:
         ``(xr, xi, s)``: int64 real/imag integers with |.| < 2^bits, and the int64 row shifts s.
     """
-    from gpufield.fp64.ozaki.residues import scale_trunc
-
     s = row_shifts(x_RN, bits)
-    shape = x_RN.shape
-    flat_s = s.reshape(-1)
-    out = [scale_trunc(v.reshape(-1, shape[-1]), flat_s).to(torch.int64).reshape(shape)
-           for v in (x_RN.real, x_RN.imag)]
-    return out[0], out[1], s
-
-
-def twiddle_ints(idx_GKN: np.ndarray, bits: int, device: torch.device, inverse: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Integer twiddles W' = round(W * 2^bits) for table indices (forward: W = cos - i sin).
-
-    Args:
-        idx_GKN: int array of indices into the 1024-entry table.
-        bits: b_w.
-        device: target device.
-        inverse: use W = cos + i sin (conjugate roots).
-
-    Returns:
-        int64 ``(wr, wi)`` tensors shaped like ``idx_GKN``.
-    """
-    c, s = twiddle_table(bits)
-    wr = torch.from_numpy(c[idx_GKN]).to(device)
-    wi = torch.from_numpy(s[idx_GKN]).to(device)
-    return wr, (wi if inverse else -wi)
+    xr, xi = _quantize(x_RN, s)
+    return xr, xi, s
 
 
 def _backend(plan: EmulatedFftPlan):
@@ -218,73 +217,136 @@ def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: tor
     return [t.to(dtype) for t in (rr, ri, rs)]
 
 
-def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan) -> torch.Tensor:
+def _segments(c0: int, c1: int, R: int):
+    """(group, first row, end row) of flattened rows [c0, c1) of a [G, R] row grid, rows relative to c0."""
+    pos = c0
+    while pos < c1:
+        gi, r0 = divmod(pos, R)
+        end = min(c1, (gi + 1) * R)
+        yield gi, pos - c0, end - c0
+        pos = end
+
+
+def _place(y_GRK: torch.Tensor, res_MK: torch.Tensor, c0: int, c1: int) -> None:
+    """Write chunk rows [c0, c1) (flattened over [G, R]) into y (any strides): at most 3 copies."""
+    R = y_GRK.shape[1]
+    pos = c0
+    while pos < c1:
+        gi, r0 = divmod(pos, R)
+        if r0 == 0 and c1 - pos >= R:
+            ng = (c1 - pos) // R
+            y_GRK[gi:gi + ng] = res_MK[pos - c0:pos - c0 + ng * R].view(ng, R, -1)
+            pos += ng * R
+        else:
+            r1 = min(R, r0 + c1 - pos)
+            y_GRK[gi, r0:r1] = res_MK[pos - c0:pos - c0 + r1 - r0]
+            pos += r1 - r0
+
+
+def check_finite_flags(flags: list[torch.Tensor]) -> None:
+    """Raise NumericsError if any collected row maximum is Inf/NaN (one host sync for all of them).
+
+    Raises:
+        NumericsError: a stage saw Inf or NaN (in the input, or from overflow near DBL_MAX).
+    """
+    if flags and not bool(torch.isfinite(torch.stack(flags)).all()):
+        raise NumericsError("emulated FFT input has Inf or NaN (or a stage overflowed); "
+                            "the emulation only handles finite values")
+
+
+def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *, out: torch.Tensor | None = None,
+              flags: list | None = None, chunk_outputs: int | None = None) -> torch.Tensor:
     """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
 
+    The G x R rows are processed as one flattened row range in chunks of ``chunk_outputs`` outputs:
+    one row-shift reduction, one residue launch and one epilogue launch per chunk for all groups
+    together; only the tensor-core GEMMs are issued per group (their B operand differs), on the
+    cached operands of :mod:`gpufield.fp64.fft.operands`. Nothing in the loop waits for the device.
+
     Args:
-        x_GRN: complex128 [G, R, N] (N <= 32), on CPU or CUDA.
+        x_GRN: complex128 [G, R, N] (N <= 32), on CPU or CUDA; contiguous or reshapeable to [G R, N].
         idx_GKN: int array [G, K, N] of twiddle-table indices (forward roots).
         plan: :class:`EmulatedFftPlan`.
+        out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the
+            next stage's buffer); the results are written there and ``out`` is returned.
+        flags: optional list; each chunk appends a 0-d device tensor (its largest |re|, |im|) and the
+            finiteness check is left to the caller (:func:`check_finite_flags`, once per transform).
+            None: the input is checked here (one host sync).
+        chunk_outputs: outputs per chunk; None = :func:`gpufield.fp64.fft.memory.chunk_outputs_for`.
 
     Returns:
         complex128 [G, R, K] on the input's device.
 
     Raises:
-        NumericsError: non-finite input (the emulation has no Inf/NaN path; policy: refuse loudly).
+        NumericsError: non-finite input, when ``flags`` is None (the emulation has no Inf/NaN path).
         InputError: shapes do not match.
     """
+    from gpufield.fp64.fft.memory import chunk_outputs_for
+    from gpufield.fp64.fft.operands import stage_operands
+
     G, R, N = x_GRN.shape
     if idx_GKN.shape[0] != G or idx_GKN.shape[2] != N or N > MAX_STAGE:
         raise InputError(f"stage shapes do not match: x {tuple(x_GRN.shape)}, twiddles {idx_GKN.shape}")
-    if not bool(torch.isfinite(torch.view_as_real(x_GRN)).all()):
-        raise NumericsError("emulated FFT input has Inf or NaN; the emulation only handles finite values")
+    if flags is None:
+        check_finite_flags([torch.view_as_real(x_GRN).abs().amax()] if x_GRN.numel() else [])
     K = idx_GKN.shape[1]
+    if out is not None and tuple(out.shape) != (G, R, K):
+        raise InputError(f"out must be [{G}, {R}, {K}], got {tuple(out.shape)}")
     dev = x_GRN.device
     r = plan.resolved_num_moduli
     table = moduli_table(plan.moduli_kind, r)
     tab = epilogue_tables(plan.moduli_kind, r)
-    wr_int, wi_int = twiddle_ints(idx_GKN, plan.twiddle_bits, dev)
-    p_L = tab.tensors(str(dev))["p"]
     bk = _backend(plan)
-    wres = _residues3(wr_int, wi_int, p_L, bk.residue_dtype)  # 3 x [L, G, K, N]
-    y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
-    rows = max(1, plan.chunk_outputs // K)
+    gsz = plan.int8_group
+    ops = stage_operands(idx_GKN, plan.twiddle_bits, table.moduli, bk.residue_dtype, gsz, dev)
+    wres, bd = ops["wres"], ops["bd"]
     if plan.epilogue == "triton":
         from gpufield.fp64.kernels.fft_epilogue import epilogue_triton as run_epi
+        from gpufield.fp64.kernels.residue import scale_residues_triton
     else:
         run_epi = epilogue_torch
-    for g in range(G):
-        for r0 in range(0, R, rows):
-            xc = x_GRN[g, r0:r0 + rows]
-            Rc = xc.shape[0]
-            gsz = plan.int8_group
-            if plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
-                from gpufield.fp64.kernels.residue import scale_residues_triton
-
-                s = row_shifts(xc, plan.input_bits)
-                if gsz > 1:  # written straight in the grouped layout [3, Q, Rc, g*N] (no regrouping copy)
-                    xres = scale_residues_triton(xc, s, table, bk.residue_dtype, group=gsz)
-                else:
-                    xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
+    Mrows = G * R
+    x_MN = x_GRN.reshape(Mrows, N)
+    rows = max(1, (chunk_outputs or chunk_outputs_for(plan, x_GRN.shape, dev)) // K)
+    y = out
+    if y is None and rows < Mrows:
+        y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
+    Q = -(-r // gsz)
+    for c0 in range(0, Mrows, rows):
+        c1 = min(Mrows, c0 + rows)
+        Rc = c1 - c0
+        xc = x_MN[c0:c1]
+        s, amax = _shifts_amax(xc, plan.input_bits)
+        if flags is not None:
+            flags.append(amax.amax())
+        if plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
+            if gsz > 1:  # written straight in the grouped layout [3, Q, Rc, g*N] (no regrouping copy)
+                xres = scale_residues_triton(xc, s, table, bk.residue_dtype, group=gsz)
             else:
-                xr, xi, s = quantize_rows(xc, plan.input_bits)
-                xres = _residues3(xr, xi, p_L, bk.residue_dtype)  # 3 x [L, Rc, N]
-                del xr, xi
-            shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
-            if gsz > 1:  # block-diagonal grouped INT8 GEMMs, written into Tg and read in place by the kernel
-                Q = -(-r // gsz)
-                Tg = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
-                for comp in range(3):
-                    bk.modular_matmul_grouped(xres[comp], wres[comp][:, g], table, gsz, out=Tg[comp])
-                del xres
-                y[g, r0:r0 + Rc] = run_epi(Tg, shift, tab, plan.variant, grouped=(gsz, Rc, K)).view(Rc, K)
-                continue
+                xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
+        else:
+            xres = _residues3(*_quantize(xc, s), tab.tensors(str(dev))["p"], bk.residue_dtype)  # 3 x [L, Rc, N]
+        shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
+        if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
+            T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
+        else:
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
+        for gi, s0, s1 in _segments(c0, c1, R):
             for comp in range(3):
-                if plan.backend == "int8":  # _int_mm writes each [Rc, K] plane T[l, comp] in place
-                    bk.modular_matmul(xres[comp], wres[comp][:, g], table, out=T[:, comp])
+                if gsz > 1:
+                    for q in range(Q):
+                        bk._int_mm(xres[comp, q, s0:s1], bd[comp, gi, q], T[comp, q, s0:s1])
+                elif plan.backend == "int8":  # _int_mm writes each [rows, K] plane T[l, comp] in place
+                    bk.modular_matmul(xres[comp][:, s0:s1], wres[comp][:, gi], table, out=T[:, comp, s0:s1])
                 else:
-                    T[:, comp] = bk.modular_matmul(xres[comp], wres[comp][:, g], table)
-            del xres
-            y[g, r0:r0 + Rc] = run_epi(T.view(r, 3, -1), shift, tab, plan.variant).view(Rc, K)
+                    T[:, comp, s0:s1] = bk.modular_matmul(xres[comp][:, s0:s1], wres[comp][:, gi], table)
+        del xres
+        if gsz > 1:
+            res = run_epi(T, shift, tab, plan.variant, grouped=(gsz, Rc, K))
+        else:
+            res = run_epi(T.view(r, 3, -1), shift, tab, plan.variant)
+        del T
+        if y is None:  # one chunk, no destination: the epilogue's output is the stage output
+            return res.view(G, R, K)
+        _place(y, res.view(Rc, K), c0, c1)
     return y

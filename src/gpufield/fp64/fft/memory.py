@@ -1,0 +1,134 @@
+"""Memory model of the emulated FFT: workspace bytes per chunk output, chunk size from a budget, peak bytes.
+
+A stage (:func:`gpufield.fp64.fft.stage.dft_stage`) runs in chunks of whole rows; everything it allocates
+lives for one chunk only. Per complex output of a chunk (N = K, the square DFT matrices of the stages; r
+moduli, L = r padded to a multiple of the INT8 group g):
+
+=============================  ==================================================  ===================
+buffer                         size                                                INT8, r = 16, g = 8
+=============================  ==================================================  ===================
+residues of re, im, re+im      3 L x 1 B (int8; FP8 int16: 2 B)                    48 B
+int32 3M product planes        3 L x 4 B                                           192 B
+per-output shift (int64)       8 B                                                 8 B
+epilogue output (complex128)   16 B                                                16 B
+**workspace per output**       **15 L + 24 B (INT8 + Triton epilogue)**            **264 B**
+=============================  ==================================================  ===================
+
+(The row-shift reduction's temporary, 16 B per input element, is freed before the residues exist.) The FP8
+backend adds its stacked int64 products (16 r B more); the torch reference epilogue and the CPU-exact
+backend work in int64 and are budgeted at 64 r + 512 B per output.
+
+Whole transform (:func:`gpufield.fp64.fft.sixstep.fftn_fp64_emulated`), with A = 16 B x points the size
+of the complex128 array: the caller's input A, plus per axis pass the stage-1 input copy and the stage-1
+output (which is the stage-2 input), then the stage-2 output; the previous pass's array is dropped as
+soon as its copy exists. So
+
+    peak = 3 A + W,   W = workspace per output x chunk outputs,
+
+for 2-D/3-D inputs with sides >= 64 (sides <= 32 are one stage: 2 A + W). At 1024^3 complex128 (A = 16 GiB)
+on INT8 g = 8: peak = 48 GiB + 264 B x chunk; with the default budget on an empty H200 (about 139 GiB
+usable, 123 GiB free with the input resident) W = 0.5 x (123 - 32) GiB = 45 GiB, the chunk is 2^27
+outputs (33 GiB), peak = 81 GiB. The benchmark, which also holds a second 16 GiB input, gets a chunk of
+2^27 (W 33 GiB) and peaks at ~97 GiB.
+
+Units: bytes, complex outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+AUTO_MEMORY_FRACTION = 0.5
+"""Share of the device memory available at the start of a transform (after the transform's own full-size
+arrays) that the chunk workspace may use when the plan gives no ``memory_budget_bytes``."""
+
+CPU_DEFAULT_CHUNK = 1 << 20
+"""Chunk outputs on CPU when neither ``chunk_outputs`` nor ``memory_budget_bytes`` is given."""
+
+MIN_CHUNK = 1024
+
+
+def workspace_bytes_per_output(plan) -> int:
+    """Bytes of stage workspace per complex output of a chunk (see the module table).
+
+    Args:
+        plan: :class:`gpufield.fp64.fft.stage.EmulatedFftPlan`.
+
+    Returns:
+        int, bytes per complex output (N = K stages).
+    """
+    r = plan.resolved_num_moduli
+    if plan.backend == "cpu" or plan.epilogue == "torch":
+        return 64 * r + 512
+    g = plan.int8_group
+    L = -(-r // g) * g
+    if plan.backend == "fp8":
+        return 3 * L * 2 + 12 * L + 16 * r + 24
+    return 3 * L + 12 * L + 24
+
+
+def array_bytes(shape) -> int:
+    """Bytes of a complex128 array of ``shape``."""
+    n = 16
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def available_device_bytes(device: torch.device) -> int | None:
+    """Bytes a new allocation can get on ``device``: free memory plus the caching allocator's unused
+    reserve (CUDA; None elsewhere). ``cudaMemGetInfo`` and the allocator counters do not synchronize
+    the stream."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
+def chunk_outputs_for(plan, shape, device: torch.device) -> int:
+    """Complex outputs per stage chunk for a transform of ``shape`` on ``device``.
+
+    The workspace budget is ``plan.memory_budget_bytes`` if given, else on CUDA
+    :data:`AUTO_MEMORY_FRACTION` x (available bytes - 2 A) (A = :func:`array_bytes`; the 2 A are the
+    transform's own pass buffers, the input being already resident), else (CPU) :data:`CPU_DEFAULT_CHUNK`
+    outputs. The chunk is the budget over :func:`workspace_bytes_per_output`, rounded down to a power of
+    two, at least :data:`MIN_CHUNK`, and at most ``plan.chunk_outputs`` when that is set.
+
+    Args:
+        plan: :class:`gpufield.fp64.fft.stage.EmulatedFftPlan`.
+        shape: the transform's shape.
+        device: where it runs.
+
+    Returns:
+        int >= 1024.
+    """
+    bpo = workspace_bytes_per_output(plan)
+    budget = plan.memory_budget_bytes
+    if budget is None:
+        avail = available_device_bytes(device)
+        if avail is not None:
+            budget = int(AUTO_MEMORY_FRACTION * max(avail - 2 * array_bytes(shape), 0))
+    if budget is None:
+        chunk = CPU_DEFAULT_CHUNK
+    else:
+        chunk = max(MIN_CHUNK, 1 << max(int(budget // bpo).bit_length() - 1, 0))
+    if plan.chunk_outputs is not None:
+        chunk = min(chunk, plan.chunk_outputs)
+    return max(MIN_CHUNK, chunk)
+
+
+def transform_peak_bytes(shape, plan, chunk_outputs: int) -> int:
+    """Peak device bytes of one forward transform of ``shape``, input included (module docstring).
+
+    Args:
+        shape: the transform's shape (1-3 power-of-two sides).
+        plan: :class:`gpufield.fp64.fft.stage.EmulatedFftPlan`.
+        chunk_outputs: the chunk (:func:`chunk_outputs_for`).
+
+    Returns:
+        int bytes: 3 A + W (2 A + W if every side is <= 32), W = workspace per output x min(chunk, outputs).
+    """
+    A = array_bytes(shape)
+    outputs = A // 16
+    W = workspace_bytes_per_output(plan) * min(chunk_outputs, outputs)
+    return (2 if max(shape) <= 32 else 3) * A + W
