@@ -1,28 +1,30 @@
-"""Triton kernel: the whole per-output epilogue of an emulated DFT-GEMM stage in one pass.
+"""Triton kernel: the per-output epilogue of an emulated DFT-GEMM stage in 32-bit integer lanes.
 
-Per complex output (fp64.md 1.6, 2.4; Part 3's "per-output integer epilogue"): read the r x 3 raw
-3M products (int32), then in registers
+Per complex output (fp64.md 1.6, 2.4; Part 3's "per-output integer epilogue", c_epi 203-281) the kernel
+reads the r x 3 raw 3M products (int32) and, entirely in 32-bit registers, one modulus at a time:
 
-1. modular reduction + residue-domain Karatsuba combine: c_re = T1 - T2, c_im = T3 - T1 - T2 mod p
-   (symmetric), as int32 [BLOCK, RP] tiles (RP = r padded to a power of two), reduced with an FP32
-   reciprocal and one correction step each way (no integer division);
-2. exact reconstruction into 7 signed 32-bit limbs (int64 lanes), by one of three variants:
-   ``VARIANT == 0`` Garner (balanced mixed radix, O(r^2) modular ops, Horner into limbs);
-   ``VARIANT == 1`` CRT in fixed point: limb sums sum_i c_i C_{i,j} and the 40-bit quotient
-   fraction sum_i c_i q_i/p_i on the integer pipe, two-sided lift S - q M;
-   ``VARIANT == 2`` Kulisch split: the bulk [BLOCK, RP] @ [RP, CP] (9-bit limbs of C_i and of the
-   36-bit fraction) as one FP16-in/FP32-accumulate ``tl.dot`` on the tensor cores (exact: every
-   partial sum < 2^24), the remainder (placing 9-bit columns into 32-bit limbs, carries, lift) on
-   the integer pipe;
-3. carry normalization, sign/magnitude, a 62-bit round-to-odd window with sticky bit, one int64 ->
-   float64 rounding, exact power-of-two scaling by 2^-shift (two factors; subnormal results round
-   like ``math.ldexp``); store re and im interleaved (complex128).
+1. mod p + Karatsuba combine without division or conversion: u = x + B_i (x = T1 - T2 or T3 - T1 - T2,
+   B_i = p_i * ceil(2^27 / p_i) + floor(p_i / 2)), q = umulhi(u, m_i) >> 7 with m_i = ceil(2^39 / p_i)
+   (exact floor(u / p_i) for u < 2^28, p_i < 2^11: Barrett with a 39-bit reciprocal), c' = u - q p_i in
+   [0, p_i); the symmetric residue is c = c' - floor(p_i / 2), whose offset is folded into the
+   accumulators' start values (so 4 integer instructions per residue);
+2. exact CRT (Ozaki-II / GEMMul8 form, fp64.md 2.5) in W-bit limbs held in int32: L limb sums
+   s_l = sum_i c_i C_{i,l} (one IMAD each, W chosen per moduli set so that no sum leaves int32) and
+   NF chunk sums of the fixed-point quotient Q = sum_i c_i round(2^F q_i / p_i) (F = 40 for ``"crt"``,
+   36 for ``"kulisch"``: the same integers as the torch reference, so the same q = round(Q / 2^F),
+   also at the CRT range limits); two-sided lift Y' = S - q M in the limbs, one carry pass;
+3. the final rounding: the limbs repacked into 32-bit words of Y' (two's complement), the top 96-bit
+   window selected branch-free, normalized with 32-bit funnel shifts (no 64-bit variable shift),
+   rounded to odd into a 64-bit integer (negative values via ~Y' + 1 and the sticky bit) and converted
+   once to float64, then scaled by 2^-shift in two exact power-of-two factors (subnormal results round
+   once, like ``math.ldexp``). The bits equal :func:`gpufield.fp64.fft.epilogue.epilogue_torch`.
 
-Bit-identical to :func:`gpufield.fp64.fft.epilogue.epilogue_torch` (tests/fp64/test_fft_kernels.py
-runs both; on CPU through ``TRITON_INTERPRET=1``, which :mod:`gpufield.fp64.kernels` sets when no
-CUDA device is present).
+``"garner"`` runs the previous int64-lane kernel (:mod:`.fft_epilogue_int64`). ``"kulisch"`` here does
+its bulk sum on the integer pipe like ``"crt"`` (same limbs; only the quotient fraction differs).
 
-Shape legend: R moduli (r), O complex outputs (n_out), RP = R padded, CP = bulk columns padded, NL = 7 limbs.
+Shape legend: R moduli (r), O complex outputs (n_out), L limbs of W bits, NF quotient chunks of FW
+bits, NW 32-bit words of Y'. Tested bit for bit in tests/fp64/test_fft_kernels.py and
+tests/fp64/test_fft_epilogue_edge.py (on CPU through ``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
@@ -34,269 +36,264 @@ import triton
 import triton.language as tl
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import (
-    BULK_FRAC_BITS,
-    BULK_LIMB,
-    FRAC_BITS,
-    VARIANTS,
-    EpilogueTables,
-)
-
-NL = 7
-"""Limbs held per output in the kernel (enough for 20 INT8 or FP8 moduli)."""
+from gpufield.fp64.fft.epilogue import BULK_FRAC_BITS, FRAC_BITS, VARIANTS, EpilogueTables
+from gpufield.fp64.kernels import fft_epilogue_int64
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
 instruction counts in benchmarks/fp64_fft_gpu.py."""
 
+DEFAULT_LAUNCH = (128, 4)
+"""(BLOCK outputs per program, warps) on CUDA: one complex output per thread (every value of the
+kernel is a per-output 1-D vector; BLOCK < 32 * warps would duplicate work)."""
 
-@triton.jit
-def _pow2(e):
-    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
-
-
-@triton.jit
-def _symmod(x, p, invp):
-    """Symmetric x mod p for int32 |x| < 2^26 without integer division: q = floor(x * fl(1/p)) in
-    FP32 is off by at most one (|x/p| * 2^-23 < 1/2 for p >= 173), fixed by one step each way."""
-    q = tl.floor(x.to(tl.float32) * invp).to(tl.int32)
-    r = x - q * p
-    r = tl.where(r < 0, r + p, r)
-    r = tl.where(r >= p, r - p, r)
-    return tl.where(r >= (p + 1) // 2, r - p, r)
+T_BOUND_BITS = 25
+"""|T| <= 2^25 for every backend's raw products, so |x| < 3 * 2^25 and 0 <= u < 2^28."""
+_BSH = 7  # Barrett: m = ceil(2^(32 + _BSH) / p), exact floor(u / p) for u < 2^28 and 128 < p < 2^11
 
 
 @triton.jit
-def _norm(x0, x1, x2, x3, x4, x5, x6):
-    x1 += x0 >> 32
-    x0 = x0 & 0xFFFFFFFF
-    x2 += x1 >> 32
-    x1 = x1 & 0xFFFFFFFF
-    x3 += x2 >> 32
-    x2 = x2 & 0xFFFFFFFF
-    x4 += x3 >> 32
-    x3 = x3 & 0xFFFFFFFF
-    x5 += x4 >> 32
-    x4 = x4 & 0xFFFFFFFF
-    x6 += x5 >> 32
-    x5 = x5 & 0xFFFFFFFF
-    return x0, x1, x2, x3, x4, x5, x6
+def _mod(x, B: tl.constexpr, M: tl.constexpr, P: tl.constexpr, BSH: tl.constexpr):
+    """c' = (x + B) mod P in [0, P) for int32 0 <= x + B < 2^28 (Barrett, no division)."""
+    u = x + B
+    q = (tl.umulhi(u.to(tl.uint32), M) >> BSH).to(tl.int32)
+    return u - q * P
 
 
 @triton.jit
-def _col(t, cols, j):
-    return tl.sum(tl.where(cols[None, :] == j, t, 0), axis=1)
+def _init(TAB: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr):
+    out = ()
+    for j in tl.static_range(N):
+        out = out + (tl.full([BLOCK], TAB[j], tl.int32),)
+    return out
 
 
 @triton.jit
-def _bitlen(u, j: tl.constexpr):
-    ex = ((u.to(tl.float64).to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022
-    return tl.where(u > 0, ex + 32 * j, 0)
+def _mac(acc, c, TAB: tl.constexpr, i: tl.constexpr, N: tl.constexpr):
+    """acc[l] + c * TAB[i][l] for l < N (a tuple of int32 vectors)."""
+    out = ()
+    for j in tl.static_range(N):
+        out = out + (acc[j] + c * TAB[i][j],)
+    return out
 
 
 @triton.jit
-def _take(u, j: tl.constexpr, sh, K, sticky):
-    pos = 32 * j - sh
-    left = u << tl.minimum(tl.maximum(pos, 0), 62)
-    rs = tl.minimum(tl.maximum(-pos, 0), 63)
-    right = u >> rs
-    K += tl.where(pos >= 0, left, right)
-    sticky = sticky | ((pos < 0) & ((right << rs) != u))
-    return K, sticky
+def _lift_words(s, f, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr, FW: tl.constexpr,
+                NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr):
+    """Quotient q from the chunk sums f, Y' = S - q M in the W-bit limbs s, one carry pass, then the
+    NW 32-bit two's complement words of Y' (tuple, least significant first)."""
+    g = f[0]
+    for j in tl.static_range(1, NF):
+        g = f[j] + (g >> FW)
+    q = g >> QSH
+    e = ()
+    carry = tl.zeros_like(q)
+    for j in tl.static_range(L):
+        a = s[j] - q * ML[j] + carry
+        if j < L - 1:
+            carry = a >> W
+            a = a & ((1 << W) - 1)
+        e = e + (a,)
+    words = ()
+    for k in tl.static_range(NW):
+        wk = tl.zeros_like(q)
+        for j in tl.static_range(L):
+            lo = W * j - 32 * k  # bit of word k where digit j starts (compile time)
+            if lo >= 0:
+                if lo < 32:
+                    wk = wk | (e[j] << lo)
+            else:
+                if j == L - 1:  # the signed top digit: arithmetic shift, sign extension above it
+                    wk = wk | (e[j] >> min(-lo, 31))
+                elif lo + W > 0:
+                    wk = wk | (e[j] >> (-lo))
+        words = words + (wk,)
+    return words
 
 
 @triton.jit
-def _to_float(x0, x1, x2, x3, x4, x5, x6, shift):
-    neg = x6 < 0
-    x0 = tl.where(neg, -x0, x0)
-    x1 = tl.where(neg, -x1, x1)
-    x2 = tl.where(neg, -x2, x2)
-    x3 = tl.where(neg, -x3, x3)
-    x4 = tl.where(neg, -x4, x4)
-    x5 = tl.where(neg, -x5, x5)
-    x6 = tl.where(neg, -x6, x6)
-    x0, x1, x2, x3, x4, x5, x6 = _norm(x0, x1, x2, x3, x4, x5, x6)
-    bl = tl.maximum(tl.maximum(tl.maximum(_bitlen(x0, 0), _bitlen(x1, 1)), tl.maximum(_bitlen(x2, 2), _bitlen(x3, 3))),
-                    tl.maximum(tl.maximum(_bitlen(x4, 4), _bitlen(x5, 5)), _bitlen(x6, 6)))
-    sh = tl.maximum(bl - 62, 0)
-    K = tl.zeros_like(x0)
-    sticky = x0 != x0
-    K, sticky = _take(x0, 0, sh, K, sticky)
-    K, sticky = _take(x1, 1, sh, K, sticky)
-    K, sticky = _take(x2, 2, sh, K, sticky)
-    K, sticky = _take(x3, 3, sh, K, sticky)
-    K, sticky = _take(x4, 4, sh, K, sticky)
-    K, sticky = _take(x5, 5, sh, K, sticky)
-    K, sticky = _take(x6, 6, sh, K, sticky)
-    K = K | sticky.to(tl.int64)
-    e = sh - shift
+def _round(words, shift, NW: tl.constexpr):
+    """float64 of Y' * 2^-shift, one rounding (see module docstring, step 3)."""
+    sgn = words[NW - 1] >> 31  # 0 or -1
+    neg = sgn != 0
+    # window (W2, W1, W0) = v words h, h-1, h-2 of V = Y' ^ sgn (Y' * 2^64: two zero words below)
+    W2 = sgn
+    W1 = sgn
+    W0 = sgn
+    low = tl.zeros_like(sgn)  # OR of the raw words below the window
+    H = tl.full(sgn.shape, 1, tl.int32)
+    below = tl.zeros_like(sgn)
+    for k in tl.static_range(NW):
+        v = words[k] ^ sgn
+        nz = v != 0
+        W2 = tl.where(nz, v, W2)
+        if k >= 1:
+            W1 = tl.where(nz, words[k - 1] ^ sgn, W1)
+        else:
+            W1 = tl.where(nz, sgn, W1)
+        if k >= 2:
+            W0 = tl.where(nz, words[k - 2] ^ sgn, W0)
+        else:
+            W0 = tl.where(nz, sgn, W0)
+        if k >= 3:
+            below = below | words[k - 3]
+        low = tl.where(nz, below, low)
+        H = tl.where(nz, k + 2, H)
+    u2 = W2.to(tl.uint32, bitcast=True)
+    u1 = W1.to(tl.uint32, bitcast=True)
+    u0 = W0.to(tl.uint32, bitcast=True)
+    # n = number of leading zeros of W2 (exact through float64; 31 for W2 = 0, then K = 0)
+    ex = (u2.to(tl.float64).to(tl.int64, bitcast=True) >> 52).to(tl.int32)
+    n = tl.minimum(1054 - ex, 31).to(tl.uint32)
+    m = 31 - n
+    hi = (u2 << n) | ((u1 >> 1) >> m)
+    lo = (u1 << n) | ((u0 >> 1) >> m)
+    sticky = (((W0 ^ sgn).to(tl.uint32, bitcast=True) << n) | low.to(tl.uint32, bitcast=True)) != 0
+    K = (hi.to(tl.uint64) << 32) | lo.to(tl.uint64)
+    K = tl.where(neg & ~sticky, K + 1, K) | sticky.to(tl.uint64)
+    f = K.to(tl.float64)
+    f = tl.where(neg & (K == 0), 18446744073709551616.0, f)  # K_v + 1 = 2^64
+    e = 32 * H - 96 - n.to(tl.int32) - shift
     e1 = tl.minimum(tl.maximum(e, -1000), 1000)
     e2 = tl.minimum(tl.maximum(e - e1, -1000), 1000)
-    f = K.to(tl.float64) * _pow2(e1)
-    f = f * _pow2(e2)
+    f = f * ((e1 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
+    f = f * ((e2 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
     return tl.where(neg, -f, f)
 
 
 @triton.jit
-def _reconstruct(c, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
-                 R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr,
-                 VARIANT: tl.constexpr, FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr):
-    if VARIANT == 0:  # Garner, balanced digits
-        t = c  # int32 digits; (t - v) * inv < 2^11 * 2^11 stays in the fast-mod range
-        for j in tl.static_range(R - 1):
-            v = _col(t, cols, j)
-            invj = tl.load(inv_ptr + j * RP + cols).to(tl.int32)
-            upd = _symmod((t - v[:, None]) * invj[None, :], p[None, :], invp[None, :])
-            t = tl.where(cols[None, :] > j, upd, t)
-        t = t.to(tl.int64)
-        x0 = _col(t, cols, R - 1)
-        x1 = tl.zeros_like(x0)
-        x2 = tl.zeros_like(x0)
-        x3 = tl.zeros_like(x0)
-        x4 = tl.zeros_like(x0)
-        x5 = tl.zeros_like(x0)
-        x6 = tl.zeros_like(x0)
-        for jj in tl.static_range(R - 1):
-            pj = tl.load(p_ptr + (R - 2 - jj))
-            x0, x1, x2, x3, x4, x5, x6 = _norm(x0 * pj + _col(t, cols, R - 2 - jj), x1 * pj, x2 * pj,
-                                               x3 * pj, x4 * pj, x5 * pj, x6 * pj)
-    else:
-        c = c.to(tl.int64)
-        if VARIANT == 1:  # CRT limb sums on the integer pipe
-            x0 = tl.sum(c * tl.load(C_ptr + 0 * RP + cols)[None, :], axis=1)
-            x1 = tl.sum(c * tl.load(C_ptr + 1 * RP + cols)[None, :], axis=1)
-            x2 = tl.sum(c * tl.load(C_ptr + 2 * RP + cols)[None, :], axis=1)
-            x3 = tl.sum(c * tl.load(C_ptr + 3 * RP + cols)[None, :], axis=1)
-            x4 = tl.sum(c * tl.load(C_ptr + 4 * RP + cols)[None, :], axis=1)
-            x5 = tl.sum(c * tl.load(C_ptr + 5 * RP + cols)[None, :], axis=1)
-            x6 = tl.sum(c * tl.load(C_ptr + 6 * RP + cols)[None, :], axis=1)
-            Q = tl.sum(c * tl.load(frac_ptr + cols)[None, :], axis=1)
-            q = (Q + (1 << (FRAC - 1))) >> FRAC
-        else:  # Kulisch: bulk on the tensor cores, remainder on the integer pipe
-            ccols = tl.arange(0, CP)
-            bulk = tl.load(bulk_ptr + cols[:, None] * CP + ccols[None, :])
-            s = tl.dot(c.to(tl.float16), bulk, out_dtype=tl.float32).to(tl.int64)
-            bit = ccols * BLIMB
-            limb = bit // 32
-            sv = s << (bit % 32)[None, :]
-            isb = (ccols < NB)[None, :]
-            x0 = tl.sum(tl.where(isb & (limb == 0)[None, :], sv, 0), axis=1)
-            x1 = tl.sum(tl.where(isb & (limb == 1)[None, :], sv, 0), axis=1)
-            x2 = tl.sum(tl.where(isb & (limb == 2)[None, :], sv, 0), axis=1)
-            x3 = tl.sum(tl.where(isb & (limb == 3)[None, :], sv, 0), axis=1)
-            x4 = tl.sum(tl.where(isb & (limb == 4)[None, :], sv, 0), axis=1)
-            x5 = tl.sum(tl.where(isb & (limb == 5)[None, :], sv, 0), axis=1)
-            x6 = tl.sum(tl.where(isb & (limb == 6)[None, :], sv, 0), axis=1)
-            fsh = tl.maximum(ccols - NB, 0) * BLIMB
-            isf = ((ccols >= NB) & (ccols < NB + BFRAC // BLIMB))[None, :]
-            Q = tl.sum(tl.where(isf, s << fsh[None, :], 0), axis=1)
-            q = (Q + (1 << (BFRAC - 1))) >> BFRAC
-        x0 -= q * tl.load(M_ptr + 0)
-        x1 -= q * tl.load(M_ptr + 1)
-        x2 -= q * tl.load(M_ptr + 2)
-        x3 -= q * tl.load(M_ptr + 3)
-        x4 -= q * tl.load(M_ptr + 4)
-        x5 -= q * tl.load(M_ptr + 5)
-        x6 -= q * tl.load(M_ptr + 6)
-        x0, x1, x2, x3, x4, x5, x6 = _norm(x0, x1, x2, x3, x4, x5, x6)
-    return x0, x1, x2, x3, x4, x5, x6
-
-
-@triton.jit
-def _fft_epilogue_kernel(
-    T_ptr, n_out, K, S_c, S_q, S_s, S_m, shift_ptr, out_ptr, p_ptr, invp_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
-    R: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr, NB: tl.constexpr, VARIANT: tl.constexpr,
-    FRAC: tl.constexpr, BFRAC: tl.constexpr, BLIMB: tl.constexpr, BLOCK: tl.constexpr,
-    GROUP: tl.constexpr,
+def _epilogue32_kernel(
+    T_ptr, n_out, K, S_c, S_q, S_s, S_m, shift_ptr, out_ptr,
+    R: tl.constexpr, GROUP: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
+    CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr, FI: tl.constexpr, ML: tl.constexpr,
+    W: tl.constexpr, L: tl.constexpr, FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr,
+    NW: tl.constexpr, BSH: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # a chunk holds < 2^31 outputs
     omask = offs < n_out
-    cols = tl.arange(0, RP)
-    p = tl.load(p_ptr + cols).to(tl.int32)
-    invp = tl.load(invp_ptr + cols)
-    m2 = omask[:, None] & (cols < R)[None, :]
     # element (modulus l, component c, row m, column k) at c*S_c + (l//GROUP)*S_q + (l%GROUP)*S_s + m*S_m + k
-    o32 = offs.to(tl.int32)  # a chunk holds < 2^31 outputs: 32-bit division
-    m = o32 // K
-    q = cols // GROUP
-    base = (q.to(tl.int64) * S_q + (cols - q * GROUP).to(tl.int64) * S_s)[None, :] + \
-        (m.to(tl.int64) * S_m + (o32 - m * K))[:, None]
-    t1 = tl.load(T_ptr + base, mask=m2, other=0)
-    t2 = tl.load(T_ptr + base + S_c, mask=m2, other=0)
-    t3 = tl.load(T_ptr + (base + S_c) + S_c, mask=m2, other=0)
-    shift = tl.load(shift_ptr + offs, mask=omask, other=0)
-    c_re = _symmod(t1 - t2, p[None, :], invp[None, :])
-    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_re, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
-                                              R, RP, CP, NB, VARIANT, FRAC, BFRAC, BLIMB)
-    tl.store(out_ptr + 2 * offs, _to_float(x0, x1, x2, x3, x4, x5, x6, shift), mask=omask)
-    c_im = _symmod(t3 - t1 - t2, p[None, :], invp[None, :])
-    x0, x1, x2, x3, x4, x5, x6 = _reconstruct(c_im, p, invp, cols, p_ptr, C_ptr, M_ptr, frac_ptr, inv_ptr, bulk_ptr,
-                                              R, RP, CP, NB, VARIANT, FRAC, BFRAC, BLIMB)
-    tl.store(out_ptr + 2 * offs + 1, _to_float(x0, x1, x2, x3, x4, x5, x6, shift), mask=omask)
+    m = offs // K
+    base = T_ptr + (m.to(tl.int64) * S_m + (offs - m * K))
+    s_re = _init(SI, L, BLOCK)
+    s_im = _init(SI, L, BLOCK)
+    f_re = _init(FI, NF, BLOCK)
+    f_im = _init(FI, NF, BLOCK)
+    for i in tl.static_range(R):
+        ptr = base + ((i // GROUP) * S_q + (i % GROUP) * S_s)
+        t1 = tl.load(ptr, mask=omask, other=0)
+        t2 = tl.load(ptr + S_c, mask=omask, other=0)
+        t3 = tl.load(ptr + 2 * S_c, mask=omask, other=0)
+        c_re = _mod(t1 - t2, BB[i], BM[i], PM[i], BSH)
+        c_im = _mod(t3 - t1 - t2, BB[i], BM[i], PM[i], BSH)
+        s_re = _mac(s_re, c_re, CL, i, L)
+        s_im = _mac(s_im, c_im, CL, i, L)
+        f_re = _mac(f_re, c_re, FL, i, NF)
+        f_im = _mac(f_im, c_im, FL, i, NF)
+    shift = tl.load(shift_ptr + offs, mask=omask, other=0).to(tl.int32)
+    y_re = _round(_lift_words(s_re, f_re, ML, W, L, FW, NF, QSH, NW), shift, NW)
+    tl.store(out_ptr + 2 * offs, y_re, mask=omask)
+    y_im = _round(_lift_words(s_im, f_im, ML, W, L, FW, NF, QSH, NW), shift, NW)
+    tl.store(out_ptr + 2 * offs + 1, y_im, mask=omask)
 
 
-def _pow2_ceil(n: int, lo: int = 16) -> int:
-    return max(lo, 1 << (n - 1).bit_length())
+def _fits(tab: EpilogueTables, w: int, frac_bits: int, fw: int) -> bool:
+    """Every int32 value of the kernel stays below 2^31 in magnitude (limb sums, lift, carries, chunks)."""
+    ks = [p // 2 for p in tab.moduli]
+    L = -(-tab.M.bit_length() // w)
+    qmax = sum(ks) + 2
+    carry = 0
+    for j in range(L):
+        cl = [(C >> (w * j)) & ((1 << w) - 1) for C in _crt(tab).crt_C]
+        b = sum(k * c for k, c in zip(ks, cl, strict=True)) + qmax * ((tab.M >> (w * j)) & ((1 << w) - 1)) + carry
+        if j == L - 1:
+            b += qmax * (tab.M >> (w * L))
+        if b >= 1 << 31:
+            return False
+        carry = (b >> w) + 1
+    return sum(ks) * ((1 << fw) - 1) + (1 << fw) * 2 < 1 << 31
+
+
+def _crt(tab: EpilogueTables):
+    from gpufield.fp64.ozaki.moduli import moduli_table
+
+    return moduli_table(tab.kind, tab.num_moduli)
 
 
 @functools.cache
-def _padded_tables(tab: EpilogueTables, device: str) -> dict:
-    r = tab.num_moduli
-    RP = _pow2_ceil(r)
-    nb = tab.n_bulk_limbs
-    CP = _pow2_ceil(nb + BULK_FRAC_BITS // BULK_LIMB)
-    if tab.n_limbs > NL:
-        raise InputError(f"{r} {tab.kind} moduli need {tab.n_limbs} limbs > {NL} held by the kernel")
-    dev = torch.device(device)
-    p = torch.ones(RP, dtype=torch.int64)
-    p[:r] = torch.tensor(tab.moduli)
-    C = torch.zeros((NL, RP), dtype=torch.int64)
-    C[: tab.n_limbs, :r] = torch.tensor(tab.C_limbs).T
-    M = torch.zeros(NL, dtype=torch.int64)
-    M[: tab.n_limbs] = torch.tensor(tab.M_limbs)
-    frac = torch.zeros(RP, dtype=torch.int64)
-    frac[:r] = torch.tensor(tab.frac)
-    inv = torch.zeros((RP, RP), dtype=torch.int64)
-    inv[:r, :r] = torch.tensor(tab.garner_inv)
-    bulk = torch.zeros((RP, CP), dtype=torch.float16)
-    bulk[:r, : len(tab.bulk[0])] = torch.tensor(tab.bulk, dtype=torch.float16)
-    invp = (1.0 / p.to(torch.float64)).to(torch.float32)
-    t = dict(p=p, invp=invp, C=C, M=M, frac=frac, inv=inv, bulk=bulk)
-    return {"RP": RP, "CP": CP, "NB": nb, **{k: v.to(dev) for k, v in t.items()}}
+def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
+    """Compile-time constants of :func:`_epilogue32_kernel` for one moduli set and variant.
+
+    Returns:
+        dict of Python ints / tuples (kernel ``tl.constexpr`` arguments; immediates in the SASS).
+
+    Raises:
+        InputError: a modulus outside the Barrett range (128, 2^11), or no limb width keeps int32 exact.
+    """
+    ps = tab.moduli
+    if not all(128 < p < 2048 for p in ps):
+        raise InputError(f"32-bit epilogue needs moduli in (128, 2048), got {ps}")
+    F = FRAC_BITS if variant == "crt" else BULK_FRAC_BITS
+    fw = max(x for x in range(8, 31) if sum(p // 2 for p in ps) * ((1 << x) - 1) + (1 << x) * 2 < 1 << 31)
+    w = max((x for x in range(8, 31) if _fits(tab, x, F, fw)), default=None)
+    if w is None:
+        raise InputError(f"{tab.num_moduli} {tab.kind} moduli do not fit the 32-bit epilogue")
+    L = -(-tab.M.bit_length() // w)
+    nf = -(-F // fw)
+    Cs = _crt(tab).crt_C
+    ks = [p // 2 for p in ps]
+    CL = tuple(tuple((C >> (w * j)) & ((1 << w) - 1) for j in range(L)) for C in Cs)
+    fracs = [(q * (1 << F) + p // 2) // p for q, p in zip(_crt(tab).crt_q, ps, strict=True)]
+    FL = tuple(tuple((fr >> (fw * j)) & ((1 << fw) - 1) for j in range(nf)) for fr in fracs)
+    SI = tuple(-sum(k * c[j] for k, c in zip(ks, CL, strict=True)) for j in range(L))
+    FI = [-sum(k * c[j] for k, c in zip(ks, FL, strict=True)) for j in range(nf)]
+    FI[(F - 1) // fw] += 1 << (F - 1 - fw * ((F - 1) // fw))  # round(Q / 2^F) = floor((Q + 2^(F-1)) / 2^F)
+    ML = tuple((tab.M >> (w * j)) & ((1 << w) - 1) for j in range(L - 1)) + (tab.M >> (w * (L - 1)),)
+    BM = tuple(-(-(1 << (32 + _BSH)) // p) for p in ps)
+    # exact floor(u / p) for all u < 2^28 needs u * (m p - 2^E) < 2^E (E = 32 + _BSH), and m < 2^32
+    if any(m >= 1 << 32 or (m * p - (1 << (32 + _BSH))) << 28 >= 1 << (32 + _BSH) for m, p in zip(BM, ps, strict=True)):
+        raise InputError(f"Barrett constants out of range for moduli {ps}")
+    BB = tuple(p * -(-(1 << 27) // p) + p // 2 for p in ps)
+    return dict(R=tab.num_moduli, PM=ps, BM=BM, BB=BB, CL=CL, SI=SI, FL=FL, FI=tuple(FI), ML=ML, W=w, L=L,
+                FW=fw, NF=nf, QSH=F - fw * (nf - 1), NW=-(-(tab.M.bit_length() + 1) // 32), BSH=_BSH)
 
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
                     block: int | None = None, grouped: tuple[int, int, int] | None = None,
-                    num_warps: int | None = None) -> torch.Tensor:
-    """Fused stage epilogue (same contract as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
+                    num_warps: int | None = None, impl: str = "int32") -> torch.Tensor:
+    """Fused stage epilogue (same contract and bits as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
 
     Args:
-        T_R3O: int32 [r, 3, O] raw 3M products per modulus (contiguous); or, with ``grouped``, the
-            grouped layout [3, Q, R_rows, g*K] of ``Int8Backend.modular_matmul_grouped`` outputs
-            (moduli q*g..q*g+g-1 side by side in a row; O = R_rows * K).
+        T_R3O: int32 [r, 3, O] raw 3M products per modulus (contiguous), |T| <= 2^25; or, with
+            ``grouped``, the grouped layout [3, Q, R_rows, g*K] of ``Int8Backend.modular_matmul_grouped``
+            outputs (moduli q*g..q*g+g-1 side by side in a row; O = R_rows * K).
         shift_O: int64 [O] exponent shifts.
         tab: epilogue tables of the moduli used.
-        variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
-        block: outputs per program (power of two >= 16); default 128 on CUDA, and on CPU (the
-            Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
-            vectorizes over a few large programs.
+        variant: ``"garner"`` (always the int64-lane kernel), ``"crt"`` or ``"kulisch"``.
+        block: outputs per program (power of two >= 16); default :data:`DEFAULT_LAUNCH` on CUDA
+            (the int64 kernel: 32), and on CPU (the Triton interpreter) up to 2^14.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
-        num_warps: warps per program (None: Triton's default, 4); a tuning knob only (every output is
-            computed independently with exact integer arithmetic, so the bits do not depend on it).
+        num_warps: warps per program (None: :data:`DEFAULT_LAUNCH`); a tuning knob, same bits.
+        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing).
 
     Returns:
         complex128 [O].
 
     Raises:
-        InputError: unknown variant, or too many limbs.
+        InputError: unknown variant or impl, a chunk of 2^31 outputs or more, moduli out of range.
     """
     if variant not in VARIANTS:
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
-    T = T_R3O.to(torch.int32).contiguous()  # |T| <= 2^25 for every backend (fast FP32 mod needs < 2^26)
+    if impl not in ("int32", "int64"):
+        raise InputError(f"epilogue impl must be 'int32' or 'int64', got {impl!r}")
+    if variant == "garner" or impl == "int64":
+        y = fft_epilogue_int64.epilogue_triton(T_R3O, shift_O, tab, variant, block=block, grouped=grouped,
+                                               num_warps=num_warps)
+        COMPILED[(tab.kind, tab.num_moduli, variant)] = fft_epilogue_int64.COMPILED.get(
+            (tab.kind, tab.num_moduli, variant))
+        return y
+    T = T_R3O.to(torch.int32).contiguous()
     if grouped is None:
         n_out = T.shape[2]
-        if n_out >= 2**31:
-            raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
         K, g = 1, 1  # rows of length 1: offs = m, k = 0
         S_c, S_q, S_s, S_m = n_out, 3 * n_out, 0, 1
     else:
@@ -304,16 +301,18 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         n_out = rows * K
         Q = T.shape[1]
         S_c, S_q, S_s, S_m = Q * rows * g * K, rows * g * K, K, g * K
-    tb = _padded_tables(tab, str(T.device))
+    if n_out >= 2**31:
+        raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
+    kc = kernel_constants(tab, variant)
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
+    cuda = T.device.type == "cuda"
     if block is None:
-        block = 128 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
-    grid = (triton.cdiv(n_out, block),)
+        block = DEFAULT_LAUNCH[0] if cuda else min(1 << 14, max(16, 1 << (n_out - 1).bit_length()))
+    if num_warps is None and cuda:
+        num_warps = DEFAULT_LAUNCH[1]
     launch = {} if num_warps is None else {"num_warps": num_warps}
-    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
-        T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],
-        tb["M"], tb["frac"], tb["inv"], tb["bulk"], R=tab.num_moduli, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"],
-        VARIANT=VARIANTS.index(variant), FRAC=FRAC_BITS, BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block,
-        GROUP=g, **launch,
-    )
+    grid = (triton.cdiv(n_out, block),)
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _epilogue32_kernel[grid](
+        T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, GROUP=g, BLOCK=block,
+        **kc, **launch)
     return torch.view_as_complex(out.view(n_out, 2))

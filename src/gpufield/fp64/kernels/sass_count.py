@@ -1,0 +1,129 @@
+"""Static instruction counts of the FFT epilogue kernels, compiled for sm_90 without a GPU.
+
+Triton's NVIDIA backend compiles to PTX and (with its bundled ptxas) to a cubin on any machine; the
+bundled ``cuobjdump -sass`` lists the SASS. Both epilogue kernels are fully unrolled (no loops), so the
+static count per thread is the dynamic count; per real output it is
+``SASS per thread * 32 * warps / (2 * BLOCK)`` (a complex output is two real outputs). The predicted
+time of the issue-bound kernel is ``count * n_real_outputs / P_INT`` (fp64.md 1.4: H200 P_INT = 16.7 T
+instructions/s, 132 SM x 64 lanes x 1.98 GHz; conversions and IMAD.WIDE/HI may issue at a lower rate).
+
+Usage (no GPU needed; the interpreter must be off)::
+
+    TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count int8 16
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+P_INT_H200 = 16.7e12
+"""H200 INT32 instruction rate (instructions/s), fp64.md 1.4."""
+
+
+def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped: bool):
+    from triton.compiler import ASTSource
+
+    from gpufield.fp64.fft.epilogue import (
+        BULK_FRAC_BITS,
+        BULK_LIMB,
+        FRAC_BITS,
+        VARIANTS,
+        epilogue_tables,
+    )
+    from gpufield.fp64.kernels import fft_epilogue, fft_epilogue_int64
+
+    tab = epilogue_tables(kind, r)
+    ints = {"n_out": "i32", "S_c": "i32", "S_q": "i32"}
+    ones = {} if grouped else {"K": 1, "S_m": 1, "GROUP": 1}
+    rt = {k: "i32" for k in ("K", "S_s", "S_m") if k not in ones}
+    div16 = ["T_ptr", "n_out", "S_c", "S_q", "shift_ptr", "out_ptr"]
+    if impl == "int32":
+        fn = fft_epilogue._epilogue32_kernel
+        const = {**fft_epilogue.kernel_constants(tab, variant), "BLOCK": block, **ones}
+        if grouped:
+            const["GROUP"] = 8
+        ptrs = {"T_ptr": "*i32", "shift_ptr": "*i64", "out_ptr": "*fp64"}
+    else:
+        fn = fft_epilogue_int64._fft_epilogue_kernel
+        tb = fft_epilogue_int64._padded_tables(tab, "cpu")
+        const = dict(R=r, RP=tb["RP"], CP=tb["CP"], NB=tb["NB"], VARIANT=VARIANTS.index(variant), FRAC=FRAC_BITS,
+                     BFRAC=BULK_FRAC_BITS, BLIMB=BULK_LIMB, BLOCK=block, **ones)
+        if grouped:
+            const["GROUP"] = 8
+        ptrs = {"T_ptr": "*i32", "shift_ptr": "*i64", "out_ptr": "*fp64", "p_ptr": "*i64", "invp_ptr": "*fp32",
+                "C_ptr": "*i64", "M_ptr": "*i64", "frac_ptr": "*i64", "inv_ptr": "*i64", "bulk_ptr": "*fp16"}
+        div16 += [k for k in ptrs if k not in div16]
+    sig = {}
+    for name in fn.arg_names:
+        sig[name] = "constexpr" if name in const else ptrs.get(name) or ints.get(name) or rt.get(name)
+    attrs = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in div16 if sig.get(k) != "constexpr"}
+    return ASTSource(fn=fn, signature=sig, constexprs={k: v for k, v in const.items() if k in fn.arg_names},
+                     attrs=attrs)
+
+
+def sass_histogram(cubin: bytes) -> Counter:
+    """Opcode histogram of a cubin's SASS (bundled cuobjdump)."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+    ops = Counter()
+    for ln in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
+        if m and not m.group(2).startswith(("NOP", "BRA")):
+            ops[m.group(2)] += 1
+    return ops
+
+
+def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: int = 128, num_warps: int = 4,
+                 grouped: bool = False) -> dict:
+    """Compile one epilogue kernel for sm_90 and count its instructions.
+
+    Args:
+        kind, r: moduli set (``"int8"``/``"fp8"``, count).
+        variant: ``"crt"``, ``"kulisch"`` or ``"garner"`` (int64 kernel only).
+        impl: ``"int32"`` (:mod:`.fft_epilogue`) or ``"int64"`` (:mod:`.fft_epilogue_int64`).
+        block, num_warps: launch shape.
+        grouped: the grouped INT8 layout (runtime row length K, 8 moduli per group).
+
+    Returns:
+        dict: ``sass_per_thread``, ``ptx_per_thread``, ``regs``, ``sass_per_real_output`` and the
+        opcode histogram ``ops`` (per thread).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    src = _ast_source(kind, r, variant, impl, block, grouped)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    ops = sass_histogram(k.asm["cubin"])
+    ptx = sum(1 for ln in k.asm["ptx"].splitlines() if ln.strip()[:1].isalpha() or ln.strip()[:1] == "@")
+    n = sum(ops.values())
+    regs = getattr(k, "n_regs", None) or getattr(k.metadata, "n_regs", None)
+    return {"sass_per_thread": n, "ptx_per_thread": ptx, "regs": regs,
+            "sass_per_real_output": n * 32 * num_warps / (2 * block), "ops": dict(ops.most_common())}
+
+
+def main(argv: list[str]) -> None:
+    """Print old vs new counts and the predicted H200 epilogue time per 256^3 transform (2.0e8 real outputs)."""
+    kind, r = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
+    n_real = 6 * 2 * 256**3
+    for impl, variant, block, warps in (("int64", "crt", 32, 2), ("int64", "kulisch", 32, 2),
+                                        ("int32", "crt", 128, 4), ("int32", "kulisch", 128, 4),
+                                        ("int32", "crt", 256, 4), ("int32", "crt", 64, 2)):
+        c = static_count(kind, r, variant, impl, block, warps)
+        top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
+        print(f"{impl} {variant} block {block} warps {warps}: SASS {c['sass_per_thread']}/thread, regs {c['regs']}, "
+              f"{c['sass_per_real_output']:.0f}/real output -> {c['sass_per_real_output'] * n_real / P_INT_H200 * 1e3:.1f}"
+              f" ms per 256^3 transform at 16.7 T/s; top: {top}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
