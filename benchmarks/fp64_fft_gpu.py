@@ -2,34 +2,37 @@
 
 Run from the source tree on a machine with one H200 (torch >= 2.11 + CUDA, Triton, numpy, mpmath):
 
-    PYTHONPATH=src python3 benchmarks/fp64_fft_gpu.py --out DIR
+    PYTHONPATH=src python3 benchmarks/fp64_fft_gpu.py --out DIR --budget-s 400
 
-Dry run on CPU (8^3 and 16^3, Triton interpreter, torch.fft as the native baseline; slow, minutes):
+Dry run on CPU (8^3, 16^3 and 32^3 as the "big" size, Triton interpreter, torch.fft as the native
+baseline; slow, minutes):
 
     PYTHONPATH=src python3 benchmarks/fp64_fft_gpu.py --out DIR --device cpu --small
 
 What it does, in order (JSON rewritten to DIR/fp64_fft_gpu.json after every step, so an interrupted
 run keeps its partial results; a summary is printed at the end):
 
-1. self-check: on (8, 16, 64) and (4, 1024) inputs ((2, 4, 64) with --small) with a wide exponent spread, every GPU
-   backend (int8, fp8) x reconstruction variant (garner, crt, kulisch) with the fused Triton
-   epilogue, and int8/crt with the torch epilogue, must equal the exact CPU reference
-   (``backend="cpu"`` on CPU tensors) bit for bit; the CPU reference itself must be within numpy's
-   error of a long-double DFT. Any mismatch exits with status 1 before anything is timed.
-2. copy bandwidth (8 GiB on GPU) and the Triton epilogue alone on 2^24 complex outputs per variant:
-   the measured c_epi = t_epi * P_INT32 / real outputs (P_INT32 from the telemetry catalogue; an
-   upper bound on instructions when the kernel is memory-bound, so the kernel's HBM bytes and
-   their copy-bandwidth time are reported next to it), and a static PTX instruction count per
-   output (the kernel has no dynamic loops, so static ~ dynamic; PTX, not SASS).
-3. sizes 256^3, 512^3, 1024^3 (1024^3 skipped if GPU memory or the time budget do not allow; the
-   JSON says why): cuFFT Z2Z (torch.fft.fftn, complex128) and our transform per backend x variant,
-   time (CUDA events, after warm-up) and error; the INT8 backend also with g = 4 and 8 moduli per
-   block-diagonal GEMM (``int8_group``; run first, being the expected fastest). Errors: (a) a rank-1 input x = u (x) v (x) w of
-   17-bit integers (exact in float64) whose exact DFT U (x) V (x) W is known: rel. L2 on 2^18 sampled
-   outputs against a long-double reference, for ours and cuFFT; (b) random Gaussian input: rel.
-   L2 difference to cuFFT; round trip (256^3, 512^3) ifft(fft(x)) - x for ours and cuFFT.
-4. the floor model's H200 prediction per size (spec bandwidth and the measured copy bandwidth,
-   c_epi = 203/281 and the measured c_epi) next to the measured time.
+1. self-check: on (8, 16, 64) and (4, 1024) inputs ((2, 4, 64) with --small) with a wide exponent spread,
+   every GPU backend (int8, fp8) x reconstruction variant (garner, crt, kulisch) with the fused Triton
+   epilogue, int8/crt with the torch epilogue, and int8 g = 8 (crt and kulisch, also with small chunks
+   that span stage-2 groups) must equal the exact CPU reference (``backend="cpu"`` on CPU tensors) bit
+   for bit; the CPU reference itself must be within numpy's error of a long-double DFT. Any mismatch
+   exits with status 1 before anything is timed.
+2. copy bandwidth (8 GiB on GPU) and the Triton epilogue alone on 2^24 complex outputs per variant
+   (c_epi = t_epi * P_INT32 / real outputs, PTX count, launch-shape sweep).
+3. 256^3: cuFFT Z2Z (torch.fft.fftn, complex128) and every configuration (g = 8 first), time (CUDA
+   events, after warm-up) and errors; then the per-phase profile of int8 crt/kulisch g8 and crt g1.
+4. 512^3: the two g = 8 configurations; then 1024^3 for the faster of them (predicted as 8x its 512^3
+   time; skipped with the reason in the JSON if the budget or memory do not allow); then the other
+   512^3 configurations while the budget lasts.
+5. next to every measurement: the floor model's H200 prediction (spec bandwidth, c_epi 203-281) and the
+   c_epi the measurement implies (time * P_INT32 / the model's real outputs, 12 n^3).
+
+Errors: (a) a rank-1 input x = u (x) v (x) w of 17-bit integers (exact in float64) whose exact DFT
+U (x) V (x) W is known: rel. L2 on 2^18 sampled outputs against a long-double reference, for ours and
+cuFFT (also at 1024^3); (b) random Gaussian input: rel. L2 difference to cuFFT; (c) round trip
+ifft(fft(x)) - x for ours and cuFFT. At 1024^3 there is no full float64 reference (numpy on the host
+would take too long): (a) on sampled outputs, (b) and (c) are the accuracy evidence.
 """
 
 from __future__ import annotations
@@ -107,13 +110,15 @@ def self_check(run: Run, dev: str, small: bool) -> None:
         if not e_ref <= e_np:
             sys.exit(f"SELF-CHECK FAILED: CPU exact path error {e_ref:.3e} > numpy {e_np:.3e} on {key}")
         xt = torch.from_numpy(x).to(dev)
-        configs = [(b, v, "triton", 1) for b in BACKENDS for v in VARIANTS] + [("int8", "crt", "torch", 1),
-                                                                            ("int8", "crt", "triton", 8)]
-        for b, v, epi, grp in configs:
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp)
+        configs = [(b, v, "triton", 1, None) for b in BACKENDS for v in VARIANTS]
+        configs += [("int8", "crt", "torch", 1, None), ("int8", "crt", "triton", 8, None),
+                    ("int8", "kulisch", "triton", 8, None), ("int8", "kulisch", "triton", 8, 1500),
+                    ("int8", "crt", "triton", 1, 1500)]  # 1500-output chunks: partial stage-2 groups
+        for b, v, epi, grp, chunk in configs:
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, chunk_outputs=chunk)
             y = fftn_fp64_emulated(xt, plan).cpu().numpy()
             same = bool(np.array_equal(y.view(np.float64), ref.view(np.float64)))
-            name = f"{b}/{v}/{epi}" + (f"/g{grp}" if grp > 1 else "")
+            name = f"{b}/{v}/{epi}" + (f"/g{grp}" if grp > 1 else "") + (f"/chunk{chunk}" if chunk else "")
             run.res["self_check"][key][name] = same
             if not same:
                 n = int((y.view(np.float64) != ref.view(np.float64)).sum())
@@ -197,65 +202,123 @@ def sampled_rel_err(y: torch.Tensor, refs, n: int, n_samples: int, seed: int) ->
     return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
 
 
-def _one_config(b, v, epi, grp, chunk, x, xr, refs, n, round_trip, dev) -> dict:
-    """Time and errors of one backend/variant/epilogue/group configuration (see size_bench)."""
-    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
+CONFIGS = [("int8", "kulisch", "triton", 8), ("int8", "crt", "triton", 8), ("int8", "kulisch", "triton", 4),
+           ("int8", "crt", "triton", 4)] + [("int8", v, "triton", 1) for v in VARIANTS] + \
+    [("fp8", v, "triton", 1) for v in VARIANTS]
+"""Timed configurations (backend, variant, epilogue, int8 group), expected fastest first."""
 
-    plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp,
-                           chunk_outputs=chunk if epi == "triton" else chunk // 4)
+
+def _key(b: str, v: str, epi: str, grp: int) -> str:
+    return f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
+
+
+def _plan(b, v, epi, grp):
+    from gpufield.fp64.fft import EmulatedFftPlan
+
+    return EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp)
+
+
+def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| over slices of the first axis (no full-size temporary; one sync)."""
+    num = torch.zeros((), dtype=torch.float64, device=a.device)
+    den = torch.zeros_like(num)
+    step = max(1, a.shape[0] // 16)
+    for i in range(0, a.shape[0], step):
+        num += torch.linalg.vector_norm(a[i:i + step] - b[i:i + step]) ** 2
+        den += torch.linalg.vector_norm(b[i:i + step]) ** 2
+    return float(torch.sqrt(num / den))
+
+
+def _event_time(fn, dev: str):
+    """(result, seconds) of one call timed with CUDA events (wall clock on CPU)."""
+    _sync(dev)
+    if dev != "cuda":
+        t = _now()
+        out = fn()
+        return out, _now() - t
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    out = fn()
+    b.record()
+    torch.cuda.synchronize()
+    return out, a.elapsed_time(b) / 1e3
+
+
+def _model(run: Run, n: int, t: float) -> dict:
+    """The floor model's H200 prediction for n^3 and the c_epi a measured time t implies."""
+    try:
+        from gpufield.fp64.model import fft_floor_model
+
+        m = fft_floor_model("H200", n=n)
+    except Exception as e:  # noqa: BLE001 - the benchmark must not die on the model
+        return {"model_error": repr(e)[:200]}
+    return {"model_h200_s": list(m.emulated_s), "model_c_epi": list(m.c_epi),
+            "c_epi_implied": t * m.int32_instr_per_s / m.real_outputs}
+
+
+def _fmt_model(r: dict) -> str:
+    if "model_h200_s" not in r:
+        return ""
+    lo, hi = r["model_h200_s"][0] * 1e3, r["model_h200_s"][-1] * 1e3
+    return f" | model H200 {lo:.1f}-{hi:.1f} ms (c_epi 203-281), implied c_epi {r['c_epi_implied']:.0f}"
+
+
+def _one_config(b, v, epi, grp, x, xr, refs, n, round_trip, dev) -> dict:
+    """Time and errors of one backend/variant/epilogue/group configuration (see size_bench)."""
+    from gpufield.fp64.fft import fftn_fp64_emulated, ifftn_fp64_emulated
+
+    plan = _plan(b, v, epi, grp)
     t0 = _now()
     y = fftn_fp64_emulated(x, plan)
     _sync(dev)
-    first = _now() - t0
-    r = {"first_call_s": first}
+    r = {"first_call_s": _now() - t0}
     r["rank1_rel_l2"] = sampled_rel_err(y, refs, n, 2**18, 1)
     del y
-    r["time_s"] = _time(lambda plan=plan, x=x: fftn_fp64_emulated(x, plan), dev) if n < 1024 else first
+    r["time_s"] = _time(lambda plan=plan, x=x: fftn_fp64_emulated(x, plan), dev)
     yr = fftn_fp64_emulated(xr, plan)
     yc = torch.fft.fftn(xr)
-    r["random_rel_l2_vs_cufft"] = float(torch.linalg.vector_norm(yr - yc) / torch.linalg.vector_norm(yc))
+    r["random_rel_l2_vs_cufft"] = _rel_diff(yr, yc)
     del yc
     if round_trip and v == "crt":
         back = ifftn_fp64_emulated(yr, plan)
-        r["round_trip_rel_l2"] = float(torch.linalg.vector_norm(back - xr) / torch.linalg.vector_norm(xr))
+        r["round_trip_rel_l2"] = _rel_diff(back, xr)
         del back
     del yr
     return r
 
 
-def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
-    rec: dict = {"n": n, "points": n**3}
-    run.res["sizes"][str(n)] = rec
+def _inputs(run: Run, dev: str, n: int, rec: dict, round_trip: bool):
     x, refs = rank1_input(n, dev, n)
-    native = lambda x=x: torch.fft.fftn(x)  # noqa: E731
-    yc = native()
-    rec["cufft_time_s"] = _time(native, dev, reps=3)
+    yc, _ = _event_time(lambda: torch.fft.fftn(x), dev)  # also the warm-up (cuFFT plan)
+    rec["cufft_time_s"] = _time(lambda: torch.fft.fftn(x), dev, reps=3)
     rec["cufft_rank1_rel_l2"] = sampled_rel_err(yc, refs, n, 2**18, 1)
     del yc
     g = torch.Generator(device=dev).manual_seed(n)
     xr = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
                        torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
-    round_trip = n <= 512
     if round_trip:
-        rec["cufft_round_trip_rel_l2"] = float(torch.linalg.vector_norm(torch.fft.ifftn(torch.fft.fftn(xr)) - xr)
-                                               / torch.linalg.vector_norm(xr))
+        rec["cufft_round_trip_rel_l2"] = _rel_diff(torch.fft.ifftn(torch.fft.fftn(xr)), xr)
     run.save()
-    chunk = 1 << 25 if dev == "cuda" else 1 << 16
-    configs = [("int8", "crt", "triton", 8), ("int8", "crt", "triton", 4)]
-    configs += [(b, v, "triton", 1) for b in BACKENDS for v in VARIANTS]
-    if n <= 256:
-        configs.append(("int8", "crt", "torch", 1))
+    return x, refs, xr
+
+
+def size_bench(run: Run, dev: str, n: int, guard: dict, configs, reserve_s: float = 0.0) -> None:
+    """Time and errors of ``configs`` at n^3 (skipping those projected past the budget minus reserve_s)."""
+    rec: dict = run.res["sizes"].setdefault(str(n), {"n": n, "points": n**3})
+    round_trip = n <= 512
+    x, refs, xr = _inputs(run, dev, n, rec, round_trip)
     for b, v, epi, grp in configs:
-        key = f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
+        key = _key(b, v, epi, grp)
         # first call + timed call + random-input call (+ inverse for the round trip), scaled from the
-        # warm per-call time at the previous size, 20% margin
+        # warm per-call time at the smaller size, 20% margin
         calls = 4 if round_trip and v == "crt" else 3
-        est = calls * 1.2 * budget_guard.get(key, 0.0) * (n / budget_guard.get("n", n)) ** 3
-        if est > run.left():
-            run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left():.0f} s left")
+        prev = guard.get(key)
+        est = calls * 1.2 * prev[1] * (n / prev[0]) ** 3 if prev else 0.0
+        if est > run.left() - reserve_s:
+            run.res["skipped"].append(f"{n}^3 {key}: projected {est:.0f} s > {run.left() - reserve_s:.0f} s left")
             continue
         try:
-            r = _one_config(b, v, epi, grp, chunk, x, xr, refs, n, round_trip, dev)
+            r = _one_config(b, v, epi, grp, x, xr, refs, n, round_trip, dev)
         except Exception as e:  # noqa: BLE001 - record (e.g. out of memory) and go on
             rec[key] = {"error": repr(e)[:500]}
             run.res["skipped"].append(f"{n}^3 {key}: {type(e).__name__}")
@@ -264,15 +327,79 @@ def size_bench(run: Run, dev: str, n: int, budget_guard: dict) -> None:
             run.save()
             continue
         r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
+        r.update(_model(run, n, r["time_s"]))
         rec[key] = r
-        budget_guard[key] = r["time_s"]  # warm per-call time (the first call includes compilation)
-        budget_guard["n"] = n
+        guard[key] = (n, r["time_s"])  # warm per-call time (the first call includes compilation)
         if dev == "cuda":
             torch.cuda.empty_cache()
         run.save()
         print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms ({r['x_cufft']:.1f}x cuFFT), "
-              f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e})")
+              f"rank-1 err {r['rank1_rel_l2']:.2e} (cuFFT {rec['cufft_rank1_rel_l2']:.2e}){_fmt_model(r)}",
+              flush=True)
     del x, xr
+
+
+def big_bench(run: Run, dev: str, n: int, key: str, guard: dict) -> None:
+    """n^3 (1024^3 on the GPU) for one configuration, memory-careful: rank-1 input (sampled exact error,
+    first call), then random input (warm time; rel. difference to cuFFT) and its inverse (round trip)."""
+    from gpufield.fp64.fft import fftn_fp64_emulated, ifftn_fp64_emulated
+    from gpufield.fp64.fft.memory import chunk_outputs_for, transform_peak_bytes
+
+    cfg = next(c for c in CONFIGS if _key(*c) == key)
+    prev = guard.get(key)
+    pred = prev[1] * (n / prev[0]) ** 3 if prev else 0.0
+    rec: dict = run.res["sizes"].setdefault(str(n), {"n": n, "points": n**3})
+    rec["predicted_time_s"] = {key: pred, "from": f"{prev[0]}^3 x {(n / prev[0]) ** 3:.0f}" if prev else None}
+    need_s = 3 * 1.2 * pred + 20
+    if need_s > run.left():
+        run.res["skipped"].append(f"{n}^3 {key}: projected {need_s:.0f} s > {run.left():.0f} s left")
+        run.save()
+        return
+    plan = _plan(*cfg)
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    try:
+        x, refs, xr = _inputs(run, dev, n, rec, True)
+        del xr  # made again below, after the rank-1 input is gone
+        chunk = chunk_outputs_for(plan, (n,) * 3, torch.device(dev))  # what the transform will choose
+        rec["memory"] = {"chunk_outputs": chunk, "peak_bytes_model": transform_peak_bytes((n,) * 3, plan, chunk)}
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        t0 = _now()
+        y, t_first = _event_time(lambda x=x: fftn_fp64_emulated(x, plan), dev)
+        r = {"first_call_s": _now() - t0, "first_call_event_s": t_first}
+        if dev == "cuda":
+            r["peak_bytes_measured_above_inputs"] = torch.cuda.max_memory_allocated() - base
+        r["rank1_rel_l2"] = sampled_rel_err(y, refs, n, 2**18, 1)
+        rec[key] = r
+        run.save()
+        del x, y
+        g = torch.Generator(device=dev).manual_seed(n)
+        xr = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
+                           torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
+        yr, r["time_s"] = _event_time(lambda xr=xr: fftn_fp64_emulated(xr, plan), dev)
+        r["x_cufft"] = r["time_s"] / rec["cufft_time_s"]
+        r.update(_model(run, n, r["time_s"]))
+        run.save()
+        print(f"  {n}^3 {key}: {r['time_s'] * 1e3:.1f} ms (predicted {pred * 1e3:.0f} ms; {r['x_cufft']:.1f}x cuFFT "
+              f"{rec['cufft_time_s'] * 1e3:.2f} ms), rank-1 err {r['rank1_rel_l2']:.2e} "
+              f"(cuFFT {rec['cufft_rank1_rel_l2']:.2e}){_fmt_model(r)}", flush=True)
+        yc = torch.fft.fftn(xr)
+        r["random_rel_l2_vs_cufft"] = _rel_diff(yr, yc)
+        del yc
+        run.save()
+        back, r["inverse_time_s"] = _event_time(lambda yr=yr: ifftn_fp64_emulated(yr, plan), dev)
+        r["round_trip_rel_l2"] = _rel_diff(back, xr)
+        del back, yr, xr
+        print(f"  {n}^3 {key}: vs cuFFT {r['random_rel_l2_vs_cufft']:.2e}, round trip {r['round_trip_rel_l2']:.2e} "
+              f"(cuFFT {rec['cufft_round_trip_rel_l2']:.2e})", flush=True)
+    except Exception as e:  # noqa: BLE001 - record (e.g. out of memory) and go on
+        rec.setdefault(key, {})["error"] = repr(e)[:500]
+        run.res["skipped"].append(f"{n}^3 {key}: {type(e).__name__}")
+    if dev == "cuda":
+        torch.cuda.empty_cache()
+    run.save()
 
 
 def _phase_of(name: str) -> str:
@@ -297,7 +424,8 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
     wall time of the same call, for int8/crt (g = 1 and 8) and fp8/crt.
 
     wall - sum(kernel times) is the time the GPU sat idle: Python loops over groups/chunks/moduli, launch
-    latency and host syncs (the stage's isfinite check). Kernel names per phase are kept in the JSON.
+    latency and host syncs (one finiteness check per transform). Kernel names per phase are kept in the
+    JSON, and the epilogue's c_epi (its kernel time x P_INT32 / 12 n^3 real outputs).
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -307,9 +435,12 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
     x = torch.complex(torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64),
                       torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
     out = {}
-    for b, grp in (("int8", 1), ("int8", 8), ("fp8", 1)):
-        key = f"{b}/crt" + (f"/g{grp}" if grp > 1 else "")
-        plan = EmulatedFftPlan(backend=b, variant="crt", epilogue="triton", int8_group=grp, chunk_outputs=1 << 25)
+    for b, v, grp in (("int8", "crt", 8), ("int8", "kulisch", 8), ("int8", "crt", 1)):
+        key = _key(b, v, "triton", grp)
+        if run.left() < 30:
+            run.res["skipped"].append(f"phases {n}^3 {key}: budget")
+            continue
+        plan = EmulatedFftPlan(backend=b, variant=v, epilogue="triton", int8_group=grp)
         fftn_fp64_emulated(x, plan)
         torch.cuda.synchronize()
         t0 = _now()
@@ -335,14 +466,17 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
             launches[ph] = launches.get(ph, 0) + int(ev.count)
             names.setdefault(ph, []).append([ev.key[:80], int(ev.count), round(t / 1e6, 6)])
         busy = sum(phases.values())
-        out[key] = {"phases_s": {k: round(v, 6) for k, v in sorted(phases.items())},
+        epi = phases.get("epilogue (triton)", 0.0)
+        out[key] = {"c_epi_epilogue_kernel": epi * run.res["meta"]["p_int32_instr_per_s"] / (12 * n**3),
+                    **_model(run, n, wall), "phases_s": {k: round(v, 6) for k, v in sorted(phases.items())},
                     "launches": launches, "kernel_launches_total": sum(launches.values()),
                     "gpu_busy_s": busy, "wall_s": wall, "idle_s": wall - busy,
                     "kernels": {k: sorted(v, key=lambda e: -e[2])[:8] for k, v in names.items()}}
         run.res["phases_s"] = {f"{n}^3": out}
         run.save()
         print(f"  phases {n}^3 {key}: wall {wall * 1e3:.1f} ms, GPU busy {busy * 1e3:.1f} ms, "
-              f"{sum(launches.values())} kernel launches")
+              f"{sum(launches.values())} kernel launches; epilogue c_epi {out[key]['c_epi_epilogue_kernel']:.0f}"
+              f"{_fmt_model(out[key])}", flush=True)
         for ph, t in sorted(phases.items(), key=lambda kv: -kv[1]):
             print(f"     {ph:52s} {t * 1e3:8.1f} ms  {launches[ph]:6d} launches")
     del x
@@ -363,13 +497,27 @@ def model_predictions(run: Run, sizes, copy_bw: float) -> None:
     run.res["model_h200"] = out
 
 
+def _fits(run: Run, dev: str, n: int, arrays: int) -> bool:
+    """Whether ``arrays`` complex128 n^3 arrays fit in the free GPU memory (always on CPU)."""
+    if dev != "cuda":
+        return True
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    need = 16 * n**3 * arrays
+    if need > free:
+        run.res["skipped"].append(f"{n}^3: needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
+        run.save()
+    return need <= free
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--small", action="store_true", help="sizes 8^3, 16^3 and a smaller self-check (dry run)")
+    ap.add_argument("--small", action="store_true", help="sizes 8^3, 16^3, 32^3 and a smaller self-check (dry run)")
     ap.add_argument("--budget-s", type=float, default=None,
-                    help="wall-clock budget of the whole run (default 200 s on CUDA, unlimited on CPU)")
+                    help="wall-clock budget of the whole run, s (default 400 on CUDA, unlimited on CPU); "
+                         "configurations projected past it are skipped, 1024^3 needs ~3.6x its predicted time + 20 s")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dev = a.device
@@ -377,7 +525,7 @@ def main() -> None:
         sys.exit("--device cuda but no CUDA device; use --device cpu --small for a dry run")
     if dev == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    run = Run(a.out, a.budget_s if a.budget_s is not None else (200.0 if dev == "cuda" else float("inf")))
+    run = Run(a.out, a.budget_s if a.budget_s is not None else (400.0 if dev == "cuda" else float("inf")))
     from gpufield.telemetry import gpu_spec
 
     p_int = gpu_spec("H200").int32_ops_per_s
@@ -395,22 +543,25 @@ def main() -> None:
         del src, dst
         run.res["meta"]["copy_bw_bytes_per_s"] = copy_bw
     epilogue_bench(run, dev, 1 << 24 if dev == "cuda" else 1 << 10, p_int, copy_bw or 0.0)
-    sizes = (8, 16) if a.small else (256, 512, 1024)
+    sizes = (8, 16, 32) if a.small else (256, 512, 1024)
+    small, mid, big = sizes
     guard: dict = {}
-    for n in sizes:
-        if dev == "cuda":
-            torch.cuda.empty_cache()
-            free, _ = torch.cuda.mem_get_info()
-            need = 16 * n**3 * 7  # input, random input, outputs, transposes + chunk workspace
-            if need > free:
-                run.res["skipped"].append(f"{n}^3: needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free")
-                continue
-        size_bench(run, dev, n, guard)
-        if dev == "cuda" and n == sizes[0]:
-            try:
-                phase_breakdown(run, dev, n)
-            except Exception as e:  # noqa: BLE001 - diagnostics only
-                run.res["phases_error"] = repr(e)
+    size_bench(run, dev, small, guard, CONFIGS + [("int8", "crt", "torch", 1)])
+    if dev == "cuda":
+        try:
+            phase_breakdown(run, dev, small)
+        except Exception as e:  # noqa: BLE001 - diagnostics only
+            run.res["phases_error"] = repr(e)
+    g8 = [c for c in CONFIGS if c[3] == 8]
+    if _fits(run, dev, mid, 7):
+        size_bench(run, dev, mid, guard, g8)
+    done = [(guard[_key(*c)][1], _key(*c)) for c in g8 if _key(*c) in guard]
+    if done and _fits(run, dev, big, 6):
+        big_bench(run, dev, big, min(done)[1], guard)
+    elif not done:
+        run.res["skipped"].append(f"{big}^3: no g8 configuration measured at a smaller size")
+    if _fits(run, dev, mid, 7):
+        size_bench(run, dev, mid, guard, [c for c in CONFIGS if c[3] != 8])
     model_predictions(run, sizes, copy_bw or 0.0)
     run.save()
     print_summary(run)
@@ -425,13 +576,20 @@ def print_summary(run: Run) -> None:
         print(f"epilogue {k}: {e['ns_per_real_output']:.3f} ns/real output -> c_epi {e['c_epi_measured']:.0f} "
               f"(memory-bound time {e['copy_bw_time_s'] or 0:.2e} s vs {e['time_s']:.2e} s)")
     for n, s in r["sizes"].items():
-        print(f"{n}^3: cuFFT {s['cufft_time_s'] * 1e3:.2f} ms, rank-1 err {s['cufft_rank1_rel_l2']:.2e}")
+        if "cufft_time_s" not in s:
+            continue
+        print(f"{n}^3: cuFFT {s['cufft_time_s'] * 1e3:.2f} ms, rank-1 err {s['cufft_rank1_rel_l2']:.2e}"
+              + (f", round trip {s['cufft_round_trip_rel_l2']:.2e}" if "cufft_round_trip_rel_l2" in s else ""))
         for k, v in s.items():
             if isinstance(v, dict) and "error" in v:
                 print(f"   {k:14s} ERROR {v['error'][:120]}")
-            elif isinstance(v, dict):
-                print(f"   {k:14s} {v['time_s'] * 1e3:9.1f} ms  x{v['x_cufft']:.1f}  err {v['rank1_rel_l2']:.2e}  "
-                      f"vs cuFFT {v['random_rel_l2_vs_cufft']:.2e}")
+            elif isinstance(v, dict) and "time_s" in v:
+                print(f"   {k:22s} {v['time_s'] * 1e3:9.1f} ms  x{v.get('x_cufft', 0):.1f}  err {v['rank1_rel_l2']:.2e}  "
+                      f"vs cuFFT {v.get('random_rel_l2_vs_cufft', float('nan')):.2e}"
+                      + (f"  round trip {v['round_trip_rel_l2']:.2e}" if "round_trip_rel_l2" in v else "")
+                      + _fmt_model(v))
+        if "predicted_time_s" in s:
+            print(f"   predicted (before the run): {s['predicted_time_s']}; memory {s.get('memory')}")
         m = r.get("model_h200", {}).get(n)
         if m:
             sp = m["spec"]
@@ -440,7 +598,7 @@ def print_summary(run: Run) -> None:
     for sz, ph in r.get("phases_s", {}).items():
         for k, v in ph.items():
             print(f"phases {sz} {k}: wall {v['wall_s'] * 1e3:.1f} ms, GPU busy {v['gpu_busy_s'] * 1e3:.1f} ms, "
-                  f"{v['kernel_launches_total']} launches; "
+                  f"{v['kernel_launches_total']} launches, epilogue c_epi {v.get('c_epi_epilogue_kernel', 0):.0f}; "
                   + ", ".join(f"{a} {b * 1e3:.1f} ms" for a, b in v["phases_s"].items()))
     for k, e in r["epilogue"].items():
         if "launch_sweep_time_s" in e:

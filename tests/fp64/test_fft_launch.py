@@ -1,0 +1,153 @@
+"""Launch structure of the emulated FFT stages: all stage-2 groups in one residue/epilogue launch per chunk,
+chunks that cut through groups, transposed ``out`` views, one finiteness check per transform, grouped
+INT8 with every variant, and the memory model.
+
+Every result is compared bit for bit with the exact Python-integer stage oracle or the exact CPU path, and
+for accuracy with numpy.fft float64 / a long-double DFT. The Triton kernels run in the interpreter on CPU.
+
+Shapes: complex128 arrays, at most 32 x 16 x 8 points.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the first import of triton in this process
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from gpufield.errors import NumericsError  # noqa: E402
+from gpufield.fp64.fft import (  # noqa: E402
+    EmulatedFftPlan,
+    fftn_fp64_emulated,
+    ifftn_fp64_emulated,
+    sixstep,  # noqa: E402
+)
+from gpufield.fp64.fft.memory import (  # noqa: E402
+    chunk_outputs_for,
+    transform_peak_bytes,
+    workspace_bytes_per_output,
+)
+from gpufield.fp64.fft.reference import dft_longdouble, rel_l2, stage_exact_python  # noqa: E402
+from gpufield.fp64.fft.sixstep import _fused_idx  # noqa: E402
+from gpufield.fp64.fft.stage import dft_stage  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _wide(shape, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * np.exp(3 * rng.standard_normal(shape))
+
+
+def _same(a, b) -> bool:
+    return np.array_equal(np.ascontiguousarray(a).view(np.float64), np.ascontiguousarray(b).view(np.float64))
+
+
+@pytest.mark.parametrize("backend,variant,epilogue,group", [
+    ("cpu", "crt", "torch", 1), ("int8", "kulisch", "triton", 8), ("int8", "crt", "triton", 1),
+    ("int8", "garner", "triton", 4)])
+def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilogue, group):
+    """G = 4 twiddle groups of R = 24 rows in chunks of 93 rows (1500 outputs / K = 16): chunks start and
+    end inside groups; written through a transposed ``out`` view."""
+    x = _wide((4, 24, 16), 1)
+    idx = _fused_idx(256)[:4]  # four distinct fused twiddle matrices G_k1, [4, 16, 16]
+    plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, int8_group=group, chunk_outputs=1500)
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
+    buf = torch.empty((16, 24, 4), dtype=torch.complex128)
+    got = dft_stage(torch.from_numpy(x), idx, plan, out=buf.permute(2, 1, 0))
+    assert got.data_ptr() == buf.data_ptr()
+    assert _same(got.numpy(), want)
+    assert _same(dft_stage(torch.from_numpy(x), idx, plan).numpy(), want)  # own buffer, same chunks
+
+
+def _counting(monkeypatch, module, name, counts):
+    orig = getattr(module, name)
+
+    def wrapped(*a, **k):
+        counts[name] = counts.get(name, 0) + 1
+        return orig(*a, **k)
+
+    monkeypatch.setattr(module, name, wrapped)
+
+
+def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch):
+    """(2, 256), INT8 g = 8: axis 0 is one stage, axis 1 two (stage 2 has 16 groups k1). One residue and one
+    epilogue launch per stage (was 1 + 16 for stage 2), 6 GEMMs per group (3 components x 2 moduli groups),
+    one finiteness check per transform; bits equal the exact CPU path."""
+    import gpufield.fp64.kernels.fft_epilogue as fe
+    import gpufield.fp64.kernels.residue as rk
+    from gpufield.fp64.ozaki.backends import Int8Backend
+
+    x = _wide((2, 256), 2)
+    want = fftn_fp64_emulated(x)
+    counts: dict = {}
+    _counting(monkeypatch, rk, "scale_residues_triton", counts)
+    _counting(monkeypatch, fe, "epilogue_triton", counts)
+    _counting(monkeypatch, sixstep, "check_finite_flags", counts)
+    orig_mm = Int8Backend._int_mm
+
+    def mm(*a, **k):
+        counts["_int_mm"] = counts.get("_int_mm", 0) + 1
+        return orig_mm(*a, **k)
+
+    monkeypatch.setattr(Int8Backend, "_int_mm", staticmethod(mm))
+    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=8)
+    y = fftn_fp64_emulated(torch.from_numpy(x), plan).numpy()
+    assert _same(y, want)
+    assert counts == {"scale_residues_triton": 3, "epilogue_triton": 3, "check_finite_flags": 1,
+                      "_int_mm": 6 * (1 + 1 + 16)}
+
+
+@pytest.mark.parametrize("variant,chunk", [("kulisch", None), ("kulisch", 1024), ("crt", 1500)])
+def test_grouped_path_any_variant_multi_chunk_equals_cpu_and_beats_numpy(variant, chunk):
+    """(8, 2, 128): the last axis has a stage 2 of 16 groups x 16 rows; 1024-output chunks hold 8 whole
+    groups, 1500-output chunks cut groups. Grouped INT8 accepts every variant."""
+    x = _wide((8, 2, 128), 3)
+    want = fftn_fp64_emulated(x)
+    plan = EmulatedFftPlan(backend="int8", variant=variant, epilogue="triton", int8_group=8, chunk_outputs=chunk)
+    y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
+    assert _same(y, want)
+    ref = dft_longdouble(x)
+    assert rel_l2(y, ref) <= rel_l2(np.fft.fftn(x), ref)
+
+
+def test_32x16x8_grouped_kulisch_accuracy_and_round_trip():
+    x = _wide((32, 16, 8), 4)
+    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8, chunk_outputs=1024)
+    y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan)
+    assert _same(y.cpu().numpy(), fftn_fp64_emulated(x))
+    ref = dft_longdouble(x)
+    assert rel_l2(y.cpu().numpy(), ref) <= rel_l2(np.fft.fftn(x), ref)
+    back = ifftn_fp64_emulated(y, plan).cpu().numpy()
+    assert rel_l2(back, x) <= rel_l2(np.fft.ifftn(np.fft.fftn(x)), x)
+
+
+def test_non_finite_and_overflow_detected_at_the_end():
+    x = _wide((4, 8, 64), 5)
+    x[3, 7, 63] = np.nan
+    with pytest.raises(NumericsError):
+        fftn_fp64_emulated(x)
+    with pytest.raises(NumericsError):  # finite input whose first stage overflows to Inf
+        fftn_fp64_emulated(np.full((8, 8, 8), 1e308 + 0j))
+    with pytest.raises(NumericsError):  # direct stage call checks its input itself
+        dft_stage(torch.from_numpy(x[3, 6:8].reshape(1, 4, 32)), _fused_idx(1024)[:1], EmulatedFftPlan())
+
+
+def test_memory_model_numbers():
+    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8)
+    assert workspace_bytes_per_output(plan) == 3 * 16 + 12 * 16 + 24 == 264
+    cpu = torch.device("cpu")
+    budget = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, memory_budget_bytes=264 * 2**20 + 5)
+    assert chunk_outputs_for(budget, (1024,) * 3, cpu) == 2**20
+    capped = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, memory_budget_bytes=2**40,
+                             chunk_outputs=4096)
+    assert chunk_outputs_for(capped, (64,) * 3, cpu) == 4096
+    assert chunk_outputs_for(EmulatedFftPlan(), (64,) * 3, cpu) == 2**20  # CPU default
+    # 1024^3 on INT8 g8 with 2^27-output chunks: 3 x 16 GiB + 264 B x 2^27 = 81 GiB
+    assert transform_peak_bytes((1024,) * 3, plan, 2**27) == 48 * 2**30 + 264 * 2**27
+    assert transform_peak_bytes((32, 16, 8), plan, 2**27) == 2 * 16 * 4096 + 264 * 4096
