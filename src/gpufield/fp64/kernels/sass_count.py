@@ -25,7 +25,7 @@ P_INT_H200 = 16.7e12
 """H200 INT32 instruction rate (instructions/s), fp64.md 1.4."""
 
 
-def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped: bool):
+def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped: bool, asm: bool = False):
     from triton.compiler import ASTSource
 
     from gpufield.fp64.fft.epilogue import (
@@ -41,10 +41,12 @@ def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped:
     ints = {"n_out": "i32", "S_c": "i32", "S_q": "i32"}
     ones = {} if grouped else {"K": 1, "S_m": 1, "GROUP": 1}
     rt = {k: "i32" for k in ("K", "S_s", "S_m") if k not in ones}
-    div16 = ["T_ptr", "n_out", "S_c", "S_q", "shift_ptr", "out_ptr"]
+    div16 = ["T_ptr", "n_out", "S_c", "S_q", "shift_ptr", "out_ptr"] + (["K", "S_s", "S_m"] if grouped else [])
     if impl == "int32":
         fn = fft_epilogue._epilogue32_kernel
-        const = {**fft_epilogue.kernel_constants(tab, variant), "BLOCK": block, **ones}
+        const = {**fft_epilogue.kernel_constants(tab, variant), "BLOCK": block, "EVEN": True, **ones}
+        const["VEC"] = 4 if grouped else 1
+        const["ASM"] = asm
         if grouped:
             const["GROUP"] = 8
         ptrs = {"T_ptr": "*i32", "shift_ptr": "*i64", "out_ptr": "*fp64"}
@@ -67,24 +69,28 @@ def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped:
 
 
 def sass_histogram(cubin: bytes) -> Counter:
-    """Opcode histogram of a cubin's SASS (bundled cuobjdump)."""
+    """Opcode histogram of a cubin's SASS (bundled cuobjdump); key ``"REG"``: registers per thread."""
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([tool, "-sass", "-res-usage", f.name], capture_output=True, text=True,
+                              check=True).stdout
     ops = Counter()
+    reg = re.search(r"REG:(\d+)", sass)
     for ln in sass.splitlines():
         m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
         if m and not m.group(2).startswith(("NOP", "BRA")):
             ops[m.group(2)] += 1
+    if reg:
+        ops["REG"] = int(reg.group(1))
     return ops
 
 
 def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: int = 128, num_warps: int = 4,
-                 grouped: bool = False) -> dict:
+                 grouped: bool = False, asm: bool = False) -> dict:
     """Compile one epilogue kernel for sm_90 and count its instructions.
 
     Args:
@@ -101,12 +107,12 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
     import triton
     from triton.backends.compiler import GPUTarget
 
-    src = _ast_source(kind, r, variant, impl, block, grouped)
+    src = _ast_source(kind, r, variant, impl, block, grouped, asm)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     ops = sass_histogram(k.asm["cubin"])
+    regs = ops.pop("REG", None)
     ptx = sum(1 for ln in k.asm["ptx"].splitlines() if ln.strip()[:1].isalpha() or ln.strip()[:1] == "@")
     n = sum(ops.values())
-    regs = getattr(k, "n_regs", None) or getattr(k.metadata, "n_regs", None)
     return {"sass_per_thread": n, "ptx_per_thread": ptx, "regs": regs,
             "sass_per_real_output": n * 32 * num_warps / (2 * block), "ops": dict(ops.most_common())}
 
@@ -115,15 +121,16 @@ def main(argv: list[str]) -> None:
     """Print old vs new counts and the predicted H200 epilogue time per 256^3 transform (2.0e8 real outputs)."""
     kind, r = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
     n_real = 6 * 2 * 256**3
-    for impl, variant, block, warps in (("int64", "crt", 32, 2), ("int64", "kulisch", 32, 2),
-                                        ("int32", "crt", 128, 4), ("int32", "kulisch", 128, 4),
-                                        ("int32", "crt", 256, 4), ("int32", "crt", 64, 2)):
-        c = static_count(kind, r, variant, impl, block, warps)
-        top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
-        print(f"{impl} {variant} block {block} warps {warps}: SASS {c['sass_per_thread']}/thread, regs {c['regs']}, "
-              f"{c['sass_per_real_output']:.0f}/real output -> {c['sass_per_real_output'] * n_real / P_INT_H200 * 1e3:.1f}"
-              f" ms per 256^3 transform at 16.7 T/s; top: {top}")
-
+    for impl, variant, block, warps, asm in (("int64", "crt", 32, 2, False), ("int64", "kulisch", 32, 2, False),
+                                             ("int64", "crt", 128, 4, False), ("int32", "crt", 256, 4, False),
+                                             ("int32", "crt", 128, 4, True), ("int32", "crt", 256, 4, True),
+                                             ("int32", "kulisch", 256, 4, True), ("int32", "crt", 512, 4, True)):
+        for grouped in (False, True) if impl == "int32" and asm and block == 256 else (False,):
+            c = static_count(kind, r, variant, impl, block, warps, grouped=grouped, asm=asm)
+            top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:6])
+            print(f"{impl} {variant} block {block} warps {warps}{' asm' if asm else ''}{' grouped' if grouped else ''}: "
+                  f"SASS {c['sass_per_thread']}/thread, {c['regs']} regs, {c['sass_per_real_output']:.0f}/real output "
+                  f"-> {c['sass_per_real_output'] * n_real / P_INT_H200 * 1e3:.1f} ms per 256^3 transform; {top}")
 
 if __name__ == "__main__":
     main(sys.argv[1:])
