@@ -124,6 +124,20 @@ def test_extreme_products_masked_tail_and_grouped_layout(variant):
     _check("int8", 16, variant, re, im, shift, rnd, grouped_g=6)  # 16 moduli in 3 groups of 6 (2 pad slots)
 
 
+@pytest.mark.parametrize("variant", ["crt", "garner"])
+def test_shift_per_row_equals_expanded(variant):
+    """shift_row_len: one shift per row of K outputs gives the bits of the expanded per-output shifts."""
+    rnd = random.Random(3)
+    re = [rnd.choice((1, -1)) * rnd.getrandbits(rnd.randint(1, 110)) for _ in range(96)]
+    shift_R = torch.tensor([rnd.randint(-10, 1130) for _ in range(6)], dtype=torch.int64)
+    tab = epilogue_tables("int8", 16)
+    T = _encode(moduli_table("int8", 16).moduli, re, re[::-1], rnd)
+    ref = epilogue_torch(T, shift_R.repeat_interleave(16), tab, variant)
+    y = epilogue_triton(T.to(DEV), shift_R.to(DEV), tab, variant, shift_row_len=16).cpu()
+    assert torch.equal(torch.view_as_real(y), torch.view_as_real(ref))
+    assert float(y[20].real) == math.ldexp(float(re[20]), -int(shift_R[1]))
+
+
 def test_kernel_constants_are_int32_safe():
     """The compile-time constants the kernel bakes in: limb width, Barrett multipliers within 32 bits."""
     for kind, r in CASES:

@@ -178,7 +178,7 @@ def _epilogue32_kernel(
     CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr, FI: tl.constexpr, ML: tl.constexpr,
     W: tl.constexpr, L: tl.constexpr, FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr,
     NW: tl.constexpr, BSH: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr, EVEN: tl.constexpr,
-    ASM: tl.constexpr = False,
+    ASM: tl.constexpr = False, SRL: tl.constexpr = 1,
 ):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # a chunk holds < 2^31 outputs
     omask = offs < n_out
@@ -211,9 +211,9 @@ def _epilogue32_kernel(
         f_re = _mac(f_re, c_re, FL, i, NF, ASM)
         f_im = _mac(f_im, c_im, FL, i, NF, ASM)
     if EVEN:
-        shift = tl.load(shift_ptr + offs).to(tl.int32)
+        shift = tl.load(shift_ptr + offs // SRL).to(tl.int32)
     else:
-        shift = tl.load(shift_ptr + offs, mask=omask, other=0).to(tl.int32)
+        shift = tl.load(shift_ptr + offs // SRL, mask=omask, other=0).to(tl.int32)
     y_re = _round(_lift_words(s_re, f_re, ML, W, L, FW, NF, QSH, NW), shift, NW)
     y_im = _round(_lift_words(s_im, f_im, ML, W, L, FW, NF, QSH, NW), shift, NW)
     optr = out_ptr + 2 * offs[:, None] + tl.arange(0, 2)[None, :]  # complex128 interleaved
@@ -285,14 +285,16 @@ def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
                     block: int | None = None, grouped: tuple[int, int, int] | None = None,
-                    num_warps: int | None = None, impl: str = "int32", asm: bool | None = None) -> torch.Tensor:
+                    num_warps: int | None = None, impl: str = "int32", asm: bool | None = None,
+                    shift_row_len: int = 1) -> torch.Tensor:
     """Fused stage epilogue (same contract and bits as :func:`gpufield.fp64.fft.epilogue.epilogue_torch`).
 
     Args:
         T_R3O: int32 [r, 3, O] raw 3M products per modulus (contiguous), |T| <= 2^25; or, with
             ``grouped``, the grouped layout [3, Q, R_rows, g*K] of ``Int8Backend.modular_matmul_grouped``
             outputs (moduli q*g..q*g+g-1 side by side in a row; O = R_rows * K).
-        shift_O: int64 [O] exponent shifts.
+        shift_O: int64 [O] exponent shifts, or [O / shift_row_len]: one per row of ``shift_row_len``
+            consecutive outputs (a stage's row shift; saves the expanded copy and 8 B per output).
         tab: epilogue tables of the moduli used.
         variant: ``"garner"`` (always the int64-lane kernel), ``"crt"`` or ``"kulisch"``.
         block: outputs per program (power of two >= 16); default :data:`DEFAULT_LAUNCH` on CUDA
@@ -303,6 +305,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         asm: limb sums as PTX ``mad.lo.s32`` chains (same bits; ~25% fewer instructions than LLVM's
             reassociated mul/add trees). None: on when compiled for CUDA, unless the environment sets
             ``GPUFIELD_EPILOGUE_ASM=0``; never in the interpreter.
+        shift_row_len: outputs per entry of ``shift_O`` (1: per output).
 
     Returns:
         complex128 [O].
@@ -314,7 +317,11 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
     if impl not in ("int32", "int64"):
         raise InputError(f"epilogue impl must be 'int32' or 'int64', got {impl!r}")
+    if shift_row_len < 1:
+        raise InputError(f"shift_row_len must be >= 1, got {shift_row_len}")
     if variant == "garner" or impl == "int64":
+        if shift_row_len > 1:
+            shift_O = shift_O.repeat_interleave(shift_row_len)
         y = fft_epilogue_int64.epilogue_triton(T_R3O, shift_O, tab, variant, block=block, grouped=grouped,
                                                num_warps=num_warps)
         COMPILED[(tab.kind, tab.num_moduli, variant)] = fft_epilogue_int64.COMPILED.get(
@@ -332,6 +339,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         S_c, S_q, S_s, S_m = Q * rows * g * K, rows * g * K, K, g * K
     if n_out >= 2**31:
         raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
+    if shift_O.numel() * shift_row_len != n_out:
+        raise InputError(f"{shift_O.numel()} shifts x rows of {shift_row_len} != {n_out} outputs")
     kc = kernel_constants(tab, variant)
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
     cuda = T.device.type == "cuda"
@@ -347,5 +356,6 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     vec = next(v for v in (4, 2, 1) if all(x % v == 0 for x in (K, S_c, S_q, S_s, S_m)))
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _epilogue32_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, GROUP=g, BLOCK=block,
-        VEC=vec if grouped is not None else 1, EVEN=n_out % block == 0, ASM=asm, **kc, **launch)
+        VEC=vec if grouped is not None else 1, EVEN=n_out % block == 0, ASM=asm, SRL=shift_row_len, **kc,
+        **launch)
     return torch.view_as_complex(out.view(n_out, 2))

@@ -47,6 +47,7 @@ def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped:
         const = {**fft_epilogue.kernel_constants(tab, variant), "BLOCK": block, "EVEN": True, **ones}
         const["VEC"] = 4 if grouped else 1
         const["ASM"] = asm
+        const["SRL"] = 1
         if grouped:
             const["GROUP"] = 8
         ptrs = {"T_ptr": "*i32", "shift_ptr": "*i64", "out_ptr": "*fp64"}
