@@ -55,9 +55,18 @@ def _encode(ps, re, im, rnd, extreme=False):
     return T
 
 
-def _adversarial(M: int, rnd: random.Random) -> list[int]:
-    """Integers covering the CRT range limits, limb/word carries, zero tails and rounding ties."""
+def _adversarial(M: int, rnd: random.Random, table=None) -> list[int]:
+    """Integers covering the CRT range limits, limb/word carries, zero tails and rounding ties, and (with
+    the moduli table) residue vectors at the symmetric extremes (every limb sum at its int32 bound)."""
     half = M // 2
+    ext = []
+    if table is not None:
+        lo = [-(p // 2) for p in table.moduli]
+        hi = [(p + 1) // 2 - 1 for p in table.moduli]
+        for res in (lo, hi, [a if i % 2 else b for i, (a, b) in enumerate(zip(lo, hi, strict=True))],
+                    [rnd.choice((a, b)) for a, b in zip(lo, hi, strict=True)]):
+            v = sum(c * C for c, C in zip(res, table.crt_C, strict=True)) % M
+            ext.append(v - M if v > half else v)
     lim = [half, half - 1, -half, -half + 1, (M - 1) // 2, -((M - 1) // 2), half - (1 << 20), -half + 12345]
     bits = M.bit_length() - 2
     pw = [s * ((1 << k) + d) for k in range(0, bits) for d in (-1, 0, 1) for s in (1, -1)]
@@ -68,7 +77,7 @@ def _adversarial(M: int, rnd: random.Random) -> list[int]:
                 ties += [s * (m << k), s * ((m << k) + 1), s * ((m << k) - 1)]
     wide = [rnd.choice((1, -1)) * rnd.getrandbits(rnd.randint(1, bits)) for _ in range(300)]
     crt = [rnd.randrange(M) - half for _ in range(100)]  # uniform residues: Y' uniform in the CRT range
-    return [0, 1, -1, 2, -2] + lim + pw + ties + wide + crt
+    return [0, 1, -1, 2, -2] + lim + pw + ties + wide + crt + ext
 
 
 def _check(kind, r, variant, re, im, shift, rnd, extreme=False, block=None, grouped_g=None):
@@ -104,7 +113,7 @@ CASES = [("int8", 16), ("int8", 20), ("int8", 12), ("fp8", 13), ("fp8", 14)]
 def test_adversarial_values_bit_identical(kind, r, variant):
     rnd = random.Random(f"{kind}{r}{variant}")
     M = moduli_table(kind, r).M
-    re = _adversarial(M, rnd)
+    re = _adversarial(M, rnd, moduli_table(kind, r))
     im = list(reversed(re))
     rnd.shuffle(im)
     # shifts: normal results, and results near / in the subnormal range and past the bottom
