@@ -48,15 +48,16 @@ def _same(a, b) -> bool:
     return np.array_equal(np.ascontiguousarray(a).view(np.float64), np.ascontiguousarray(b).view(np.float64))
 
 
-@pytest.mark.parametrize("backend,variant,epilogue,group", [
-    ("cpu", "crt", "torch", 1), ("int8", "kulisch", "triton", 8), ("int8", "crt", "triton", 1),
-    ("int8", "garner", "triton", 4)])
-def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilogue, group):
+@pytest.mark.parametrize("backend,variant,epilogue,group,gemm", [
+    ("cpu", "crt", "torch", 1, "cublas"), ("int8", "kulisch", "triton", 8, "cublas"),
+    ("int8", "crt", "triton", 1, "triton"), ("int8", "garner", "triton", 4, "triton")])
+def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilogue, group, gemm):
     """G = 4 twiddle groups of R = 24 rows in chunks of 93 rows (1500 outputs / K = 16): chunks start and
     end inside groups; written through a transposed ``out`` view."""
     x = _wide((4, 24, 16), 1)
     idx = _fused_idx(256)[:4]  # four distinct fused twiddle matrices G_k1, [4, 16, 16]
-    plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, int8_group=group, chunk_outputs=1500)
+    plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, int8_group=group, int8_gemm=gemm,
+                           chunk_outputs=1500)
     want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
     buf = torch.empty((16, 24, 4), dtype=torch.complex128)
     got = dft_stage(torch.from_numpy(x), idx, plan, out=buf.permute(2, 1, 0))
@@ -75,10 +76,13 @@ def _counting(monkeypatch, module, name, counts):
     monkeypatch.setattr(module, name, wrapped)
 
 
-def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch):
+@pytest.mark.parametrize("gemm", ["cublas", "triton"])
+def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch, gemm):
     """(2, 256), INT8 g = 8: axis 0 is one stage, axis 1 two (stage 2 has 16 groups k1). One residue and one
-    epilogue launch per stage (was 1 + 16 for stage 2), 6 GEMMs per group (3 components x 2 moduli groups),
-    one finiteness check per transform; bits equal the exact CPU path."""
+    epilogue launch per stage (was 1 + 16 for stage 2); GEMMs: 6 ``_int_mm`` per group (3 components x 2
+    moduli groups) on cuBLAS, one Triton launch per stage otherwise; one finiteness check per transform;
+    bits equal the exact CPU path."""
+    import gpufield.fp64.fft.gemm_triton as gt
     import gpufield.fp64.kernels.fft_epilogue as fe
     import gpufield.fp64.kernels.residue as rk
     from gpufield.fp64.ozaki.backends import Int8Backend
@@ -88,6 +92,7 @@ def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch
     counts: dict = {}
     _counting(monkeypatch, rk, "scale_residues_triton", counts)
     _counting(monkeypatch, fe, "epilogue_triton", counts)
+    _counting(monkeypatch, gt, "stage_gemm_triton", counts)
     _counting(monkeypatch, sixstep, "check_finite_flags", counts)
     orig_mm = Int8Backend._int_mm
 
@@ -96,20 +101,21 @@ def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch
         return orig_mm(*a, **k)
 
     monkeypatch.setattr(Int8Backend, "_int_mm", staticmethod(mm))
-    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=8)
+    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=8, int8_gemm=gemm)
     y = fftn_fp64_emulated(torch.from_numpy(x), plan).numpy()
     assert _same(y, want)
-    assert counts == {"scale_residues_triton": 3, "epilogue_triton": 3, "check_finite_flags": 1,
-                      "_int_mm": 6 * (1 + 1 + 16)}
+    gemms = {"_int_mm": 6 * (1 + 1 + 16)} if gemm == "cublas" else {"stage_gemm_triton": 3}
+    assert counts == {"scale_residues_triton": 3, "epilogue_triton": 3, "check_finite_flags": 1, **gemms}
 
 
-@pytest.mark.parametrize("variant,chunk", [("kulisch", None), ("kulisch", 1024), ("crt", 1500)])
-def test_grouped_path_any_variant_multi_chunk_equals_cpu_and_beats_numpy(variant, chunk):
-    """(8, 2, 128): the last axis has a stage 2 of 16 groups x 16 rows; 1024-output chunks hold 8 whole
-    groups, 1500-output chunks cut groups. Grouped INT8 accepts every variant."""
+@pytest.mark.parametrize("variant,chunk,gemm", [("crt", 1500, "triton")])
+def test_grouped_path_multi_chunk_equals_cpu_and_beats_numpy(variant, chunk, gemm):
+    """(8, 2, 128): the last axis has a stage 2 of 16 groups x 16 rows in 1500-output chunks that cut groups
+    (the cuBLAS GEMM path on such chunks: test_chunks_cutting_through_groups_match_the_oracle)."""
     x = _wide((8, 2, 128), 3)
     want = fftn_fp64_emulated(x)
-    plan = EmulatedFftPlan(backend="int8", variant=variant, epilogue="triton", int8_group=8, chunk_outputs=chunk)
+    plan = EmulatedFftPlan(backend="int8", variant=variant, epilogue="triton", int8_group=8, int8_gemm=gemm,
+                           chunk_outputs=chunk)
     y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
     assert _same(y, want)
     ref = dft_longdouble(x)
@@ -118,7 +124,7 @@ def test_grouped_path_any_variant_multi_chunk_equals_cpu_and_beats_numpy(variant
 
 def test_32x16x8_grouped_kulisch_accuracy_and_round_trip():
     x = _wide((32, 16, 8), 4)
-    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8, chunk_outputs=1024)
+    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8, int8_gemm="triton")
     y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan)
     assert _same(y.cpu().numpy(), fftn_fp64_emulated(x))
     ref = dft_longdouble(x)

@@ -7,8 +7,9 @@ host, in one vectorized pass, and moved to the device once.
 
 * ``wres``: the symmetric residues of the 3M twiddle operands wr, wi, wr+wi, 3 x [L, G, K, N] in the
   backend's residue dtype (int8 for INT8 moduli, int16 for FP8 moduli);
-* ``bd`` (``int8_group`` g > 1 only): the block-diagonal B operands of
-  ``Int8Backend.modular_matmul_grouped``, int8 [3, G, Q, g K, g N] (Q = ceil(L / g)); block li of
+* ``bd`` (INT8 moduli only): the block-diagonal B operands of ``Int8Backend.modular_matmul_grouped`` and
+  of :func:`gpufield.fp64.fft.gemm_triton.stage_gemm_triton`, int8 [3, G, Q, g K, g N]
+  (Q = ceil(L / g); g = 1 gives the per-modulus matrices [3, G, L, K, N]); block li of
   ``bd[c, gi, q]`` is ``wres[c][q g + li, gi]``, zero for padded moduli (li past L), so products of the
   residue kernel's unwritten pad slots are exact zeros.
 
@@ -43,7 +44,7 @@ def stage_operands(idx_GKN: np.ndarray, twiddle_bits: int, moduli: tuple[int, ..
         twiddle_bits: b_w.
         moduli: the r moduli p_i.
         dtype: residue dtype (torch.int8 or torch.int16).
-        group: INT8 group g (1: no block-diagonal operand).
+        group: INT8 group g of the block-diagonal operand.
         device: target device.
         inverse: conjugate roots (cos + i sin).
 
@@ -66,7 +67,7 @@ def stage_operands(idx_GKN: np.ndarray, twiddle_bits: int, moduli: tuple[int, ..
     np_res = [rr, ri, rs]  # 3 x int64 [L, G, K, N], |.| <= 544
     wres = [torch.from_numpy(a).to(dtype).to(device) for a in np_res]
     bd = None
-    if group > 1:
+    if dtype == torch.int8:  # INT8 moduli: block-diagonal operands (g = 1: the plain matrices)
         L, G, K, N = np_res[0].shape
         Q = -(-L // group)
         w = np.zeros((3, Q * group, G, K, N), dtype=np.int64)

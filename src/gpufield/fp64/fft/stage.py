@@ -47,6 +47,7 @@ MAX_STAGE = 32
 """Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
 
 EPILOGUES = ("torch", "triton")
+INT8_GEMMS = ("cublas", "triton")
 
 
 def _needed_log2_m(input_bits: int, twiddle_bits: int) -> float:
@@ -77,6 +78,9 @@ class EmulatedFftPlan:
         int8_group: INT8 backend with the Triton epilogue: g moduli per block-diagonal ``_int_mm``
             (``Int8Backend.modular_matmul_grouped``: a k = 32 GEMM is far below peak in cuBLAS, g
             products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
+        int8_gemm: INT8 with the Triton epilogue: ``"cublas"`` (``torch._int_mm``, 3 ceil(r/g) calls per
+            twiddle group and chunk) or ``"triton"`` (:func:`gpufield.fp64.fft.gemm_triton.stage_gemm_triton`:
+            every group, component and moduli group of a chunk in one launch; same bits).
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
@@ -92,6 +96,7 @@ class EmulatedFftPlan:
     chunk_outputs: int | None = None
     memory_budget_bytes: int | None = None
     int8_group: int = 1
+    int8_gemm: str = "cublas"
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -111,6 +116,10 @@ class EmulatedFftPlan:
             raise InputError(f"int8_group must be 1, 2, 4, 8 or 16, got {self.int8_group}")
         if self.int8_group > 1 and (self.backend != "int8" or self.epilogue != "triton"):
             raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
+        if self.int8_gemm not in INT8_GEMMS:
+            raise InputError(f"int8_gemm must be one of {INT8_GEMMS}, got {self.int8_gemm!r}")
+        if self.int8_gemm == "triton" and (self.backend != "int8" or self.epilogue != "triton"):
+            raise InputError("int8_gemm='triton' needs backend='int8' and epilogue='triton'")
         if self.chunk_outputs is not None and self.chunk_outputs < 1024:
             raise InputError(f"chunk_outputs must be None or >= 1024, got {self.chunk_outputs}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
@@ -331,7 +340,11 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
         else:
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
-        for gi, s0, s1 in _segments(c0, c1, R):
+        if plan.int8_gemm == "triton":  # one launch for every group, component and moduli group
+            from gpufield.fp64.fft.gemm_triton import stage_gemm_triton
+
+            stage_gemm_triton(xres, bd, T if gsz > 1 else T.transpose(0, 1), c0, R)
+        for gi, s0, s1 in _segments(c0, c1, R) if plan.int8_gemm == "cublas" else ():
             for comp in range(3):
                 if gsz > 1:
                     for q in range(Q):
