@@ -7,7 +7,9 @@ queue (worst first); batches are sized from a memory budget; split constraints e
 backward pass with Lagrange multipliers β optimised jointly with α (Wang et al. 2021,
 arXiv:2103.06624); neurons are chosen by BaBSR (Bunel et al. 2020, arXiv:1909.06588) or filtered
 smart branching (De Palma et al. 2021, arXiv:2104.06718); networks with few inputs can instead be
-split on the input box (``input_split_max_dims``). As everywhere, a leaf counts as proven
+split on the input box (``input_split_max_dims``). Deeper chain networks first get their root
+intermediate bounds tightened by per-neuron MIP (:mod:`gpufield.verify.milp_bounds`,
+``mip_refine_layers``; α,β-CROWN's ``bab-refine``). As everywhere, a leaf counts as proven
 only on its float64 bound, and ``sat`` only with a counterexample validated by onnxruntime.
 
 Shape legend: S spec rows, K clauses, B domains, * node shape without batch.
@@ -15,6 +17,7 @@ Shape legend: S spec rows, K clauses, B domains, * node shape without batch.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from gpufield.verify.alpha import AlphaConfig
@@ -22,6 +25,7 @@ from gpufield.verify.attack import Counterexample
 from gpufield.verify.bab import BRANCHING, bab
 from gpufield.verify.bab.input_split import input_bab
 from gpufield.verify.graph import Graph
+from gpufield.verify.milp_bounds import MilpStats, chain, milp_refine
 from gpufield.verify.propagate import Interval
 from gpufield.verify.spec import Spec
 
@@ -42,6 +46,15 @@ class RefineConfig:
         memory_budget_bytes: cap on one batch's A-matrices and on the queue's tensors.
         input_split_max_dims: networks with at most this many inputs are split on the input box
             (:mod:`gpufield.verify.bab.input_split`) instead of on ReLUs; 0 (default): never.
+        mip_refine_layers: before branch and bound, tighten the root bounds of ReLU-input layers
+            ``1 .. mip_refine_layers`` by per-neuron MIP (:mod:`gpufield.verify.milp_bounds`,
+            α,β-CROWN's ``bab-refine``); 0: off.
+        mip_min_relu_layers: only for chain networks with at least this many ReLU layers (the
+            default 3 leaves 2-layer nets, where plain BaB is fast, and the tiny test nets alone).
+        mip_neuron_time_s: HiGHS time limit per neuron and sense (s).
+        mip_total_s: cap on the refinement's wall time (s); it also takes at most half of the
+            time left before the deadline.
+        mip_workers: solver processes (None: ``os.cpu_count()``; 1: in this process).
     """
 
     max_domains: int = 200_000
@@ -54,6 +67,11 @@ class RefineConfig:
     fsb_k: int = 4
     memory_budget_bytes: int = 2 << 30
     input_split_max_dims: int = 0
+    mip_refine_layers: int = 2
+    mip_min_relu_layers: int = 3
+    mip_neuron_time_s: float = 10.0
+    mip_total_s: float = 90.0
+    mip_workers: int | None = None
 
     def __post_init__(self):
         if self.max_domains < 1 or self.batch < 2 or self.fsb_k < 1 or self.root_iterations < 0:
@@ -63,6 +81,11 @@ class RefineConfig:
             raise ValueError(f"branching {self.branching!r} not in {BRANCHING}")
         if self.lr_beta <= 0 or self.memory_budget_bytes <= 0 or self.input_split_max_dims < 0:
             raise ValueError("lr_beta and memory_budget_bytes must be positive")
+        if (self.mip_refine_layers < 0 or self.mip_neuron_time_s <= 0 or self.mip_total_s < 0
+                or (self.mip_workers is not None and self.mip_workers < 1)):
+            raise ValueError(f"mip_refine_layers={self.mip_refine_layers} >= 0, mip_neuron_time_s="
+                             f"{self.mip_neuron_time_s} > 0, mip_total_s={self.mip_total_s} >= 0, "
+                             f"mip_workers={self.mip_workers} >= 1 or None required")
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,7 @@ class RefineResult:
         reason: why it stopped.
         global_lb: smallest float64 domain bound left open (+inf when proven).
         counterexample: a validated witness found inside the loop (``sat``), else None.
+        mip: what the root MIP refinement did (None: it did not run).
     """
 
     proven: bool
@@ -84,6 +108,17 @@ class RefineResult:
     reason: str
     global_lb: float = -float("inf")
     counterexample: Counterexample | None = None
+    mip: MilpStats | None = None
+
+
+def _mip_root(graph64: Graph, lo64, hi64, ref64, cfg: RefineConfig, deadline_s: float):
+    """Root MIP refinement when ``cfg`` asks for it and the network fits; else ``(ref64, None)``."""
+    budget = min(cfg.mip_total_s, 0.5 * (deadline_s - time.monotonic()))
+    if (cfg.mip_refine_layers == 0 or budget < 1.0 or len(graph64.relu_nodes()) < cfg.mip_min_relu_layers
+            or chain(graph64) is None):
+        return ref64, None
+    return milp_refine(graph64, lo64, hi64, ref64, layers=cfg.mip_refine_layers,
+                       neuron_time_s=cfg.mip_neuron_time_s, total_s=budget, workers=cfg.mip_workers)
 
 
 def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
@@ -109,7 +144,10 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
     if lo64[0].numel() <= cfg.input_split_max_dims:
         r = input_bab(graph, graph64, spec, lo64, hi64, cfg, margin_tol=margin_tol, deadline_s=deadline_s,
                       case=case, ort_model=ort_model, progress=progress)
+        mip = None
     else:
+        ref64, mip = _mip_root(graph64, lo64, hi64, ref64, cfg, deadline_s)
         r = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
                 deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress)
-    return RefineResult(r.proven, r.domains, r.seconds, r.reason, r.global_lb, r.counterexample)
+    secs = r.seconds + (mip.seconds if mip is not None else 0.0)
+    return RefineResult(r.proven, r.domains, secs, r.reason, r.global_lb, r.counterexample, mip)

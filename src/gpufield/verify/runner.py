@@ -180,6 +180,8 @@ class _Case:
                        self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
                        deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress)
         self.margins["bab_domains"] = float(r.domains)
+        if r.mip is not None:
+            self.margins["mip_s"] = r.mip.seconds
         self.margins["bab_lb"] = float(r.global_lb)
         return r
 

@@ -1,0 +1,121 @@
+"""Root MIP refinement of intermediate bounds (bab-refine) against independent oracles: the exact
+min/max of every pre-activation from the float64 MILP of tests/verify/nets.py (its own big-M
+encoding with IBP bounds) and numpy forward passes on random inputs; the refined bounds must
+contain both, be at least as tight as CROWN's, and equal the exact ones where solved; the triangle
+LP must lie between MIP and CROWN; branch and bound with refinement still returns the MILP verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gpufield.verify import crown_intermediate, ibp, load_onnx
+from gpufield.verify.milp_bounds import chain, milp_refine
+from gpufield.verify.refine import RefineConfig
+
+from . import nets
+from .test_refine import FAST, _decide, _problem
+
+
+def _net(tmp_path, seed, sizes=(3, 8, 8, 8, 2), radius=0.8):
+    rng = np.random.default_rng(seed)
+    model, layers = nets.mlp(rng, list(sizes))
+    g64 = load_onnx(nets.save(model, tmp_path / f"n{seed}.onnx")).cast(torch.float64)
+    x0 = rng.uniform(-1, 1, sizes[0])
+    lo, hi = x0 - radius, x0 + radius
+    lo64, hi64 = torch.tensor(lo).reshape(1, -1), torch.tensor(hi).reshape(1, -1)
+    ib = ibp(g64, lo64, hi64)
+    ref = {**ib, **crown_intermediate(g64, lo64, hi64, ref=ib)}
+    return g64, layers, lo, hi, lo64, hi64, ref
+
+
+def _forward_pre(layers, X):
+    """numpy float64 pre-activations of every hidden layer for inputs ``X [P, n]``."""
+    out, a = [], X
+    for W, b in layers[:-1]:
+        z = a @ W.T + b
+        out.append(z)
+        a = np.maximum(z, 0)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mip_bounds_are_exact_sound_and_tighter_than_crown(tmp_path, seed):
+    g64, layers, lo, hi, lo64, hi64, ref = _net(tmp_path, seed)
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    names = [r.inputs[0] for r in g64.relu_nodes()]
+    X = np.random.default_rng(seed).uniform(lo, hi, (4000, len(lo)))
+    pre = _forward_pre(layers, X)
+    tightened = 0
+    for t, name in enumerate(names):
+        l0, u0 = (v.flatten().numpy() for v in ref[name])
+        l1, u1 = (v.flatten().numpy() for v in out[name])
+        assert (l1 >= l0).all() and (u1 <= u0).all()  # never looser than CROWN
+        assert (l1 <= pre[t].min(0) + 1e-12).all() and (u1 >= pre[t].max(0) - 1e-12).all()
+        if t == 0 or t > 2:
+            assert np.array_equal(l1, l0) and np.array_equal(u1, u0)  # not refined
+            continue
+        for j in range(len(l0)):
+            c = np.zeros(len(l0))
+            c[j] = 1.0
+            mn = nets.milp_min(layers[:t + 1], lo, hi, c)
+            mx = -nets.milp_min(layers[:t + 1], lo, hi, -c)
+            assert l1[j] <= mn + 1e-9 and u1[j] >= mx - 1e-9  # sound (the oracle is a primal value)
+            if l0[j] < 0 < u0[j]:  # re-solved: exact up to the safety slack and the oracle's gap
+                assert abs(l1[j] - mn) < 1e-3 * (1 + abs(mn)) and abs(u1[j] - mx) < 1e-3 * (1 + abs(mx))
+                tightened += (l1[j] > l0[j] + 1e-6) + (u1[j] < u0[j] - 1e-6)
+    assert st.unstable_before and tightened > 0
+
+
+def test_triangle_lp_lies_between_mip_and_crown(tmp_path):
+    g64, layers, lo, hi, lo64, hi64, ref = _net(tmp_path, 11)
+    mip, _ = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    lp, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, binary=False)
+    assert st.status.get("optimal", 0) > 0
+    for name in [r.inputs[0] for r in g64.relu_nodes()][1:3]:
+        (lm, um), (ll, ul), (lc, uc) = mip[name], lp[name], ref[name]
+        assert (ll <= lm + 1e-9).all() and (ul >= um - 1e-9).all()
+        assert (ll >= lc).all() and (ul <= uc).all()
+
+
+def test_worker_processes_give_the_same_bounds(tmp_path):
+    g64, _, _, _, lo64, hi64, ref = _net(tmp_path, 4)
+    one, _ = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    two, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=2)
+    for k in one:
+        assert torch.allclose(one[k][0], two[k][0], atol=1e-9) and torch.allclose(one[k][1], two[k][1], atol=1e-9)
+    assert st.status.get("optimal", 0) > 0
+
+
+def test_no_budget_changes_nothing_and_non_chains_are_refused(tmp_path):
+    g64, _, _, _, lo64, hi64, ref = _net(tmp_path, 5)
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, total_s=0.0)
+    assert all(torch.equal(out[k][0], ref[k][0]) and torch.equal(out[k][1], ref[k][1]) for k in ref)
+    assert st.status.get("skipped", 0) > 0 and sum(st.solved.values()) == 0
+    skip = load_onnx(nets.save(nets.every_op_mlp(np.random.default_rng(0)), tmp_path / "skip.onnx"))
+    assert chain(skip.cast(torch.float64)) is None
+    with pytest.raises(ValueError, match="chain"):
+        milp_refine(skip.cast(torch.float64), torch.zeros(1, 2, 3), torch.ones(1, 2, 3), {}, workers=1)
+    with pytest.raises(ValueError):
+        RefineConfig(mip_workers=0)
+
+
+def test_bab_with_root_mip_returns_the_milp_verdict(tmp_path):
+    """As test_refine's completeness test, on 3-hidden-layer nets with the root MIP switched on."""
+    cfg = RefineConfig(mip_refine_layers=2, mip_min_relu_layers=1, mip_workers=1, **FAST)
+    wrong, agree, ran = [], 0, 0
+    seeds = range(3000, 3030)
+    for seed in seeds:
+        prob = _problem(tmp_path, seed, sizes=(2, 6, 6, 6, 2))
+        exact = prob[6]
+        truth = "sat" if seed % 2 else "unsat"
+        delta = 0.02 * (1 + abs(exact))
+        r, _ = _decide(prob, exact + delta if truth == "sat" else exact - delta, cfg)
+        ran += r.mip is not None
+        verdict = "unsat" if r.proven else ("sat" if r.counterexample is not None else "unknown")
+        if verdict == truth:
+            agree += 1
+        elif verdict != "unknown":
+            wrong.append(seed)
+    assert wrong == [] and agree == len(seeds) and ran == len(seeds)
