@@ -13,7 +13,18 @@ prints the counts. Per-instance timeout = min(CSV timeout, --max-instance-s, rem
 instances left), so the whole run stays inside --total-s (default 400 s: 60 instances finish
 under 8 minutes including start-up). ``--select REGEX`` runs only matching instances (e.g.
 ``256x4.*0.05``); β-CROWN branch and bound is on (``--no-bab`` for the v1 pipeline,
-``--branching babsr|fsb``, ``--bab-batch``, ``--bab-memory-gb``).
+``--branching babsr|fsb``, ``--bab-batch``, ``--bab-memory-gb``); the root MIP refinement of
+deeper nets (``bab-refine``) has ``--mip-layers`` (0: off), ``--mip-workers``, ``--mip-neuron-s``,
+``--mip-total-s``.
+
+``--shard K/N`` (K = 1..N) runs the K-th of N disjoint shards, balanced by alpha-beta-CROWN's
+published 2022 time per instance (unsolved ones count as their timeout; greedy longest first),
+and names its files ``verify_mnist_fc_<device>_shard<K>of<N>.{csv,json}``. Run one process per
+GPU and merge with ``benchmarks/verify_merge.py``::
+
+    for k in 1 2; do CUDA_VISIBLE_DEVICES=$((k-1)) PYTHONPATH=src python3 benchmarks/verify_bench_gpu.py \
+        --out OUT --shard $k/2 --max-instance-s 300 --total-s 540 & done; wait
+    python3 benchmarks/verify_merge.py OUT/verify_mnist_fc_cuda_shard*of2.json --out OUT/verify_mnist_fc_cuda
 
 The benchmark data is looked up in --data, else ``shared/data/vnncomp2022`` inside the repo,
 else ``../shared/data/vnncomp2022`` next to it.
@@ -39,6 +50,29 @@ def _find_data(arg: str | None) -> Path:
     sys.exit(f"mnist_fc data not found in {[str(c) for c in cands]}; pass --data DIR (holding mnist_fc/ and results/)")
 
 
+def shard_instances(data: Path, k: int, n: int) -> list[tuple[str, str]]:
+    """``(onnx, vnnlib)`` of shard ``k`` (1-based) of ``n``: greedy longest-first on the published time."""
+    import csv
+
+    from gpufield.verify.io.results import instance_key, read_instances
+
+    insts = read_instances(data / "mnist_fc/instances.csv")
+    ref: dict[tuple[str, str], float] = {}
+    ref_csv = data / "results/alpha_beta_crown_mnist_fc_results.csv"
+    if ref_csv.exists():
+        with open(ref_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["result"] in ("sat", "unsat"):
+                    ref[instance_key(row["onnx"], row["vnnlib"])] = float(row["run_time"])
+    weights = [(ref.get(instance_key(i.onnx, i.vnnlib), i.timeout_s), i.line, i) for i in insts]
+    loads, parts = [0.0] * n, [[] for _ in range(n)]
+    for w, _, inst in sorted(weights, key=lambda t: (-t[0], t[1])):
+        j = loads.index(min(loads))
+        loads[j] += w
+        parts[j].append(inst)
+    return [(i.onnx, i.vnnlib) for i in sorted(parts[k - 1], key=lambda i: i.line)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="output directory")
@@ -57,7 +91,20 @@ def main() -> int:
     ap.add_argument("--bab-iterations", type=int, default=20, help="Adam steps per BaB batch")
     ap.add_argument("--bab-memory-gb", type=float, default=None,
                     help="BaB memory budget (batch size and queue); default 16 on cuda, 2 on cpu")
+    ap.add_argument("--mip-layers", type=int, default=2, help="root MIP refinement of ReLU-input layers 1..L (0: off)")
+    ap.add_argument("--mip-workers", type=int, default=None,
+                    help="MIP solver processes (default: CPU cores, divided by N with --shard K/N)")
+    ap.add_argument("--mip-neuron-s", type=float, default=10.0, help="HiGHS time limit per neuron and sense (s)")
+    ap.add_argument("--mip-total-s", type=float, default=90.0, help="cap on the root MIP refinement per instance (s)")
+    ap.add_argument("--shard", default=None, help="K/N: run the K-th of N disjoint, time-balanced shards")
     a = ap.parse_args()
+    shard = None
+    if a.shard is not None:
+        try:
+            shard = tuple(int(v) for v in a.shard.split("/"))
+            assert len(shard) == 2 and 1 <= shard[0] <= shard[1]
+        except (ValueError, AssertionError):
+            sys.exit(f"--shard {a.shard!r}: expected K/N with 1 <= K <= N")
 
     import torch
 
@@ -70,7 +117,18 @@ def main() -> int:
     data = _find_data(a.data)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = a.device.replace(":", "")
+    tag = a.device.replace(":", "") + ("" if shard is None else f"_shard{shard[0]}of{shard[1]}")
+    select = a.select
+    if shard is not None:
+        import os
+        import re
+
+        keys = shard_instances(data, *shard)
+        if select is not None:
+            keys = [k for k in keys if re.search(select, f"{k[0]},{k[1]}")]
+        select = "^(?:" + "|".join(re.escape(f"{o},{v}") for o, v in keys) + ")$" if keys else "^$"
+        if a.mip_workers is None:
+            a.mip_workers = max(1, (os.cpu_count() or 1) // shard[1])
     csv_path = out / f"verify_mnist_fc_{tag}.csv"
     if csv_path.exists():
         csv_path.unlink()
@@ -79,7 +137,9 @@ def main() -> int:
     mem_gb = a.bab_memory_gb if a.bab_memory_gb is not None else (16.0 if a.device.startswith("cuda") else 2.0)
     rcfg = None if a.no_bab else RefineConfig(batch=a.bab_batch, branching=a.branching,
                                              alpha=AlphaConfig(iterations=a.bab_iterations),
-                                             memory_budget_bytes=int(mem_gb * 2**30))
+                                             memory_budget_bytes=int(mem_gb * 2**30),
+                                             mip_refine_layers=a.mip_layers, mip_workers=a.mip_workers,
+                                             mip_neuron_time_s=a.mip_neuron_s, mip_total_s=a.mip_total_s)
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
                        attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
@@ -88,7 +148,7 @@ def main() -> int:
     t0 = time.monotonic()
     s = bench(data / "mnist_fc", csv_path,
               reference=data / "results/alpha_beta_crown_mnist_fc_results.csv",
-              config=cfg, max_instance_s=a.max_instance_s, total_budget_s=a.total_s, select=a.select)
+              config=cfg, max_instance_s=a.max_instance_s, total_budget_s=a.total_s, select=select)
     wall = time.monotonic() - t0
     summary = {
         "benchmark": "vnncomp2022 mnist_fc (256x2, 256x4: 60 instances)",
@@ -97,9 +157,12 @@ def main() -> int:
         "torch": torch.__version__,
         "settings": {"threads": torch.get_num_threads(), "max_instance_s": a.max_instance_s, "total_s": a.total_s, "dtype": a.dtype,
                      "alpha_iterations": a.alpha_iterations, "attack_rounds": a.attack_rounds, "select": a.select,
+                     "shard": a.shard,
                      "bab": None if rcfg is None else {"batch": a.bab_batch, "branching": a.branching,
                                                        "iterations": a.bab_iterations, "beta": True,
-                                                       "memory_gb": mem_gb}},
+                                                       "memory_gb": mem_gb, "mip_layers": a.mip_layers,
+                                                       "mip_workers": a.mip_workers, "mip_neuron_s": a.mip_neuron_s,
+                                                       "mip_total_s": a.mip_total_s}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,
