@@ -156,4 +156,5 @@ def test_memory_model_numbers():
     assert chunk_outputs_for(EmulatedFftPlan(), (64,) * 3, cpu) == 2**20  # CPU default
     # 1024^3 on INT8 g8 with 2^27-output chunks: 3 x 16 GiB + 264 B x 2^27 = 81 GiB
     assert transform_peak_bytes((1024,) * 3, plan, 2**27) == 48 * 2**30 + 264 * 2**27
-    assert transform_peak_bytes((32, 16, 8), plan, 2**27) == 2 * 16 * 4096 + 264 * 4096
+    assert transform_peak_bytes((32, 16, 8), plan, 2**27) == 3 * 16 * 4096 + 264 * 4096
+    assert transform_peak_bytes((32,), plan, 2**27) == 2 * 16 * 32 + 264 * 32

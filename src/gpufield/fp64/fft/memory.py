@@ -16,20 +16,24 @@ epilogue output (complex128)   16 B                                             
 
 (The row-shift reduction's temporary, 16 B per input element, is freed before the residues exist.) The FP8
 backend adds its stacked int64 products (16 r B more); the torch reference epilogue and the CPU-exact
-backend work in int64 and are budgeted at 64 r + 512 B per output.
+backend work in int64 and are budgeted at 128 r + 1024 B per output.
 
 Whole transform (:func:`gpufield.fp64.fft.sixstep.fftn_fp64_emulated`), with A = 16 B x points the size
 of the complex128 array: the caller's input A, plus per axis pass the stage-1 input copy and the stage-1
 output (which is the stage-2 input), then the stage-2 output; the previous pass's array is dropped as
 soon as its copy exists. So
 
-    peak = 3 A + W,   W = workspace per output x chunk outputs,
+    peak = 3 A + W,   W = workspace per output x chunk outputs
 
-for 2-D/3-D inputs with sides >= 64 (sides <= 32 are one stage: 2 A + W). At 1024^3 complex128 (A = 16 GiB)
-on INT8 g = 8: peak = 48 GiB + 264 B x chunk; with the default budget on an empty H200 (about 139 GiB
-usable, 123 GiB free with the input resident) W = 0.5 x (123 - 32) GiB = 45 GiB, the chunk is 2^27
-outputs (33 GiB), peak = 81 GiB. The benchmark, which also holds a second 16 GiB input, gets a chunk of
-2^27 (W 33 GiB) and peaks at ~97 GiB.
+(a 1-D input of length <= 32 is one stage on a view: 2 A + W; ``ifftn`` adds one A, its conjugated copy).
+At 1024^3 complex128 (A = 16 GiB) on INT8 g = 8: peak = 48 GiB + 264 B x chunk. With the default budget
+on an empty H200 (about 139 GiB usable, 123 GiB free with the input resident) the budget is
+0.5 x (123 - 2 x 16) = 45 GiB, the chunk 2^27 outputs (W = 33 GiB, 8 chunks per stage) and the peak
+**81 GiB**. The benchmark's inverse transform (input, output and the conjugated copy resident) gets
+2^26-output chunks and peaks at ~97 GiB.
+
+Also here: the chunk row bookkeeping of a stage (:func:`chunk_segments`: the twiddle-group segments of a
+chunk; :func:`place_rows`: writing a chunk's rows into a strided destination).
 
 Units: bytes, complex outputs.
 """
@@ -59,7 +63,7 @@ def workspace_bytes_per_output(plan) -> int:
     """
     r = plan.resolved_num_moduli
     if plan.backend == "cpu" or plan.epilogue == "torch":
-        return 64 * r + 512
+        return 128 * r + 1024
     g = plan.int8_group
     L = -(-r // g) * g
     if plan.backend == "fp8":
@@ -126,9 +130,35 @@ def transform_peak_bytes(shape, plan, chunk_outputs: int) -> int:
         chunk_outputs: the chunk (:func:`chunk_outputs_for`).
 
     Returns:
-        int bytes: 3 A + W (2 A + W if every side is <= 32), W = workspace per output x min(chunk, outputs).
+        int bytes: 3 A + W (2 A + W for 1-D of length <= 32), W = workspace per output x min(chunk, outputs).
     """
     A = array_bytes(shape)
     outputs = A // 16
     W = workspace_bytes_per_output(plan) * min(chunk_outputs, outputs)
-    return (2 if max(shape) <= 32 else 3) * A + W
+    return (2 if len(shape) == 1 and shape[0] <= 32 else 3) * A + W
+
+
+def chunk_segments(c0: int, c1: int, R: int):
+    """(group, first row, end row) of flattened rows [c0, c1) of a [G, R] row grid, rows relative to c0."""
+    pos = c0
+    while pos < c1:
+        gi, r0 = divmod(pos, R)
+        end = min(c1, (gi + 1) * R)
+        yield gi, pos - c0, end - c0
+        pos = end
+
+
+def place_rows(y_GRK: torch.Tensor, res_MK: torch.Tensor, c0: int, c1: int) -> None:
+    """Write chunk rows [c0, c1) (flattened over [G, R]) into y (any strides): at most 3 copies."""
+    R = y_GRK.shape[1]
+    pos = c0
+    while pos < c1:
+        gi, r0 = divmod(pos, R)
+        if r0 == 0 and c1 - pos >= R:
+            ng = (c1 - pos) // R
+            y_GRK[gi:gi + ng] = res_MK[pos - c0:pos - c0 + ng * R].view(ng, R, -1)
+            pos += ng * R
+        else:
+            r1 = min(R, r0 + c1 - pos)
+            y_GRK[gi, r0:r1] = res_MK[pos - c0:pos - c0 + r1 - r0]
+            pos += r1 - r0

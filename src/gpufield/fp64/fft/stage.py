@@ -11,8 +11,9 @@ stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
 3. symmetric residues for every modulus and the three residue-domain Karatsuba (3M) products
    T1 = xr.wr, T2 = xi.wi, T3 = ((xr+xi) mod p).((wr+wi) mod p), each one modular GEMM per modulus
    on the chosen Ozaki-II backend (``ModularBackend.modular_matmul``, fp64.md 2.4 "Complex"), or,
-   with ``int8_group = g``, one block-diagonal INT8 GEMM per g moduli
-   (``Int8Backend.modular_matmul_grouped``) whose output the Triton epilogue reads in place;
+   with ``int8_group = g``, one block-diagonal INT8 GEMM per g moduli (the layout of
+   ``Int8Backend.modular_matmul_grouped``) whose output the Triton epilogue reads in place; with
+   ``int8_gemm="triton"`` all of a chunk's GEMMs in one launch (:mod:`gpufield.fp64.fft.gemm_triton`);
 4. the epilogue (mod reduction, 3M combine, exact CRT, one rounding) on torch ops or the fused
    Triton kernel, Y = Y' * 2^-(s_b + b_w).
 
@@ -22,7 +23,8 @@ log2 M >= b_x + b_w + log2(N_max = 32) + 1 + 2 (two bits of margin for the quoti
 The G x R rows are processed as one flattened row range, in chunks sized from a memory budget
 (:mod:`gpufield.fp64.fft.memory`: 264 B of workspace per output on INT8 with 16 moduli), so the int32
 products of all moduli (12 r bytes per output) exist for one chunk at a time; a chunk may span several
-groups (one residue and one epilogue launch for all of them; the GEMMs are issued per group).
+groups (one residue and one epilogue launch for all of them; cuBLAS GEMMs are issued per group). The
+twiddle operands are built once per stage shape and cached on the device (:mod:`gpufield.fp64.fft.operands`).
 
 Shape legend: G groups, R rows, N stage length (inner), K outputs per row, L moduli.
 """
@@ -226,32 +228,6 @@ def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: tor
     return [t.to(dtype) for t in (rr, ri, rs)]
 
 
-def _segments(c0: int, c1: int, R: int):
-    """(group, first row, end row) of flattened rows [c0, c1) of a [G, R] row grid, rows relative to c0."""
-    pos = c0
-    while pos < c1:
-        gi, r0 = divmod(pos, R)
-        end = min(c1, (gi + 1) * R)
-        yield gi, pos - c0, end - c0
-        pos = end
-
-
-def _place(y_GRK: torch.Tensor, res_MK: torch.Tensor, c0: int, c1: int) -> None:
-    """Write chunk rows [c0, c1) (flattened over [G, R]) into y (any strides): at most 3 copies."""
-    R = y_GRK.shape[1]
-    pos = c0
-    while pos < c1:
-        gi, r0 = divmod(pos, R)
-        if r0 == 0 and c1 - pos >= R:
-            ng = (c1 - pos) // R
-            y_GRK[gi:gi + ng] = res_MK[pos - c0:pos - c0 + ng * R].view(ng, R, -1)
-            pos += ng * R
-        else:
-            r1 = min(R, r0 + c1 - pos)
-            y_GRK[gi, r0:r1] = res_MK[pos - c0:pos - c0 + r1 - r0]
-            pos += r1 - r0
-
-
 def check_finite_flags(flags: list[torch.Tensor]) -> None:
     """Raise NumericsError if any collected row maximum is Inf/NaN (one host sync for all of them).
 
@@ -290,7 +266,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         NumericsError: non-finite input, when ``flags`` is None (the emulation has no Inf/NaN path).
         InputError: shapes do not match.
     """
-    from gpufield.fp64.fft.memory import chunk_outputs_for
+    from gpufield.fp64.fft.memory import chunk_outputs_for, chunk_segments, place_rows
     from gpufield.fp64.fft.operands import stage_operands
 
     G, R, N = x_GRN.shape
@@ -344,7 +320,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             from gpufield.fp64.fft.gemm_triton import stage_gemm_triton
 
             stage_gemm_triton(xres, bd, T if gsz > 1 else T.transpose(0, 1), c0, R)
-        for gi, s0, s1 in _segments(c0, c1, R) if plan.int8_gemm == "cublas" else ():
+        for gi, s0, s1 in chunk_segments(c0, c1, R) if plan.int8_gemm == "cublas" else ():
             for comp in range(3):
                 if gsz > 1:
                     for q in range(Q):
@@ -361,5 +337,5 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         del T
         if y is None:  # one chunk, no destination: the epilogue's output is the stage output
             return res.view(G, R, K)
-        _place(y, res.view(Rc, K), c0, c1)
+        place_rows(y, res.view(Rc, K), c0, c1)
     return y
