@@ -19,6 +19,13 @@ reads the r x 3 raw 3M products (int32) and, entirely in 32-bit registers, one m
    once to float64, then scaled by 2^-shift in two exact power-of-two factors (subnormal results round
    once, like ``math.ldexp``). The bits equal :func:`gpufield.fp64.fft.epilogue.epilogue_torch`.
 
+Static count at sm_90 (:mod:`.sass_count`, int8 16 moduli, BLOCK 256, 4 warps): 356 SASS instructions per
+real output (per modulus ~4.5 for the residue, 9 IMAD for the limb and quotient sums, ~1.5 for loads;
+~100 for lift, carries and rounding), against 4096 (crt) / 2679 (kulisch) for the int64 kernel at its
+fastest launch (32, 2). At 16.7 T int32 instructions/s that is ~0.7 ms per 2^24-output stage, below
+the ~0.85 ms HBM floor of reading the 192 B of int32 products per complex output: the kernel is
+expected to run near memory speed.
+
 ``"garner"`` runs the previous int64-lane kernel (:mod:`.fft_epilogue_int64`). ``"kulisch"`` here does
 its bulk sum on the integer pipe like ``"crt"`` (same limbs; only the quotient fraction differs).
 
@@ -301,7 +308,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
             (the int64 kernel: 32), and on CPU (the Triton interpreter) up to 2^14.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
         num_warps: warps per program (None: :data:`DEFAULT_LAUNCH`); a tuning knob, same bits.
-        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing).
+        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing); the
+            environment variable ``GPUFIELD_EPILOGUE_IMPL=int64`` forces the previous kernel everywhere.
         asm: limb sums as PTX ``mad.lo.s32`` chains (same bits; ~25% fewer instructions than LLVM's
             reassociated mul/add trees). None: on when compiled for CUDA, unless the environment sets
             ``GPUFIELD_EPILOGUE_ASM=0``; never in the interpreter.
@@ -319,7 +327,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         raise InputError(f"epilogue impl must be 'int32' or 'int64', got {impl!r}")
     if shift_row_len < 1:
         raise InputError(f"shift_row_len must be >= 1, got {shift_row_len}")
-    if variant == "garner" or impl == "int64":
+    if variant == "garner" or impl == "int64" or os.environ.get("GPUFIELD_EPILOGUE_IMPL") == "int64":
         if shift_row_len > 1:
             shift_O = shift_O.repeat_interleave(shift_row_len)
         y = fft_epilogue_int64.epilogue_triton(T_R3O, shift_O, tab, variant, block=block, grouped=grouped,
