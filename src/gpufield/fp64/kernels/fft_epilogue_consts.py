@@ -1,0 +1,82 @@
+"""Compile-time constants of the 32-bit FFT epilogue kernel (:mod:`.fft_epilogue`), per moduli set.
+
+Everything the kernel multiplies by is baked in as an immediate: Barrett multipliers and biases per
+modulus, the W-bit limbs of the CRT constants C_i and of M, the FW-bit chunks of the quotient fractions
+round(2^F q_i / p_i) (F = 40 for ``"crt"``, 36 for ``"kulisch"``: the integers of
+:mod:`gpufield.fp64.fft.epilogue`), and the accumulators' start values that absorb the residue offset
+floor(p_i / 2) and the rounding constant 2^(F-1). W is the widest limb for which every int32 value of
+the kernel provably stays in range (:func:`_fits`); the CRT is GEMMul8's (fp64.md 2.5).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from gpufield.errors import InputError
+from gpufield.fp64.fft.epilogue import BULK_FRAC_BITS, FRAC_BITS, EpilogueTables
+
+T_BOUND_BITS = 25
+"""|T| <= 2^25 for every backend's raw products, so |x| < 3 * 2^25 and 0 <= u = x + B_i < 2^28."""
+BARRETT_SHIFT = 7
+"""m_i = ceil(2^(32 + 7) / p_i): umulhi(u, m_i) >> 7 = floor(u / p_i) exactly for u < 2^28, 128 < p_i < 2^11."""
+
+
+def _fits(tab: EpilogueTables, w: int, frac_bits: int, fw: int) -> bool:
+    """Every int32 value of the kernel stays below 2^31 in magnitude (limb sums, lift, carries, chunks)."""
+    ks = [p // 2 for p in tab.moduli]
+    L = -(-tab.M.bit_length() // w)
+    qmax = sum(ks) + 2
+    carry = 0
+    for j in range(L):
+        cl = [(C >> (w * j)) & ((1 << w) - 1) for C in _crt(tab).crt_C]
+        b = sum(k * c for k, c in zip(ks, cl, strict=True)) + qmax * ((tab.M >> (w * j)) & ((1 << w) - 1)) + carry
+        if j == L - 1:
+            b += qmax * (tab.M >> (w * L))
+        if b >= 1 << 31:
+            return False
+        carry = (b >> w) + 1
+    return sum(ks) * ((1 << fw) - 1) + (1 << fw) * 2 < 1 << 31
+
+
+def _crt(tab: EpilogueTables):
+    from gpufield.fp64.ozaki.moduli import moduli_table
+
+    return moduli_table(tab.kind, tab.num_moduli)
+
+
+@functools.cache
+def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
+    """Compile-time constants of :func:`_epilogue32_kernel` for one moduli set and variant.
+
+    Returns:
+        dict of Python ints / tuples (kernel ``tl.constexpr`` arguments; immediates in the SASS).
+
+    Raises:
+        InputError: a modulus outside the Barrett range (128, 2^11), or no limb width keeps int32 exact.
+    """
+    ps = tab.moduli
+    if not all(128 < p < 2048 for p in ps):
+        raise InputError(f"32-bit epilogue needs moduli in (128, 2048), got {ps}")
+    F = FRAC_BITS if variant == "crt" else BULK_FRAC_BITS
+    fw = max(x for x in range(8, 31) if sum(p // 2 for p in ps) * ((1 << x) - 1) + (1 << x) * 2 < 1 << 31)
+    w = max((x for x in range(8, 31) if _fits(tab, x, F, fw)), default=None)
+    if w is None:
+        raise InputError(f"{tab.num_moduli} {tab.kind} moduli do not fit the 32-bit epilogue")
+    L = -(-tab.M.bit_length() // w)
+    nf = -(-F // fw)
+    Cs = _crt(tab).crt_C
+    ks = [p // 2 for p in ps]
+    CL = tuple(tuple((C >> (w * j)) & ((1 << w) - 1) for j in range(L)) for C in Cs)
+    fracs = [(q * (1 << F) + p // 2) // p for q, p in zip(_crt(tab).crt_q, ps, strict=True)]
+    FL = tuple(tuple((fr >> (fw * j)) & ((1 << fw) - 1) for j in range(nf)) for fr in fracs)
+    SI = tuple(-sum(k * c[j] for k, c in zip(ks, CL, strict=True)) for j in range(L))
+    FI = [-sum(k * c[j] for k, c in zip(ks, FL, strict=True)) for j in range(nf)]
+    FI[(F - 1) // fw] += 1 << (F - 1 - fw * ((F - 1) // fw))  # round(Q / 2^F) = floor((Q + 2^(F-1)) / 2^F)
+    ML = tuple((tab.M >> (w * j)) & ((1 << w) - 1) for j in range(L - 1)) + (tab.M >> (w * (L - 1)),)
+    BM = tuple(-(-(1 << (32 + BARRETT_SHIFT)) // p) for p in ps)
+    # exact floor(u / p) for all u < 2^28 needs u * (m p - 2^E) < 2^E (E = 32 + BARRETT_SHIFT), and m < 2^32
+    if any(m >= 1 << 32 or (m * p - (1 << (32 + BARRETT_SHIFT))) << 28 >= 1 << (32 + BARRETT_SHIFT) for m, p in zip(BM, ps, strict=True)):
+        raise InputError(f"Barrett constants out of range for moduli {ps}")
+    BB = tuple(p * -(-(1 << 27) // p) + p // 2 for p in ps)
+    return dict(R=tab.num_moduli, PM=ps, BM=BM, BB=BB, CL=CL, SI=SI, FL=FL, FI=tuple(FI), ML=ML, W=w, L=L,
+                FW=fw, NF=nf, QSH=F - fw * (nf - 1), NW=-(-(tab.M.bit_length() + 1) // 32), BSH=BARRETT_SHIFT)
