@@ -176,7 +176,7 @@ def _round(words, shift, NW: tl.constexpr):
 
 
 @triton.jit
-def _epilogue32_kernel(
+def _fft_epilogue_i32_kernel(
     T_ptr, n_out, K, S_c, S_q, S_s, S_m, shift_ptr, out_ptr,
     R: tl.constexpr, GROUP: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
     CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr, FI: tl.constexpr, ML: tl.constexpr,
@@ -298,7 +298,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
     vec = next(v for v in (4, 2, 1) if all(x % v == 0 for x in (K, S_c, S_q, S_s, S_m)))
-    COMPILED[(tab.kind, tab.num_moduli, variant)] = _epilogue32_kernel[grid](
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_i32_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, GROUP=g, BLOCK=block,
         VEC=vec if grouped is not None else 1, EVEN=n_out % block == 0, ASM=asm, SRL=shift_row_len, **kc,
         **launch)

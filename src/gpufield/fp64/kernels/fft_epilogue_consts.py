@@ -46,7 +46,7 @@ def _crt(tab: EpilogueTables):
 
 @functools.cache
 def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
-    """Compile-time constants of :func:`_epilogue32_kernel` for one moduli set and variant.
+    """Compile-time constants of :func:`_fft_epilogue_i32_kernel` for one moduli set and variant.
 
     Returns:
         dict of Python ints / tuples (kernel ``tl.constexpr`` arguments; immediates in the SASS).

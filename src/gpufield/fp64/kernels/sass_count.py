@@ -43,7 +43,7 @@ def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped:
     rt = {k: "i32" for k in ("K", "S_s", "S_m") if k not in ones}
     div16 = ["T_ptr", "n_out", "S_c", "S_q", "shift_ptr", "out_ptr"] + (["K", "S_s", "S_m"] if grouped else [])
     if impl == "int32":
-        fn = fft_epilogue._epilogue32_kernel
+        fn = fft_epilogue._fft_epilogue_i32_kernel
         const = {**fft_epilogue.kernel_constants(tab, variant), "BLOCK": block, "EVEN": True, **ones}
         const["VEC"] = 4 if grouped else 1
         const["ASM"] = asm
