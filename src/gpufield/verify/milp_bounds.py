@@ -63,7 +63,7 @@ def chain(g64: Graph) -> tuple[list[str], list[np.ndarray], list[np.ndarray]] | 
         if mid or len(relu.inputs) != 1:
             return None
         n_in = torch.Size(g64.shape(prev)).numel()
-        X = torch.cat([torch.zeros(1, n_in, dtype=torch.float64), torch.eye(n_in, dtype=torch.float64)])
+        X = torch.cat([torch.zeros(1, n_in, dtype=torch.float64), torch.eye(n_in, dtype=torch.float64)]).to(g64.device)
         vals = {prev: X.reshape(n_in + 1, *g64.shape(prev))}
         with torch.no_grad():
             for n in seg:
