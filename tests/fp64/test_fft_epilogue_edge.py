@@ -154,5 +154,5 @@ def test_kernel_constants_are_int32_safe():
         M = moduli_table(kind, r).M
         assert kc["W"] * kc["L"] >= M.bit_length() and 32 * kc["NW"] > M.bit_length()
         assert all(0 < m < 1 << 32 for m in kc["BM"]) and all(-(1 << 31) <= x < 1 << 31 for x in kc["SI"] + kc["FI"])
-        recon = sum(c << (kc["W"] * j) for j, c in enumerate(kc["CL"][0]))
+        recon = sum(c << (kc["W"] * j) for j, c in enumerate(kc["CL"][: kc["L"]]))
         assert recon == moduli_table(kind, r).crt_C[0]

@@ -71,23 +71,23 @@ def _mod(x, B: tl.constexpr, M: tl.constexpr, P: tl.constexpr, BSH: tl.constexpr
 def _init(TAB: tl.constexpr, N: tl.constexpr, BLOCK: tl.constexpr):
     out = ()
     for j in tl.static_range(N):
-        out = out + (tl.full([BLOCK], TAB[j], tl.int32),)
+        out = out + (tl.full([BLOCK, 2], TAB[j], tl.int32),)
     return out
 
 
 @triton.jit
 def _mac(acc, c, TAB: tl.constexpr, i: tl.constexpr, N: tl.constexpr, ASM: tl.constexpr):
-    """acc[l] + c * TAB[i][l] for l < N (a tuple of int32 vectors). With ASM (compiled for CUDA) each
+    """acc[l] + c * TAB[i * N + l] for l < N (a tuple of int32 vectors; TAB row-major [R][N]). With ASM (compiled for CUDA) each
     is one PTX ``mad.lo.s32`` (the same bits): LLVM otherwise reassociates the 16-term sums into trees
     of mul + add (~1.5 instructions per term instead of 1)."""
     out = ()
     for j in tl.static_range(N):
         if ASM:
             out = out + (tl.inline_asm_elementwise("mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r",
-                                                   [c, tl.full(c.shape, TAB[i][j], tl.int32), acc[j]],
+                                                   [c, tl.full(c.shape, TAB[i * N + j], tl.int32), acc[j]],
                                                    dtype=tl.int32, is_pure=True, pack=1),)
         else:
-            out = out + (acc[j] + c * TAB[i][j],)
+            out = out + (acc[j] + c * TAB[i * N + j],)
     return out
 
 
@@ -192,10 +192,9 @@ def _fft_epilogue_i32_kernel(
     voff = m * S_m + (offs - m * K)
     if VEC > 1:
         voff = tl.max_contiguous(tl.multiple_of(voff, VEC), VEC)
-    s_re = _init(SI, L, BLOCK)
-    s_im = _init(SI, L, BLOCK)
-    f_re = _init(FI, NF, BLOCK)
-    f_im = _init(FI, NF, BLOCK)
+    # every value below is [BLOCK, 2]: (re, im) of an output side by side in one thread
+    s = _init(SI, L, BLOCK)
+    f = _init(FI, NF, BLOCK)
     for i in tl.static_range(R):
         p1 = T_ptr + ((i // GROUP) * S_q.to(tl.int64) + (i % GROUP) * S_s.to(tl.int64))
         p2 = p1 + S_c
@@ -208,23 +207,20 @@ def _fft_epilogue_i32_kernel(
             t1 = tl.load(p1 + voff, mask=omask, other=0)
             t2 = tl.load(p2 + voff, mask=omask, other=0)
             t3 = tl.load(p3 + voff, mask=omask, other=0)
-        c_re = _mod(t1 - t2, BB[i], BM[i], PM[i], BSH)
-        c_im = _mod(t3 - t1 - t2, BB[i], BM[i], PM[i], BSH)
-        s_re = _mac(s_re, c_re, CL, i, L, ASM)
-        s_im = _mac(s_im, c_im, CL, i, L, ASM)
-        f_re = _mac(f_re, c_re, FL, i, NF, ASM)
-        f_im = _mac(f_im, c_im, FL, i, NF, ASM)
+        c = _mod(tl.join(t1 - t2, t3 - t1 - t2), BB[i], BM[i], PM[i], BSH)  # 3M combine, then mod p_i
+        s = _mac(s, c, CL, i, L, ASM)
+        f = _mac(f, c, FL, i, NF, ASM)
     if EVEN:
         shift = tl.load(shift_ptr + offs // SRL).to(tl.int32)
     else:
         shift = tl.load(shift_ptr + offs // SRL, mask=omask, other=0).to(tl.int32)
-    y_re = _round(_lift_words(s_re, f_re, ML, W, L, FW, NF, QSH, NW), shift, NW)
-    y_im = _round(_lift_words(s_im, f_im, ML, W, L, FW, NF, QSH, NW), shift, NW)
+    y = _round(_lift_words(s, f, ML, W, L, FW, NF, QSH, NW), shift[:, None], NW)
     optr = out_ptr + 2 * offs[:, None] + tl.arange(0, 2)[None, :]  # complex128 interleaved
     if EVEN:
-        tl.store(optr, tl.join(y_re, y_im))
+        tl.store(optr, y)
     else:
-        tl.store(optr, tl.join(y_re, y_im), mask=omask[:, None])
+        tl.store(optr, y, mask=omask[:, None])
+
 
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
                     block: int | None = None, grouped: tuple[int, int, int] | None = None,

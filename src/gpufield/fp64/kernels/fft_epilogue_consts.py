@@ -78,5 +78,6 @@ def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
     if any(m >= 1 << 32 or (m * p - (1 << (32 + BARRETT_SHIFT))) << 28 >= 1 << (32 + BARRETT_SHIFT) for m, p in zip(BM, ps, strict=True)):
         raise InputError(f"Barrett constants out of range for moduli {ps}")
     BB = tuple(p * -(-(1 << 27) // p) + p // 2 for p in ps)
-    return dict(R=tab.num_moduli, PM=ps, BM=BM, BB=BB, CL=CL, SI=SI, FL=FL, FI=tuple(FI), ML=ML, W=w, L=L,
+    flat = lambda t: tuple(x for row in t for x in row)  # noqa: E731 - [R][N] row-major (cheap constexpr indexing)
+    return dict(R=tab.num_moduli, PM=ps, BM=BM, BB=BB, CL=flat(CL), SI=SI, FL=flat(FL), FI=tuple(FI), ML=ML, W=w, L=L,
                 FW=fw, NF=nf, QSH=F - fw * (nf - 1), NW=-(-(tab.M.bit_length() + 1) // 32), BSH=BARRETT_SHIFT)
