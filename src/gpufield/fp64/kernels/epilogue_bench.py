@@ -20,7 +20,7 @@ import torch
 
 P_INT_H200 = 16.7e12
 
-SHAPES = ((256, 4), (128, 4), (512, 4), (512, 8), (256, 2))
+SHAPES = ((256, 8), (256, 4), (128, 4), (512, 8), (512, 16), (1024, 8))
 """Launch shapes of the 32-bit kernel swept by :func:`bench` (BLOCK, warps); >= 1 output per thread."""
 
 

@@ -280,7 +280,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         shift_O: int64 [O] exponent shifts.
         tab: epilogue tables of the moduli used.
         variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
-        block: outputs per program (power of two >= 16); default 32 on CUDA (with 2 warps, run 3's fastest), and on CPU (the
+        block: outputs per program (power of two >= 16); default on CUDA 32 with 2 warps (crt/kulisch,
+            run 3's fastest) and 128 with 4 warps (garner, run 5), and on CPU (the
             Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
             vectorizes over a few large programs.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
@@ -310,10 +311,10 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     tb = _padded_tables(tab, str(T.device))
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
     if block is None:
-        block = 32 if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
+        block = (128 if variant == "garner" else 32) if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
-    if num_warps is None and T.device.type == "cuda":
-        num_warps = 2  # run 3 launch sweep: block 32 / 2 warps 10.5 vs 12.2 ms per stage (128 / 4)
+    if num_warps is None and T.device.type == "cuda":  # H200: crt 10.5 ms at (32, 2) vs 12.2 at (128, 4) (run 3);
+        num_warps = 4 if variant == "garner" else 2  # garner 40.3 ms at (128, 4) (run 3) vs 44.2 at (32, 2) (run 5)
     launch = {} if num_warps is None else {"num_warps": num_warps}
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],

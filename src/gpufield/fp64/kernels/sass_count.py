@@ -124,9 +124,9 @@ def main(argv: list[str]) -> None:
     n_real = 6 * 2 * 256**3
     for impl, variant, block, warps, asm in (("int64", "crt", 32, 2, False), ("int64", "kulisch", 32, 2, False),
                                              ("int64", "crt", 128, 4, False), ("int32", "crt", 256, 4, False),
-                                             ("int32", "crt", 128, 4, True), ("int32", "crt", 256, 4, True),
-                                             ("int32", "kulisch", 256, 4, True), ("int32", "crt", 512, 4, True)):
-        for grouped in (False, True) if impl == "int32" and asm and block == 256 else (False,):
+                                             ("int32", "crt", 256, 8, True), ("int32", "crt", 256, 4, True),
+                                             ("int32", "kulisch", 256, 8, True), ("int32", "crt", 512, 4, True)):
+        for grouped in (False, True) if impl == "int32" and asm and (block, warps) == (256, 8) else (False,):
             c = static_count(kind, r, variant, impl, block, warps, grouped=grouped, asm=asm)
             top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:6])
             print(f"{impl} {variant} block {block} warps {warps}{' asm' if asm else ''}{' grouped' if grouped else ''}: "
