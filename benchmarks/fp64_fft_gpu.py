@@ -115,10 +115,11 @@ def self_check(run: Run, dev: str, small: bool) -> None:
                     ("int8", "kulisch", "triton", 8, "cublas", None), ("int8", "kulisch", "triton", 8, "cublas", 1500),
                     ("int8", "crt", "triton", 1, "cublas", 1500),  # 1500-output chunks: partial stage-2 groups
                     ("int8", "kulisch", "triton", 8, "triton", None), ("int8", "crt", "triton", 8, "triton", 1500),
-                    ("int8", "crt", "triton", 1, "triton", None)]
+                    ("int8", "crt", "triton", 1, "triton", None), ("int8", "kulisch", "triton", 8, "fused", None),
+                    ("int8", "crt", "triton", 8, "fused", 1500), ("int8", "crt", "triton", 1, "fused", None)]
         for b, v, epi, grp, gemm, chunk in configs:
             name = _key(b, v, epi, grp, gemm) + (f"/chunk{chunk}" if chunk else "")
-            optional = gemm == "triton"
+            optional = gemm != "cublas"
             try:
                 plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, int8_gemm=gemm,
                                        chunk_outputs=chunk)
@@ -128,6 +129,7 @@ def self_check(run: Run, dev: str, small: bool) -> None:
                     raise
                 run.res["self_check"][key][name] = f"error: {e!r}"[:300]
                 FAILED_OPTIONAL.append(name)
+                FAILED_GEMMS.add(gemm)
                 continue
             same = bool(np.array_equal(y.view(np.float64), ref.view(np.float64)))
             run.res["self_check"][key][name] = same
@@ -136,12 +138,13 @@ def self_check(run: Run, dev: str, small: bool) -> None:
                 run.save()
                 if optional:
                     FAILED_OPTIONAL.append(name)
+                    FAILED_GEMMS.add(gemm)
                     print(f"SELF-CHECK FAILED (optional path, excluded from timing): {name}: {n} values on {key}")
                     continue
                 sys.exit(f"SELF-CHECK FAILED: {name} differs from the exact CPU reference in {n} values on {key}")
         run.save()
-    if FAILED_OPTIONAL:
-        CONFIGS[:] = [c for c in CONFIGS if c[4] != "triton"]
+    if FAILED_GEMMS:
+        CONFIGS[:] = [c for c in CONFIGS if c[4] not in FAILED_GEMMS]
     print("self-check passed: GPU backends x variants bit-identical to the exact CPU reference"
           + (f" (optional paths FAILED, not timed: {FAILED_OPTIONAL})" if FAILED_OPTIONAL else ""))
 
@@ -220,19 +223,22 @@ def sampled_rel_err(y: torch.Tensor, refs, n: int, n_samples: int, seed: int) ->
     return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
 
 
-CONFIGS = [("int8", "kulisch", "triton", 8, "triton"), ("int8", "kulisch", "triton", 8, "cublas"),
+CONFIGS = [("int8", "kulisch", "triton", 8, "fused"), ("int8", "crt", "triton", 8, "fused"),
+           ("int8", "kulisch", "triton", 8, "triton"), ("int8", "kulisch", "triton", 8, "cublas"),
            ("int8", "crt", "triton", 8, "triton"), ("int8", "crt", "triton", 8, "cublas"),
            ("int8", "kulisch", "triton", 4, "cublas"), ("int8", "crt", "triton", 4, "cublas")] + \
     [("int8", v, "triton", 1, "cublas") for v in VARIANTS] + [("fp8", v, "triton", 1, "cublas") for v in VARIANTS]
 """Timed configurations (backend, variant, epilogue, int8 group, int8 GEMM), expected fastest first; the
-``/tgemm`` ones run all twiddle groups of a stage chunk in one Triton GEMM launch (fft/gemm_triton.py)."""
+``/tgemm`` ones run all twiddle groups of a stage chunk in one Triton GEMM launch, the ``/fused`` ones also
+compute the row shifts and residues in that launch (fft/gemm_triton.py)."""
 FAILED_OPTIONAL: list[str] = []
-"""Optional paths (Triton stage GEMM) that failed the self-check: excluded from timing, exit status 1."""
+"""Optional paths (Triton stage GEMMs) that failed the self-check: excluded from timing, exit status 1."""
+FAILED_GEMMS: set[str] = set()
 
 
 def _key(b: str, v: str, epi: str, grp: int, gemm: str = "cublas") -> str:
     return (f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
-            + ("/tgemm" if gemm == "triton" else ""))
+            + {"cublas": "", "triton": "/tgemm", "fused": "/fused"}[gemm])
 
 
 def _plan(b, v, epi, grp, gemm="cublas"):
@@ -460,9 +466,9 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
                       torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
     out = {}
     for b, v, grp, gemm in (("int8", "crt", 8, "cublas"), ("int8", "kulisch", 8, "cublas"),
-                            ("int8", "kulisch", 8, "triton"), ("int8", "crt", 1, "cublas")):
+                            ("int8", "kulisch", 8, "triton"), ("int8", "kulisch", 8, "fused"), ("int8", "crt", 1, "cublas")):
         key = _key(b, v, "triton", grp, gemm)
-        if gemm == "triton" and FAILED_OPTIONAL:
+        if gemm in FAILED_GEMMS:
             continue
         if run.left() < 30:
             run.res["skipped"].append(f"phases {n}^3 {key}: budget")

@@ -50,11 +50,17 @@ def _same(a, b) -> bool:
 
 @pytest.mark.parametrize("backend,variant,epilogue,group,gemm", [
     ("cpu", "crt", "torch", 1, "cublas"), ("int8", "kulisch", "triton", 8, "cublas"),
-    ("int8", "crt", "triton", 1, "triton"), ("int8", "garner", "triton", 4, "triton")])
+    ("int8", "crt", "triton", 1, "triton"), ("int8", "garner", "triton", 4, "fused"),
+    ("int8", "kulisch", "triton", 8, "fused")])
 def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilogue, group, gemm):
     """G = 4 twiddle groups of R = 24 rows in chunks of 93 rows (1500 outputs / K = 16): chunks start and
     end inside groups; written through a transposed ``out`` view."""
     x = _wide((4, 24, 16), 1)
+    x[1, 2] = 0  # zero row, tiny row with subnormals, spike near overflow, integers
+    x[1, 3] *= 1e-300
+    x[1, 3, :4] = 5e-324
+    x[2, 4, :3] *= 1e300
+    x[3, 5] = np.arange(-8, 8) * 2.0**40 + 1j
     idx = _fused_idx(256)[:4]  # four distinct fused twiddle matrices G_k1, [4, 16, 16]
     plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, int8_group=group, int8_gemm=gemm,
                            chunk_outputs=1500)
@@ -76,12 +82,12 @@ def _counting(monkeypatch, module, name, counts):
     monkeypatch.setattr(module, name, wrapped)
 
 
-@pytest.mark.parametrize("gemm", ["cublas", "triton"])
+@pytest.mark.parametrize("gemm", ["cublas", "triton", "fused"])
 def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch, gemm):
     """(2, 256), INT8 g = 8: axis 0 is one stage, axis 1 two (stage 2 has 16 groups k1). One residue and one
     epilogue launch per stage (was 1 + 16 for stage 2); GEMMs: 6 ``_int_mm`` per group (3 components x 2
-    moduli groups) on cuBLAS, one Triton launch per stage otherwise; one finiteness check per transform;
-    bits equal the exact CPU path."""
+    moduli groups) on cuBLAS, one Triton launch per stage otherwise (fused: no residue launch either); one
+    finiteness check per transform; bits equal the exact CPU path."""
     import gpufield.fp64.fft.gemm_triton as gt
     import gpufield.fp64.kernels.fft_epilogue as fe
     import gpufield.fp64.kernels.residue as rk
@@ -93,6 +99,7 @@ def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch
     _counting(monkeypatch, rk, "scale_residues_triton", counts)
     _counting(monkeypatch, fe, "epilogue_triton", counts)
     _counting(monkeypatch, gt, "stage_gemm_triton", counts)
+    _counting(monkeypatch, gt, "fused_stage_gemm_triton", counts)
     _counting(monkeypatch, sixstep, "check_finite_flags", counts)
     orig_mm = Int8Backend._int_mm
 
@@ -104,14 +111,17 @@ def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch
     plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=8, int8_gemm=gemm)
     y = fftn_fp64_emulated(torch.from_numpy(x), plan).numpy()
     assert _same(y, want)
-    gemms = {"_int_mm": 6 * (1 + 1 + 16)} if gemm == "cublas" else {"stage_gemm_triton": 3}
-    assert counts == {"scale_residues_triton": 3, "epilogue_triton": 3, "check_finite_flags": 1, **gemms}
+    gemms = {"cublas": {"_int_mm": 6 * (1 + 1 + 16), "scale_residues_triton": 3},
+             "triton": {"stage_gemm_triton": 3, "scale_residues_triton": 3},
+             "fused": {"fused_stage_gemm_triton": 3}}[gemm]
+    assert counts == {"epilogue_triton": 3, "check_finite_flags": 1, **gemms}
 
 
-@pytest.mark.parametrize("variant,chunk,gemm", [("crt", 1500, "triton")])
+@pytest.mark.parametrize("variant,chunk,gemm", [("crt", 1500, "triton"), ("kulisch", 1024, "fused")])
 def test_grouped_path_multi_chunk_equals_cpu_and_beats_numpy(variant, chunk, gemm):
-    """(8, 2, 128): the last axis has a stage 2 of 16 groups x 16 rows in 1500-output chunks that cut groups
-    (the cuBLAS GEMM path on such chunks: test_chunks_cutting_through_groups_match_the_oracle)."""
+    """(8, 2, 128): the last axis has a stage 2 of 16 groups x 16 rows in 1500-output chunks that cut groups,
+    or 1024-output chunks of 8 whole groups (the cuBLAS GEMM path on such chunks:
+    test_chunks_cutting_through_groups_match_the_oracle)."""
     x = _wide((8, 2, 128), 3)
     want = fftn_fp64_emulated(x)
     plan = EmulatedFftPlan(backend="int8", variant=variant, epilogue="triton", int8_group=8, int8_gemm=gemm,
@@ -138,6 +148,9 @@ def test_non_finite_and_overflow_detected_at_the_end():
     x[3, 7, 63] = np.nan
     with pytest.raises(NumericsError):
         fftn_fp64_emulated(x)
+    fused = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="fused")
+    with pytest.raises(NumericsError):  # NaN seen by the fused kernel's row maxima
+        fftn_fp64_emulated(torch.from_numpy(np.ascontiguousarray(x[:, 6:8])), fused)
     with pytest.raises(NumericsError):  # finite input whose first stage overflows to Inf
         fftn_fp64_emulated(np.full((8, 8, 8), 1e308 + 0j))
     with pytest.raises(NumericsError):  # direct stage call checks its input itself

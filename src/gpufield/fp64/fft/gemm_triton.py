@@ -117,3 +117,167 @@ def stage_gemm_triton(A_CQMX: torch.Tensor, Bd_CGQKN: torch.Tensor, T_CQMY: torc
         BM=bm, BN=_pow2_at_least(gN), BK=_pow2_at_least(gK), NGM=ngm, num_warps=8 if cuda else 4,
     )
     return T_CQMY
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fused variant: row shifts + scaling + residues computed in registers from the complex128 rows, then the
+# same block-diagonal dots; the residue planes and the row-shift reductions never reach memory.
+
+
+@triton.jit
+def _p2(e):
+    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _fmax(a, b):  # own combine function (interpretable, see kernels/residue.py)
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _sym_res(v, p, invp, c29):
+    """Symmetric residue of int64 v (|v| < 2^62) mod p (float64 [1, G, 1] tables): v = hi 2^29 + lo,
+    w = hi (2^29 mod p) + lo is exact in float64 (|w| < 2^42), q = floor(w / p) is off by at most one."""
+    hi = v >> 29
+    lo = v - (hi << 29)
+    w = hi.to(tl.float64) * c29 + lo.to(tl.float64)
+    r = w - tl.floor(w * invp) * p
+    r = tl.where(r < 0, r + p, r)
+    r = tl.where(r >= p, r - p, r)
+    return tl.where(r >= tl.floor((p + 1) * 0.5), r - p, r)
+
+
+@triton.jit
+def _fused_stage_gemm_kernel(X_ptr, B_ptr, T_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
+                             Rc, R, c0, G, N, GK, S_xm, S_xn, S_bc, S_bg, S_bq, S_tc, S_tq, S_tm, BITS,
+                             NQ: tl.constexpr, GRP: tl.constexpr, NP: tl.constexpr, BM: tl.constexpr,
+                             BK: tl.constexpr, NGM: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Rc
+    j = tl.arange(0, NP)
+    xm = rmask[:, None] & (j < N)[None, :]
+    xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
+    xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
+    xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
+    ar = tl.abs(xr)
+    ai = tl.abs(xi)
+    ar = tl.where(ar == ar, ar, float("inf"))  # NaN -> Inf before any max: the finiteness flag sees it
+    ai = tl.where(ai == ai, ai, float("inf"))
+    amax = tl.reduce(tl.maximum(ar, ai), 1, _fmax)
+    # frexp exponent of amax (subnormals through an exact 2^64 scaling); zero rows: e = -2^20
+    sub = amax < 2.2250738585072014e-308
+    am = tl.where(sub, amax * 18446744073709551616.0, amax)
+    e = ((am.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022 - tl.where(sub, 64, 0)
+    e = tl.where(amax > 0, e, -(1 << 20))
+    s = BITS - e
+    tl.store(s_ptr + rows, s, mask=rmask)
+    tl.store(amax_ptr + rows, amax, mask=rmask)
+    s1 = tl.minimum(tl.maximum(s, -1000), 1000)
+    s2 = tl.minimum(tl.maximum(s - s1, -1000), 1000)
+    f1 = _p2(s1)[:, None]
+    f2 = _p2(s2)[:, None]
+    vr = ((xr * f1) * f2).to(tl.int64)[:, None, :]  # exact x 2^s (|.| < 2^60), truncated: [BM, 1, NP]
+    vi = ((xi * f1) * f2).to(tl.int64)[:, None, :]
+    jn = (j < N)[None, None, :]
+    li = tl.arange(0, GRP)
+    k = tl.arange(0, BK)
+    # rows of the block-diagonal operand in the padded layout li*NP + j -> Bd column li*N + j
+    kk = tl.arange(0, GRP * NP)
+    kl = kk // NP
+    kj = kk - kl * NP
+    bmask = (kj < N)[:, None] & (k < GK)[None, :]
+    boff = (kl * N + kj)[:, None] + k[None, :] * (GRP * N)
+    g_lo = (c0 + pid * BM) // R
+    grow = (c0 + rows) // R
+    for q in tl.static_range(NQ):
+        p = tl.load(p_ptr + q * GRP + li)[None, :, None]
+        invp = tl.load(invp_ptr + q * GRP + li)[None, :, None]
+        c29 = tl.load(c29_ptr + q * GRP + li)[None, :, None]
+        pi = p.to(tl.int32)
+        rr = _sym_res(vr, p, invp, c29).to(tl.int32)  # [BM, GRP, NP]
+        ri = _sym_res(vi, p, invp, c29).to(tl.int32)
+        rs = rr + ri
+        rs = tl.where(rs >= (pi + 1) // 2, rs - pi, rs)
+        rs = tl.where(rs < -(pi // 2), rs + pi, rs)
+        for comp in tl.static_range(3):
+            if comp == 0:
+                rc = rr
+            elif comp == 1:
+                rc = ri
+            else:
+                rc = rs
+            at = tl.reshape(tl.where(jn, rc, 0).to(tl.int8), (BM, GRP * NP))
+            bq = B_ptr + comp * S_bc + q * S_bq
+            if NGM == 1:
+                acc = tl.dot(at, tl.load(bq + g_lo * S_bg + boff, mask=bmask, other=0), out_dtype=tl.int32)
+            else:
+                acc = tl.zeros((BM, BK), dtype=tl.int32)
+                for jg in tl.static_range(NGM):
+                    gi = g_lo + jg
+                    b = tl.load(bq + gi * S_bg + boff, mask=bmask & (gi < G), other=0)
+                    am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
+                    acc += tl.dot(am_, b, out_dtype=tl.int32)
+            tl.store(T_ptr + comp * S_tc + q * S_tq + rows.to(tl.int64)[:, None] * S_tm + k[None, :], acc,
+                     mask=rmask[:, None] & (k < GK)[None, :])
+
+
+def fused_stage_gemm_triton(x_MN: torch.Tensor, bits: int, moduli: tuple[int, ...], group: int,
+                            Bd_CGQKN: torch.Tensor, T_CQMY: torch.Tensor, c0: int, R: int,
+                            block_m: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row shifts, scaling, residues and the stage GEMM of a chunk in one launch (bit-identical to
+    ``row_shifts`` + ``scale_residues_triton(..., group=g)`` + :func:`stage_gemm_triton`).
+
+    Per row: s = bits - e (e the frexp exponent of the largest |re|, |im|), X' = trunc(x 2^s) exactly (two
+    exact power-of-two factors), symmetric residues of X'_re, X'_im and (r_re + r_im) wrapped for the g
+    moduli of each group, computed in float64 from X' = hi 2^29 + lo (exact), then the block-diagonal dots.
+
+    Args:
+        x_MN: complex128 [Rc, N] chunk rows (row stride any, element stride any).
+        bits: b_x (<= 60).
+        moduli: the r INT8 moduli.
+        group: g.
+        Bd_CGQKN, T_CQMY, c0, R, block_m: as :func:`stage_gemm_triton` (T [3, Q, Rc, g K]).
+
+    Returns:
+        ``(s, amax)``: int64 [Rc] row shifts and float64 [Rc] row maxima (Inf where the row has Inf/NaN).
+
+    Raises:
+        ValueError: shapes or dtypes do not match.
+    """
+    Rc, N = x_MN.shape
+    C, G, Q, gK, gN = Bd_CGQKN.shape
+    if x_MN.dtype != torch.complex128 or gN != group * N or tuple(T_CQMY.shape) != (3, Q, Rc, gK) \
+            or T_CQMY.dtype != torch.int32 or T_CQMY.stride(3) != 1 or not Bd_CGQKN.is_contiguous():
+        raise ValueError("fused stage GEMM shapes/dtypes do not match")
+    dev = x_MN.device
+    s = torch.empty(Rc, dtype=torch.int64, device=dev)
+    amax = torch.empty(Rc, dtype=torch.float64, device=dev)
+    if Rc == 0:
+        return s, amax
+    tabs = _fused_tables(moduli, Q * group, str(dev))
+    cuda = dev.type == "cuda"
+    NP = max(_pow2_at_least(N, 1), -(-32 // group))
+    cap = block_m or ((32 if max(group * NP, gK) > 128 else 64) if cuda else 4096)  # int32 residues in regs
+    bm, ngm = _block(R, c0, cap, 32 if cuda else 16)
+    xv = torch.view_as_real(x_MN)
+    _fused_stage_gemm_kernel[(triton.cdiv(Rc, bm),)](
+        xv, Bd_CGQKN, T_CQMY, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, gK,
+        xv.stride(0), xv.stride(1), Bd_CGQKN.stride(0), Bd_CGQKN.stride(1), Bd_CGQKN.stride(2),
+        T_CQMY.stride(0), T_CQMY.stride(1), T_CQMY.stride(2), bits,
+        NQ=Q, GRP=group, NP=NP, BM=bm, BK=_pow2_at_least(gK), NGM=ngm, num_warps=8 if cuda else 4,
+    )
+    return s, amax
+
+
+_TABLES: dict = {}
+
+
+def _fused_tables(moduli: tuple[int, ...], n: int, device: str) -> tuple[torch.Tensor, ...]:
+    """float64 p, fl(1/p), 2^29 mod p for the moduli padded to n (padding p = 1: residues 0)."""
+    key = (moduli, n, device)
+    if key not in _TABLES:
+        ps = list(moduli) + [1] * (n - len(moduli))
+        _TABLES[key] = tuple(torch.tensor(v, dtype=torch.float64, device=device) for v in
+                             (ps, [1.0 / p for p in ps], [float((1 << 29) % p) for p in ps]))
+    return _TABLES[key]

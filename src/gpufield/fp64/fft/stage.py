@@ -49,7 +49,7 @@ MAX_STAGE = 32
 """Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
 
 EPILOGUES = ("torch", "triton")
-INT8_GEMMS = ("cublas", "triton")
+INT8_GEMMS = ("cublas", "triton", "fused")
 
 
 def _needed_log2_m(input_bits: int, twiddle_bits: int) -> float:
@@ -82,7 +82,9 @@ class EmulatedFftPlan:
             products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
         int8_gemm: INT8 with the Triton epilogue: ``"cublas"`` (``torch._int_mm``, 3 ceil(r/g) calls per
             twiddle group and chunk) or ``"triton"`` (:func:`gpufield.fp64.fft.gemm_triton.stage_gemm_triton`:
-            every group, component and moduli group of a chunk in one launch; same bits).
+            every group, component and moduli group of a chunk in one launch; same bits) or ``"fused"``
+            (:func:`gpufield.fp64.fft.gemm_triton.fused_stage_gemm_triton`: row shifts, scaling and residues
+            computed in that launch too, no residue planes; same bits).
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
@@ -120,8 +122,8 @@ class EmulatedFftPlan:
             raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
         if self.int8_gemm not in INT8_GEMMS:
             raise InputError(f"int8_gemm must be one of {INT8_GEMMS}, got {self.int8_gemm!r}")
-        if self.int8_gemm == "triton" and (self.backend != "int8" or self.epilogue != "triton"):
-            raise InputError("int8_gemm='triton' needs backend='int8' and epilogue='triton'")
+        if self.int8_gemm != "cublas" and (self.backend != "int8" or self.epilogue != "triton"):
+            raise InputError(f"int8_gemm={self.int8_gemm!r} needs backend='int8' and epilogue='triton'")
         if self.chunk_outputs is not None and self.chunk_outputs < 1024:
             raise InputError(f"chunk_outputs must be None or >= 1024, got {self.chunk_outputs}")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
@@ -301,10 +303,23 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         c1 = min(Mrows, c0 + rows)
         Rc = c1 - c0
         xc = x_MN[c0:c1]
-        s, amax = _shifts_amax(xc, plan.input_bits)
+        if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
+            T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
+        else:
+            T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
+        if plan.int8_gemm == "fused":  # shifts, residues and GEMMs in one launch
+            from gpufield.fp64.fft.gemm_triton import fused_stage_gemm_triton
+
+            s, amax = fused_stage_gemm_triton(xc, plan.input_bits, table.moduli, gsz, bd,
+                                              T if gsz > 1 else T.transpose(0, 1), c0, R)
+            xres = None
+        else:
+            s, amax = _shifts_amax(xc, plan.input_bits)
         if flags is not None:
             flags.append(amax.amax())
-        if plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
+        if plan.int8_gemm == "fused":
+            pass
+        elif plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
             if gsz > 1:  # written straight in the grouped layout [3, Q, Rc, g*N] (no regrouping copy)
                 xres = scale_residues_triton(xc, s, table, bk.residue_dtype, group=gsz)
             else:
@@ -312,10 +327,6 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         else:
             xres = _residues3(*_quantize(xc, s), tab.tensors(str(dev))["p"], bk.residue_dtype)  # 3 x [L, Rc, N]
         shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
-        if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
-            T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
-        else:
-            T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
         if plan.int8_gemm == "triton":  # one launch for every group, component and moduli group
             from gpufield.fp64.fft.gemm_triton import stage_gemm_triton
 
