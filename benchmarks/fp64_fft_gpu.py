@@ -15,14 +15,16 @@ run keeps its partial results; a summary is printed at the end):
 1. self-check: on (8, 16, 64) and (4, 1024) inputs ((2, 4, 64) with --small) with a wide exponent spread,
    every GPU backend (int8, fp8) x reconstruction variant (garner, crt, kulisch) with the fused Triton
    epilogue, int8/crt with the torch epilogue, and int8 g = 8 (crt and kulisch, also with small chunks
-   that span stage-2 groups) must equal the exact CPU reference (``backend="cpu"`` on CPU tensors) bit
-   for bit; the CPU reference itself must be within numpy's error of a long-double DFT. Any mismatch
-   exits with status 1 before anything is timed.
+   that span stage-2 groups; cuBLAS, Triton (/tgemm) and fused (/fused) stage GEMMs) must equal the exact
+   CPU reference (``backend="cpu"`` on CPU tensors) bit for bit; the CPU reference itself must be within
+   numpy's error of a long-double DFT. Any mismatch exits with status 1 before anything is timed, except
+   on the optional Triton stage GEMMs: those are then left out of the timing and the run exits with 1.
 2. copy bandwidth (8 GiB on GPU) and the Triton epilogue alone on 2^24 complex outputs per variant
    (c_epi = t_epi * P_INT32 / real outputs, PTX count, launch-shape sweep).
 3. 256^3: cuFFT Z2Z (torch.fft.fftn, complex128) and every configuration (g = 8 first), time (CUDA
-   events, after warm-up) and errors; then the per-phase profile of int8 crt/kulisch g8 and crt g1.
-4. 512^3: the two g = 8 configurations; then 1024^3 for the faster of them (predicted as 8x its 512^3
+   events, after warm-up) and errors; then the per-phase profile of int8 crt/kulisch g8 (cuBLAS), kulisch
+   g8 /tgemm and /fused, and crt g1.
+4. 512^3: the g = 8 configurations; then 1024^3 for the fastest of them (predicted as 8x its 512^3
    time; skipped with the reason in the JSON if the budget or memory do not allow); then the other
    512^3 configurations while the budget lasts.
 5. next to every measurement: the floor model's H200 prediction (spec bandwidth, c_epi 203-281) and the
