@@ -171,3 +171,29 @@ def test_memory_model_numbers():
     assert transform_peak_bytes((1024,) * 3, plan, 2**27) == 48 * 2**30 + 264 * 2**27
     assert transform_peak_bytes((32, 16, 8), plan, 2**27) == 3 * 16 * 4096 + 264 * 4096
     assert transform_peak_bytes((32,), plan, 2**27) == 2 * 16 * 32 + 264 * 32
+
+
+def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
+    """Memory model (fft/memory.py, peak 3 A + W): at every stage call of a 3-D transform at most three
+    full-size complex128 storages are alive, the caller's input included (the previous axis pass's output
+    is dropped once its transposed copy exists)."""
+    import gc
+
+    shape = (4, 4, 64)
+    full = 16 * 4 * 4 * 64
+    seen = []
+    orig = sixstep.dft_stage
+
+    def counting(x, idx, plan, **kw):
+        gc.collect()
+        ptrs = {t.untyped_storage().data_ptr() for t in gc.get_objects()
+                if isinstance(t, torch.Tensor) and t.dtype == torch.complex128 and t.untyped_storage().nbytes() >= full}
+        seen.append(len(ptrs))
+        return orig(x, idx, plan, **kw)
+
+    monkeypatch.setattr(sixstep, "dft_stage", counting)
+    x = torch.from_numpy(_wide(shape, 6))
+    y = fftn_fp64_emulated(x, EmulatedFftPlan())
+    ref = dft_longdouble(x.numpy())
+    assert rel_l2(y.numpy(), ref) <= rel_l2(np.fft.fftn(x.numpy()), ref)
+    assert len(seen) == 4 and max(seen) <= 3, seen

@@ -133,11 +133,10 @@ def _fftn(box: list, plan: EmulatedFftPlan) -> torch.Tensor:
     chunk = chunk_outputs_for(plan, x.shape, x.device)
     flags: list = []
     for axis in range(x.ndim):
-        moved = x.movedim(axis, -1)
-        shape = moved.shape
+        pass_in = [x.movedim(axis, -1)]  # the list holds the only reference: dropped inside _axis_pass
+        shape = pass_in[0].shape
         del x
-        x = _axis_pass([moved], plan, flags, chunk).view(shape).movedim(-1, axis)
-        del moved
+        x = _axis_pass(pass_in, plan, flags, chunk).view(shape).movedim(-1, axis)
     check_finite_flags(flags)
     return x.contiguous()
 
