@@ -326,7 +326,10 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
                 xres = scale_residues_triton(xc, s, table, bk.residue_dtype).view(3, r, Rc, N)
         else:
             xres = _residues3(*_quantize(xc, s), tab.tensors(str(dev))["p"], bk.residue_dtype)  # 3 x [L, Rc, N]
-        shift = (s + plan.twiddle_bits)[:, None].expand(Rc, K).reshape(-1)
+        shift = s + plan.twiddle_bits  # per row; the Triton epilogue reads it per row (shift_row_len = K)
+        epi_kw = {"shift_row_len": K} if plan.epilogue == "triton" else {}
+        if plan.epilogue != "triton":
+            shift = shift[:, None].expand(Rc, K).reshape(-1)
         if plan.int8_gemm == "triton":  # one launch for every group, component and moduli group
             from gpufield.fp64.fft.gemm_triton import stage_gemm_triton
 
@@ -342,9 +345,9 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
                     T[:, comp, s0:s1] = bk.modular_matmul(xres[comp][:, s0:s1], wres[comp][:, gi], table)
         del xres
         if gsz > 1:
-            res = run_epi(T, shift, tab, plan.variant, grouped=(gsz, Rc, K))
+            res = run_epi(T, shift, tab, plan.variant, grouped=(gsz, Rc, K), **epi_kw)
         else:
-            res = run_epi(T.view(r, 3, -1), shift, tab, plan.variant)
+            res = run_epi(T.view(r, 3, -1), shift, tab, plan.variant, **epi_kw)
         del T
         if y is None:  # one chunk, no destination: the epilogue's output is the stage output
             return res.view(G, R, K)
