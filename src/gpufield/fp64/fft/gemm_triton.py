@@ -258,8 +258,9 @@ def fused_stage_gemm_triton(x_MN: torch.Tensor, bits: int, moduli: tuple[int, ..
     tabs = _fused_tables(moduli, Q * group, str(dev))
     cuda = dev.type == "cuda"
     NP = max(_pow2_at_least(N, 1), -(-32 // group))
-    cap = block_m or ((32 if max(group * NP, gK) > 128 else 64) if cuda else 4096)  # int32 residues in regs
-    bm, ngm = _block(R, c0, cap, 32 if cuda else 16)
+    # [BM, g, NP] int32 residues and float64 temporaries live in registers: small row blocks on the GPU
+    cap = block_m or ((16 if max(group * NP, gK) > 128 else 32) if cuda else 4096)
+    bm, ngm = _block(R, c0, cap, min(cap, 32) if cuda else 16)
     xv = torch.view_as_real(x_MN)
     _fused_stage_gemm_kernel[(triton.cdiv(Rc, bm),)](
         xv, Bd_CGQKN, T_CQMY, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, gK,
