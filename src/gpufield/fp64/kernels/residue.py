@@ -2,86 +2,152 @@
 
 One read of the float64 operand, L narrow writes; no float64 or int64 intermediate ever reaches memory.
 Per element: y = x * 2**s1 * 2**s2 (two exact power-of-two multiplications, s = s1 + s2 the row shift),
-y -> int64 by truncation when |y| < 2**62, otherwise y = +-mant * 2**e and r = (mant mod p)(2**e mod p) mod p
-from a [L, 2048] table of 2**e mod p. Bit-identical to
-``residues_from_scaled(scale_trunc(X, shift), moduli)``.
+then, with every modulus a compile-time constant (:mod:`.residue_consts`, which also proves the bounds):
 
-Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli.
+* |y| < 2**62: yi = trunc(y) as int64, cut once into NCH chunks of CW bits (3 x 21 for INT8, 4 x 16
+  for FP8's larger moduli) read off its two 32-bit words; per modulus T = a_0 + sum_j a_j c_j in int32
+  (NCH - 1 IMADs with c_j = sym(2^(CW j) mod p)), then the symmetric residue r = T - p floor((T + h) / p)
+  by unsigned Barrett (IADD, umulhi, shift, IMAD). No ``%``, no division, no int64 arithmetic in the
+  moduli loop; p = 2^k (256, 1024) is the sign-extended low k bits.
+* re+im (complex input, the 3M operand): the same reduction of r_re + r_im.
+* |y| >= 2**62 (only in tiles that hold one): y = +-mant * 2**e, r = sym(+-sym(mant) (2**e mod p)) with
+  the same int32 reduction and a [L, 2048] table of 2**e mod p.
+
+Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` and to the previous int64-lane
+kernel (:mod:`.residue_int64`, selected everywhere by ``GPUFIELD_RESIDUE_IMPL=int64`` for A/B timing).
+Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
+grouped g = 8, K = 16) 256 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
+the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 7.9x fewer; DGEMM
+shape (real, K >= 32) 124 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
+elements at 16.7 T instr/s): issue 1.54 ms, 1.8 ms with the int64 kernel's measured/static ratio (12.2 ms
+static vs 14.4 ms measured, run 5), against an HBM floor of ~1.5 ms (16 B read + 48 B written per element):
+~1.8-2.5 ms in all. Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py (interpreter on CPU).
+
+Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C components (1 real, 3 complex).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
 import triton.language as tl
 
+from gpufield.errors import InputError
+from gpufield.fp64.kernels.residue_consts import kernel_constants
+from gpufield.fp64.kernels.residue_int64 import _imax, _pow2, _tables, scale_residues_triton_int64
 from gpufield.fp64.ozaki.moduli import ModuliTable
 
-POW2_TABLE_LEN = 2048
+DEFAULT_BLOCK = (128, 16, 4)
+"""(BLOCK_R, BLOCK_K cap, warps) on CUDA; BLOCK_K = min(cap, next power of two >= K). Not yet timed on a GPU;
+chosen from the static sm_90 count: 16 elements per thread (one 16-byte store per plane and row), 256
+SASS per complex element at K = 16 vs 450 at (64, 16, 4), where Triton moves every stored plane through
+shared memory (8 elements per thread: the store and load layouts differ)."""
 
 
 @triton.jit
-def _pow2(e):
-    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+def _sym(T, P: tl.constexpr, PK: tl.constexpr, M: tl.constexpr, S: tl.constexpr, KC: tl.constexpr):
+    """Symmetric residue of int32 T (in the proven domain) mod the constant P: T - P floor((T + h) / P)."""
+    if PK > 0:  # P = 2^PK: the low PK bits, sign-extended
+        return (T << (32 - PK)) >> (32 - PK)
+    else:
+        # floor((T + h) / P) = floor(U / P) - j, U = T + KC >= 0, KC = h + j P; the - j inside the shift
+        q = (tl.umulhi((T + KC).to(tl.uint32), M).to(tl.int32) - (KC // P) * (1 << S)) >> S
+        return T - q * P
 
 
 @triton.jit
-def _imax(a, b):
-    # own combine function: tl.max is a @jit of triton.language.standard, which is not interpretable when
-    # triton was imported before TRITON_INTERPRET was set (CPU runs); builtins and our own @jit are.
-    return tl.maximum(a, b)
+def _chunks(v, CW: tl.constexpr, NCH: tl.constexpr):
+    """int64 v -> NCH int32 chunks of CW bits (two's complement; the top one signed)."""
+    out = ()
+    for j in tl.static_range(NCH - 1):
+        out = out + (((v >> (CW * j)) & ((1 << CW) - 1)).to(tl.int32),)
+    return out + ((v >> (CW * (NCH - 1))).to(tl.int32),)
 
 
 @triton.jit
-def _split(x, s1, s2):
-    y = x * _pow2(s1)[:, None]
-    y = y * _pow2(s2)[:, None]
-    small = tl.abs(y) < 4611686018427387904.0  # 2**62
-    yi = tl.where(small, y, 0.0).to(tl.int64)  # fptosi truncates toward zero
-    bits = y.to(tl.int64, bitcast=True)
-    e = ((bits >> 52) & 0x7FF) - 1075
-    e = tl.where(small, 0, e)
-    e = tl.minimum(tl.maximum(e, 0), 2047)
-    mant = (bits & 0xFFFFFFFFFFFFF) | 0x10000000000000
-    return yi, y, e, mant, bits < 0, small
+def _res(a, i: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr,
+         KC: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr):
+    """Symmetric residue mod PM[i] of the integer held in chunks a (int32 [BLOCK_R, BLOCK_K])."""
+    t = a[0]
+    if PK[i] == 0:
+        for j in tl.static_range(1, NCH):
+            t = t + a[j] * CC[i * (NCH - 1) + j - 1]
+    return _sym(t, PM[i], PK[i], BM[i], BS[i], KC[i])
 
 
 @triton.jit
-def _mod_fast(v, vf, p, invp):
-    """v mod p in [0, p) for an int64 v with |v| < 2**62 given also as an exact float64 vf.
-
-    q = floor(vf / p) in float64 is off by at most ~8 for |v| < 2**62, so v - q p is a small int64 that an
-    int32 remainder finishes: no 64-bit integer division on the GPU.
-    """
-    q = tl.floor(vf * invp).to(tl.int64)
-    r = (v - q * p).to(tl.int32) % p.to(tl.int32)
-    return tl.where(r < 0, r + p.to(tl.int32), r)
+def _res_big(r, a, mc, e, neg, small, i: tl.constexpr, tab_ptr, PM: tl.constexpr, PK: tl.constexpr,
+             BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr):
+    """r where |y| < 2^62, else sym(+-sym(mant) * (2^e mod p)) (all int32)."""
+    rm = _res(mc, i, PM, PK, BM, BS, KC, CC, NCH)
+    v = rm * tl.load(tab_ptr + i * 2048 + e)
+    rb = _sym(tl.where(neg, -v, v), PM[i], PK[i], BM[i], BS[i], KC[i])
+    return tl.where(small, r, rb)
 
 
 @triton.jit
-def _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_row_ptr):
-    r = _mod_fast(yi, tl.where(small, y, 0.0), p, invp)
-    if any_big > 0:  # mantissa/exponent path only in tiles that hold |y| >= 2**62
-        mm = _mod_fast(mant, mant.to(tl.float64), p, invp)
-        rb = (mm * tl.load(tab_row_ptr + e).to(tl.int32)) % p.to(tl.int32)
-        rb = tl.where(neg & (rb != 0), p.to(tl.int32) - rb, rb)
-        r = tl.where(small, r, rb)
-    return r  # int32 in [0, p)
+def _e4m3(v):
+    """E4M3 bit pattern of an int32 |v| <= 16 (exact): the float32 exponent and top 3 mantissa bits; larger
+    |v| (only in the unused third plane of square moduli) clamp to 16 like the previous kernel's table."""
+    av = tl.minimum(tl.abs(v), 16)
+    b = av.to(tl.float32).to(tl.int32, bitcast=True)
+    code = tl.where(av == 0, 0, (b >> 20) - 960)
+    return (code | tl.where(v < 0, 128, 0)).to(tl.uint8)
 
 
 @triton.jit
-def _sym(r, p):
-    p32 = p.to(tl.int32)
-    return tl.where(r >= (p32 + 1) // 2, r - p32, r)
+def _put(ptr, r, mask, SQ: tl.constexpr, so_dig, OUT_INT8: tl.constexpr, DIGITS: tl.constexpr):
+    """Store residues r, or (DIGITS) their FP8 digit planes as in ``residues.fp8_digit_planes``:
+    SQ > 0 (p = SQ^2): hi = round_half_even(r / SQ), lo = r - SQ hi; SQ == 0 (Karatsuba, base 16):
+    hi = sign(r) ceil(|r| / 16), lo = r - 16 hi; planes [hi, lo, hi + lo]."""
+    if DIGITS:
+        if SQ > 0:  # |r / SQ| < 17: the float32 quotient is never on the wrong side of a half-integer
+            hf = r.to(tl.float32) * (1.0 / SQ) + 12582912.0  # 1.5 * 2^23: round half to even
+            hi = hf.to(tl.int32, bitcast=True) - 0x4B400000
+            lo = r - SQ * hi
+        else:
+            hi = (r + tl.where(r > 0, 15, 0)) >> 4
+            lo = r - 16 * hi
+        d = tl.cast(so_dig, tl.int64)
+        tl.store(ptr, _e4m3(hi), mask=mask)
+        tl.store(ptr + d, _e4m3(lo), mask=mask)
+        tl.store(ptr + 2 * d, _e4m3(hi + lo), mask=mask)
+    elif OUT_INT8:
+        tl.store(ptr, r.to(tl.int8), mask=mask)
+    else:
+        tl.store(ptr, r.to(tl.int16), mask=mask)
 
 
 @triton.jit
-def _scale_residue_kernel(
-    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, mod_ptr, invp_ptr, tab_ptr, out_ptr, R, K,
-    so_comp, so_grp, so_row, so_dig, sq_ptr, lut_ptr,
-    L, COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr,
-    DIGITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+def _emit(i: tl.constexpr, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM: tl.constexpr,
+          PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr, SQ: tl.constexpr,
+          COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr):
+    """Write modulus i's residues: element (comp, i, r, k) at comp*so_comp + (i // GROUP)*so_grp +
+    (i % GROUP)*K + off (off = r*so_row + k)."""
+    base = out_ptr + ((i // GROUP) * tl.cast(so_grp, tl.int64) + (i % GROUP) * tl.cast(K, tl.int64)) + off
+    _put(base, r, mask, SQ[i], so_dig, OUT_INT8, DIGITS)
+    if COMPLEX:  # components: re, im, re+im wrapped (the 3M operands)
+        c1 = tl.cast(so_comp, tl.int64)
+        _put(base + c1, r2, mask, SQ[i], so_dig, OUT_INT8, DIGITS)
+        r3 = _sym(r + r2, PM[i], PK[i], BM[i], BS[i], KC[i])
+        _put(base + 2 * c1, r3, mask, SQ[i], so_dig, OUT_INT8, DIGITS)
+
+
+@triton.jit
+def _scale_residue_i32_kernel(
+    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, R, K, so_comp, so_grp, so_row, so_dig,
+    L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr,
+    CC: tl.constexpr, NCH: tl.constexpr, CW: tl.constexpr, SQ: tl.constexpr, COMPLEX: tl.constexpr,
+    OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr, BIG: tl.constexpr = True,
 ):
+    """Fully unrolled over the L constant moduli (one compile per moduli set and layout; the previous
+    kernel: one runtime loop with ``%`` and int64 multiplies per modulus). Per complex element and
+    non-power-of-two modulus: 2 x (2 IMAD chain + IADD + IMAD.HI + SHF + IMAD) for re and im, 5 for
+    re+im, then 3 byte stores packed 16 to a 128-bit STG. BIG=False drops the |y| >= 2^62 branch (for
+    static counts only)."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
     rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
@@ -92,99 +158,61 @@ def _scale_residue_kernel(
     s = tl.load(shift_ptr + rows, mask=rmask, other=0).to(tl.int64)
     s = tl.minimum(tl.maximum(s, -1022), 2046)
     s1 = tl.minimum(tl.maximum(s, -1022), 1023)
-    s2 = s - s1
-    yi, y, e, mant, neg, small = _split(tl.load(x_ptr + in_off, mask=mask, other=0.0), s1, s2)
+    f1 = _pow2(s1)[:, None]
+    f2 = _pow2(s - s1)[:, None]
+    y = tl.load(x_ptr + in_off, mask=mask, other=0.0) * f1 * f2
+    small = tl.abs(y) < 4611686018427387904.0  # 2**62
+    a = _chunks(tl.where(small, y, 0.0).to(tl.int64), CW, NCH)  # fptosi truncates toward zero
+    y2 = y
+    small2 = small
+    a2 = a
     if COMPLEX:
-        yi2, y2, e2, mant2, neg2, small2 = _split(tl.load(x2_ptr + in_off, mask=mask, other=0.0), s1, s2)
-    any_big = tl.reduce(tl.reduce(tl.where(small, 0, 1), 1, _imax), 0, _imax)
-    if COMPLEX:
-        any_big = tl.maximum(any_big, tl.reduce(tl.reduce(tl.where(small2, 0, 1), 1, _imax), 0, _imax))
-    # output element (comp, l, r, k) at comp*so_comp + (l // GROUP)*so_grp + r*so_row + (l % GROUP)*K + k
-    out_off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
-    c1 = tl.cast(so_comp, tl.int64)
-    sg = tl.cast(so_grp, tl.int64)
-    mi = 0  # runtime while-loop: one compiled kernel for every number of moduli (and interpretable)
-    while mi < L:
-        p = tl.load(mod_ptr + mi)
-        invp = tl.load(invp_ptr + mi)
-        base = out_ptr + (mi // GROUP) * sg + (mi % GROUP) * K + out_off
-        r = _residue(yi, y, e, mant, neg, small, any_big, p, invp, tab_ptr + mi * 2048)
-        if COMPLEX:  # components: re, im, re+im wrapped (the 3M operands)
-            r2 = _residue(yi2, y2, e2, mant2, neg2, small2, any_big, p, invp, tab_ptr + mi * 2048)
-            r3 = r + r2
-            r3 = tl.where(r3 >= p.to(tl.int32), r3 - p.to(tl.int32), r3)
-            if DIGITS:
-                sq = tl.load(sq_ptr + mi)
-                _store_digits(base + c1, _sym(r2, p), sq, so_dig, mask, lut_ptr)
-                _store_digits(base + 2 * c1, _sym(r3, p), sq, so_dig, mask, lut_ptr)
-            elif OUT_INT8:
-                tl.store(base + c1, _sym(r2, p).to(tl.int8), mask=mask)
-                tl.store(base + 2 * c1, _sym(r3, p).to(tl.int8), mask=mask)
-            else:
-                tl.store(base + c1, _sym(r2, p).to(tl.int16), mask=mask)
-                tl.store(base + 2 * c1, _sym(r3, p).to(tl.int16), mask=mask)
-        if DIGITS:
-            _store_digits(base, _sym(r, p), tl.load(sq_ptr + mi), so_dig, mask, lut_ptr)
-        elif OUT_INT8:
-            tl.store(base, _sym(r, p).to(tl.int8), mask=mask)
-        else:
-            tl.store(base, _sym(r, p).to(tl.int16), mask=mask)
-        mi += 1
+        y2 = tl.load(x2_ptr + in_off, mask=mask, other=0.0) * f1 * f2
+        small2 = tl.abs(y2) < 4611686018427387904.0
+        a2 = _chunks(tl.where(small2, y2, 0.0).to(tl.int64), CW, NCH)
+    off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
+    any_big = 0
+    if BIG:
+        any_big = tl.reduce(tl.reduce(tl.where(small & small2, 0, 1), 1, _imax), 0, _imax)
+    if any_big > 0:  # mantissa/exponent path only in tiles that hold |y| >= 2**62
+        bits = y.to(tl.int64, bitcast=True)
+        e = tl.where(small, 0, (((bits >> 52) & 0x7FF) - 1075).to(tl.int32))
+        mc = _chunks((bits & 0xFFFFFFFFFFFFF) | 0x10000000000000, CW, NCH)
+        bits2 = y2.to(tl.int64, bitcast=True)
+        e2 = tl.where(small2, 0, (((bits2 >> 52) & 0x7FF) - 1075).to(tl.int32))
+        mc2 = _chunks((bits2 & 0xFFFFFFFFFFFFF) | 0x10000000000000, CW, NCH)
+        for i in tl.static_range(L):
+            r = _res(a, i, PM, PK, BM, BS, KC, CC, NCH)
+            r = _res_big(r, a, mc, e, bits < 0, small, i, tab_ptr, PM, PK, BM, BS, KC, CC, NCH)
+            r2 = r
+            if COMPLEX:
+                r2 = _res(a2, i, PM, PK, BM, BS, KC, CC, NCH)
+                r2 = _res_big(r2, a2, mc2, e2, bits2 < 0, small2, i, tab_ptr, PM, PK, BM, BS, KC, CC, NCH)
+            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, KC, SQ, COMPLEX,
+                  OUT_INT8, GROUP, DIGITS)
+    else:
+        for i in tl.static_range(L):
+            r = _res(a, i, PM, PK, BM, BS, KC, CC, NCH)
+            r2 = r
+            if COMPLEX:
+                r2 = _res(a2, i, PM, PK, BM, BS, KC, CC, NCH)
+            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, KC, SQ, COMPLEX,
+                  OUT_INT8, GROUP, DIGITS)
 
 
-@triton.jit
-def _store_digits(ptr, a, sq, so_dig, mask, lut_ptr):
-    """FP8 digit planes of symmetric residues a (fp64.md 2.4), as in ``residues.fp8_digit_planes``.
-
-    sq > 0 (p = sq**2): hi = round_half_even(a / sq), lo = a - sq*hi; planes [hi, lo] (third unused).
-    sq == 0 (Karatsuba, base 16): hi = sign(a) ceil(|a| / 16), lo = a - 16 hi; planes [hi, lo, hi + lo].
-    Stored directly as E4M3 bit patterns (table of |d| <= 16 plus the sign bit): no conversion pass.
-    """
-    d = tl.cast(so_dig, tl.int64)
-    a64 = a.to(tl.int64)
-    sqd = tl.maximum(sq, 1).to(tl.float64)
-    hs = _rint_small(a64.to(tl.float64) / sqd)
-    aa = tl.abs(a64)
-    hk = tl.where(a64 < 0, -((aa + 15) >> 4), (aa + 15) >> 4)
-    hi = tl.where(sq > 0, hs, hk)
-    lo = a64 - tl.where(sq > 0, sq, 16) * hi
-    tl.store(ptr, _e4m3(hi, lut_ptr), mask=mask)
-    tl.store(ptr + d, _e4m3(lo, lut_ptr), mask=mask)
-    tl.store(ptr + 2 * d, _e4m3(hi + lo, lut_ptr), mask=mask)
+_I32_CACHE: dict = {}
 
 
-@triton.jit
-def _e4m3(v, lut_ptr):
-    code = tl.load(lut_ptr + tl.minimum(tl.abs(v), 16))
-    return (code | tl.where(v < 0, 128, 0)).to(tl.uint8)
-
-
-@triton.jit
-def _rint_small(x):
-    """Round half to even (as torch.round) for |x| < 2**51, via the 2**52 trick."""
-    big = 4503599627370496.0
-    ax = tl.abs(x)
-    r = (ax + big) - big
-    return tl.where(x < 0, -r, r).to(tl.int64)
-
-
-_TABLE_CACHE: dict = {}
-
-
-def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _pow2_table_i32(table: ModuliTable, device) -> torch.Tensor:
     key = (table.kind, table.num_moduli, str(device))
-    if key not in _TABLE_CACHE:
-        mods = torch.tensor(table.moduli, dtype=torch.int64, device=device)
-        invp = torch.tensor([1.0 / p for p in table.moduli], dtype=torch.float64, device=device)
-        tab = torch.tensor([[pow(2, e, p) for e in range(POW2_TABLE_LEN)] for p in table.moduli],
-                           dtype=torch.int64, device=device)
-        _TABLE_CACHE[key] = (mods, invp, tab)
-    return _TABLE_CACHE[key]
+    if key not in _I32_CACHE:
+        _I32_CACHE[key] = _tables(table, device)[2].to(torch.int32).contiguous()
+    return _I32_CACHE[key]
 
 
 def scale_residues_triton(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
-    digits: bool = False,
+    digits: bool = False, impl: str | None = None, block: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
 
@@ -201,54 +229,51 @@ def scale_residues_triton(
         digits: FP8 table only: emit the FP8 digit planes (|d| <= 16) instead of residues, layout
             [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
             ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
+        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, :mod:`.residue_int64`, for A/B
+            timing). None: int32 unless the environment sets ``GPUFIELD_RESIDUE_IMPL=int64``.
+        block: (BLOCK_R, BLOCK_K cap, warps), a tuning knob (same bits); None: :data:`DEFAULT_BLOCK` on CUDA.
 
     Returns:
         group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
         group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] float8_e4m3fn.
+
+    Raises:
+        InputError: unknown impl; ValueError: digits without the fp8 table or with group > 1.
     """
+    impl = impl or os.environ.get("GPUFIELD_RESIDUE_IMPL", "int32")
+    if impl not in ("int32", "int64"):
+        raise InputError(f"residue impl must be 'int32' or 'int64', got {impl!r}")
+    if impl == "int64":
+        return scale_residues_triton_int64(X_RK, shift_R, table, dtype, group=group, digits=digits)
     R, K = X_RK.shape
     L = table.num_moduli
     cplx = X_RK.is_complex()
     C = 3 if cplx else 1
-    mods, invp, tab = _tables(table, X_RK.device)
-    sq = _sqrt_table(table, X_RK.device)
+    dev = X_RK.device
     if digits:
         if table.kind != "fp8" or group != 1:
             raise ValueError("digits=True needs the fp8 table and group=1")
-        out = torch.empty((C, L, 3, R, K), dtype=torch.uint8, device=X_RK.device)  # every plane is written
+        out = torch.empty((C, L, 3, R, K), dtype=torch.uint8, device=dev)  # every plane is written
         so_comp, so_grp, so_row, so_dig = L * 3 * R * K, 3 * R * K, K, R * K
     elif group == 1:
-        out = torch.empty((C * L, R, K), dtype=dtype, device=X_RK.device)
+        out = torch.empty((C * L, R, K), dtype=dtype, device=dev)
         so_comp, so_grp, so_row, so_dig = L * R * K, R * K, K, 0
     else:
         G = -(-L // group)
-        out = torch.empty((C, G, R, group * K), dtype=dtype, device=X_RK.device)
+        out = torch.empty((C, G, R, group * K), dtype=dtype, device=dev)
         so_comp, so_grp, so_row, so_dig = G * R * group * K, R * group * K, group * K, 0
     if R == 0 or K == 0:
         return out.view(torch.float8_e4m3fn) if digits else out
     x1, x2 = (X_RK.real, X_RK.imag) if cplx else (X_RK, X_RK)
-    BR, BK = 32, 32
-    grid = (triton.cdiv(R, BR), triton.cdiv(K, BK))
-    _scale_residue_kernel[grid](
-        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), mods, invp, tab, out, R, K,
-        so_comp, so_grp, so_row, so_dig, sq, _e4m3_lut(X_RK.device),
-        L=L, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, DIGITS=digits, BLOCK_R=BR, BLOCK_K=BK,
-    )
+    cuda = dev.type == "cuda"
+    br, bk, warps = block or (DEFAULT_BLOCK if cuda else (64, 64, 4))
+    bk = min(bk, triton.next_power_of_2(K))
+    sq = tuple(table.square_root(mi) or 0 for mi in range(L)) if digits else (0,) * L
+    grid = (triton.cdiv(R, br), triton.cdiv(K, bk))
+    _scale_residue_i32_kernel[grid](
+        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), _pow2_table_i32(table, dev),
+        out, R, K, so_comp, so_grp, so_row, so_dig, L=L, SQ=sq, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8),
+        GROUP=group, DIGITS=digits, BLOCK_R=br, BLOCK_K=bk, num_warps=warps,
+        **kernel_constants(table.moduli))
     return out.view(torch.float8_e4m3fn) if digits else out
 
-
-def _e4m3_lut(device) -> torch.Tensor:
-    """E4M3 bit patterns of the integers 0..16, taken from torch's own float8_e4m3fn conversion."""
-    key = ("e4m3", str(device))
-    if key not in _TABLE_CACHE:
-        codes = torch.arange(17).to(torch.float16).to(torch.float8_e4m3fn).view(torch.uint8)
-        _TABLE_CACHE[key] = codes.to(torch.int32).to(device)
-    return _TABLE_CACHE[key]
-
-
-def _sqrt_table(table: ModuliTable, device) -> torch.Tensor:
-    key = ("sqrt", table.kind, table.num_moduli, str(device))
-    if key not in _TABLE_CACHE:
-        _TABLE_CACHE[key] = torch.tensor([table.square_root(mi) or 0 for mi in range(table.num_moduli)],
-                                         dtype=torch.int64, device=device)
-    return _TABLE_CACHE[key]

@@ -1,0 +1,146 @@
+"""32-bit residue kernel (gpufield.fp64.kernels.residue): constants, bounds and bit-identity on edge inputs.
+
+Oracles: Python integers (``sym_mod`` of the exact scaled integer, the Barrett formula evaluated on the
+proven domain's extremes) and the torch reference ``residues_from_scaled(scale_trunc(...))``. Runs in
+the Triton interpreter on CPU (``TRITON_INTERPRET=1`` is set by ``gpufield.fp64.kernels``).
+
+Shape legend: R rows, K inner, L moduli, C components, G groups.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from gpufield.errors import InputError  # noqa: E402
+from gpufield.fp64.kernels.residue import scale_residues_triton  # noqa: E402
+from gpufield.fp64.kernels.residue_consts import YI_BITS, kernel_constants  # noqa: E402
+from gpufield.fp64.ozaki.moduli import moduli_table, sym_mod  # noqa: E402
+from gpufield.fp64.ozaki.residues import residues_from_scaled, scale_trunc  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _barrett_py(T: int, p: int, m: int, S: int, KC: int) -> int:
+    """The kernel's int32 reduction in Python ints (uint32 umulhi, arithmetic shift, int32 wrap-around)."""
+    U = (T + KC) & 0xFFFFFFFF
+    hi = (U * m) >> 32
+    hi = (hi - (KC // p) * (1 << S) + 2**31) % 2**32 - 2**31
+    return T - (hi >> S) * p
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_constants_exact_on_domain_extremes(kind):
+    t = moduli_table(kind, 20)
+    kc = kernel_constants(t.moduli)
+    nch, cw = kc["NCH"], kc["CW"]
+    rng = random.Random(3)
+    for i, p in enumerate(t.moduli):
+        if kc["PK"][i]:
+            assert 1 << kc["PK"][i] == p
+            continue
+        cs = kc["CC"][i * (nch - 1):(i + 1) * (nch - 1)]
+        assert all(c % p == pow(2, cw * (j + 1), p) and abs(c) <= p // 2 for j, c in enumerate(cs))
+        top = YI_BITS - cw * (nch - 1)
+        # chain extremes: every chunk at its bound with the sign of its constant
+        lo = sum(min(0, c) * ((1 << cw) - 1) for c in cs[:-1]) + min(cs[-1] * -(1 << top), cs[-1] * ((1 << top) - 1))
+        hi = (1 << cw) - 1 + sum(max(0, c) * ((1 << cw) - 1) for c in cs[:-1]) + max(cs[-1] * -(1 << top),
+                                                                                      cs[-1] * ((1 << top) - 1))
+        assert -(2**31) <= lo and hi < 2**31
+        Ts = [lo, hi, 0, -1, 1, -(p // 2), p - 1 - p // 2, -(p - 1) * (p // 2), (p - 1) * (p // 2)]
+        Ts += [rng.randrange(lo, hi + 1) for _ in range(300)]
+        for T in Ts:
+            assert _barrett_py(T, p, kc["BM"][i], kc["BS"][i], kc["KC"][i]) == sym_mod(T, p), (p, T)
+
+
+def _edge_operand(R: int, K: int, seed: int):
+    """float64 [R, K] and shifts [R]: random wide-range rows plus rows at the 2^58 / 2^62 bounds, sign and
+    subnormal edges (after scaling)."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(R, K, dtype=torch.float64, generator=g) * torch.exp(6 * torch.randn(R, K, dtype=torch.float64,
+                                                                                      generator=g))
+    s = torch.randint(-40, 90, (R,), generator=g)
+    edges = [2.0**58, -(2.0**58), 2.0**58 - 1, -(2.0**58) + 1, 2.0**62 - 2.0**9, -(2.0**62) + 2.0**9, 2.0**62,
+             -(2.0**62), 2.0**63 + 2.0**11, -(2.0**70), 2.0**53 + 2, -(2.0**53) - 2, 0.0, -0.0, 1.0, -1.0, 0.5, -0.99,
+             2.0**31, -(2.0**31), 2.0**42 - 1, -(2.0**42), 2.0**21, -(2.0**21) - 1]
+    X[0, :] = torch.tensor((edges * K)[:K], dtype=torch.float64)
+    X[1, :] = X[0, :].flip(0)
+    s[0] = s[1] = 0
+    X[2] = 5e-324 * torch.arange(1, K + 1)  # subnormals, scaled up into the integer range
+    s[2] = 1130
+    X[3] = 1.7e308 * torch.linspace(-1, 1, K, dtype=torch.float64)
+    s[3] = -960
+    X[4] = 0.0
+    X[5] = -torch.rand(K, dtype=torch.float64, generator=g) * 2.0**57  # negative, just below 2^58 after s = 1
+    s[5] = 1
+    small = [v for v in edges if abs(v) < 2.0**62]  # a tile of its own (block rows 4-7): the fast path only
+    X[6, :] = torch.tensor((small * K)[:K], dtype=torch.float64)
+    X[7, :] = -X[6, :].roll(3)
+    s[6] = s[7] = 0
+    return X, s
+
+
+def _want(X, s, t, dtype):
+    if not X.is_complex():
+        return residues_from_scaled(scale_trunc(X, s), t.moduli, dtype)
+    re = residues_from_scaled(scale_trunc(X.real.contiguous(), s), t.moduli, torch.int64)
+    im = residues_from_scaled(scale_trunc(X.imag.contiguous(), s), t.moduli, torch.int64)
+    p = torch.tensor(t.moduli)[:, None, None]
+    r3 = torch.remainder(re + im, p)
+    r3 = torch.where(r3 >= (p + 1) // 2, r3 - p, r3)
+    return torch.cat([re, im, r3]).to(dtype)
+
+
+@pytest.mark.parametrize("kind,n,dtype", [("int8", 16, torch.int8), ("int8", 20, torch.int8),
+                                          ("fp8", 20, torch.int16)])
+def test_edge_inputs_bit_identical(kind, n, dtype):
+    X, s = _edge_operand(12, 24, n)
+    t = moduli_table(kind, n)
+    got = scale_residues_triton(X.to(DEV), s.to(DEV), t, dtype, block=(4, 8, 4)).cpu()  # big and fast tiles
+    assert torch.equal(got, _want(X, s, t, dtype))
+    Y = scale_trunc(X, s)  # independent oracle: Python integers
+    for i, k in [(0, 6), (0, 7), (0, 8), (1, 0), (0, 9), (5, 3), (2, 23), (6, 1), (7, 5)]:
+        assert [int(got[mi, i, k]) for mi in range(n)] == [sym_mod(int(Y[i, k].item()), p) for p in t.moduli]
+    Xc = torch.complex(X, X.flip(1))
+    want = _want(Xc, s, t, dtype)
+    assert torch.equal(scale_residues_triton(Xc.to(DEV), s.to(DEV), t, dtype).cpu(), want)
+
+
+@pytest.mark.parametrize("g,n,K", [(8, 16, 16), (5, 13, 20)])
+def test_grouped_layout_complex_bit_identical(g, n, K):
+    """The FFT's shape: complex rows of K = 16, grouped [3, G, R, g*K] layout (slots past L unwritten)."""
+    X, s = _edge_operand(40, K, 100 + g)
+    Xc = torch.complex(X, -X.flip(1))
+    t = moduli_table("int8", n)
+    got = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int8, group=g, block=(8, 16, 4)).cpu()
+    want = _want(Xc, s, t, torch.int8).view(3, n, 40, K)
+    G = -(-n // g)
+    assert got.shape == (3, G, 40, g * K)
+    for mi in range(n):
+        q, w = divmod(mi, g)
+        assert torch.equal(got[:, q, :, w * K:(w + 1) * K], want[:, mi])
+
+
+def test_fp8_digits_and_env_switch(monkeypatch):
+    """Digit planes equal the previous kernel's (also its unused third plane of square moduli), and
+    GPUFIELD_RESIDUE_IMPL=int64 selects the previous kernel with the same bits."""
+    X, s = _edge_operand(10, 20, 7)
+    Xc = torch.complex(X, X.flip(1))
+    t = moduli_table("fp8", 14)
+    new = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True).cpu()
+    old = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True, impl="int64").cpu()
+    assert new.dtype == torch.float8_e4m3fn and torch.equal(new.view(torch.uint8), old.view(torch.uint8))
+    t8 = moduli_table("int8", 16)
+    monkeypatch.setenv("GPUFIELD_RESIDUE_IMPL", "int64")
+    env = scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu()
+    monkeypatch.delenv("GPUFIELD_RESIDUE_IMPL")
+    assert torch.equal(env, scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu())
+    with pytest.raises(InputError):
+        scale_residues_triton(X, s, t8, torch.int8, impl="int16")
