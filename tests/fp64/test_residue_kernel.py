@@ -28,12 +28,11 @@ from gpufield.fp64.ozaki.residues import residues_from_scaled, scale_trunc  # no
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _barrett_py(T: int, p: int, m: int, S: int, KC: int) -> int:
-    """The kernel's int32 reduction in Python ints (uint32 umulhi, arithmetic shift, int32 wrap-around)."""
-    U = (T + KC) & 0xFFFFFFFF
-    hi = (U * m) >> 32
-    hi = (hi - (KC // p) * (1 << S) + 2**31) % 2**32 - 2**31
-    return T - (hi >> S) * p
+def _barrett_py(T: int, p: int, m: int, S: int, J: int, exact: bool) -> int:
+    """The kernel's int32 reduction in Python ints (uint32 wrap-around of U, umulhi, shift)."""
+    U = (T + p // 2 + J * p) & 0xFFFFFFFF
+    q = ((U * m) >> 32) >> S
+    return T - (q - J if exact else q) * p
 
 
 @pytest.mark.parametrize("kind", ["int8", "fp8"])
@@ -56,8 +55,14 @@ def test_constants_exact_on_domain_extremes(kind):
         assert -(2**31) <= lo and hi < 2**31
         Ts = [lo, hi, 0, -1, 1, -(p // 2), p - 1 - p // 2, -(p - 1) * (p // 2), (p - 1) * (p // 2)]
         Ts += [rng.randrange(lo, hi + 1) for _ in range(300)]
+        J, J3 = kc["BJ"][i], kc["BJ3"][i]
+        assert J % 2**16 == 0 and J3 % 2**16 == 0  # r - J p keeps the low 16 bits of r
         for T in Ts:
-            assert _barrett_py(T, p, kc["BM"][i], kc["BS"][i], kc["KC"][i]) == sym_mod(T, p), (p, T)
+            assert _barrett_py(T, p, kc["BM"][i], kc["BS"][i], J, True) == sym_mod(T, p), (p, T)
+            assert _barrett_py(T, p, kc["BM"][i], kc["BS"][i], J, False) == sym_mod(T, p) - J * p, (p, T)
+        rs = [-(p // 2) - J * p, p - 1 - p // 2 - J * p, -J * p, rng.randrange(-(p // 2), p - p // 2) - J * p]
+        for T3 in [a + b for a in rs for b in rs] + [-2 * (p // 2), 2 * (p - 1 - p // 2)]:  # re+im sums
+            assert _barrett_py(T3, p, kc["BM"][i], kc["BS"][i], J3, True) == sym_mod(T3, p), (p, T3)
 
 
 def _edge_operand(R: int, K: int, seed: int):
@@ -116,13 +121,13 @@ def test_edge_inputs_bit_identical(kind, n, dtype):
 @pytest.mark.parametrize("g,n,K", [(8, 16, 16), (5, 13, 20)])
 def test_grouped_layout_complex_bit_identical(g, n, K):
     """The FFT's shape: complex rows of K = 16, grouped [3, G, R, g*K] layout (slots past L unwritten)."""
-    X, s = _edge_operand(40, K, 100 + g)
+    X, s = _edge_operand(24, K, 100 + g)
     Xc = torch.complex(X, -X.flip(1))
     t = moduli_table("int8", n)
     got = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int8, group=g, block=(8, 16, 4)).cpu()
-    want = _want(Xc, s, t, torch.int8).view(3, n, 40, K)
+    want = _want(Xc, s, t, torch.int8).view(3, n, 24, K)
     G = -(-n // g)
-    assert got.shape == (3, G, 40, g * K)
+    assert got.shape == (3, G, 24, g * K)
     for mi in range(n):
         q, w = divmod(mi, g)
         assert torch.equal(got[:, q, :, w * K:(w + 1) * K], want[:, mi])

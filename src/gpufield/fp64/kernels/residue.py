@@ -4,8 +4,8 @@ One read of the float64 operand, L narrow writes; no float64 or int64 intermedia
 Per element: y = x * 2**s1 * 2**s2 (two exact power-of-two multiplications, s = s1 + s2 the row shift),
 then, with every modulus a compile-time constant (:mod:`.residue_consts`, which also proves the bounds):
 
-* |y| < 2**62: yi = trunc(y) as int64, cut once into NCH chunks of CW bits (3 x 21 for INT8, 4 x 16
-  for FP8's larger moduli) read off its two 32-bit words; per modulus T = a_0 + sum_j a_j c_j in int32
+* |y| < 2**62: yi = trunc(y) as int64, cut once into NCH chunks of CW bits (3 x 21 for both tables;
+  4 x 16 is the fallback for a moduli set that fails the bounds) read off its two 32-bit words; per modulus T = a_0 + sum_j a_j c_j in int32
   (NCH - 1 IMADs with c_j = sym(2^(CW j) mod p)), then the symmetric residue r = T - p floor((T + h) / p)
   by unsigned Barrett (IADD, umulhi, shift, IMAD). No ``%``, no division, no int64 arithmetic in the
   moduli loop; p = 2^k (256, 1024) is the sign-extended low k bits.
@@ -16,12 +16,13 @@ then, with every modulus a compile-time constant (:mod:`.residue_consts`, which 
 Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` and to the previous int64-lane
 kernel (:mod:`.residue_int64`, selected everywhere by ``GPUFIELD_RESIDUE_IMPL=int64`` for A/B timing).
 Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
-grouped g = 8, K = 16) 256 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
-the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 7.9x fewer; DGEMM
+grouped g = 8, K = 16) 341 SASS per complex element at :data:`DEFAULT_BLOCK` (176 registers) against 2029 for
+the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 6x fewer; DGEMM
 shape (real, K >= 32) 124 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
-elements at 16.7 T instr/s): issue 1.54 ms, 1.8 ms with the int64 kernel's measured/static ratio (12.2 ms
+elements at 16.7 T instr/s): issue 2.1 ms, 2.4 ms with the int64 kernel's measured/static ratio (12.2 ms
 static vs 14.4 ms measured, run 5), against an HBM floor of ~1.5 ms (16 B read + 48 B written per element):
-~1.8-2.5 ms in all. Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py (interpreter on CPU).
+~2-2.5 ms in all (was 14.4). Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py
+(interpreter on CPU).
 
 Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C components (1 real, 3 complex).
 """
@@ -41,19 +42,24 @@ from gpufield.fp64.ozaki.moduli import ModuliTable
 
 DEFAULT_BLOCK = (128, 16, 4)
 """(BLOCK_R, BLOCK_K cap, warps) on CUDA; BLOCK_K = min(cap, next power of two >= K). Not yet timed on a GPU;
-chosen from the static sm_90 count: 16 elements per thread (one 16-byte store per plane and row), 256
-SASS per complex element at K = 16 vs 450 at (64, 16, 4), where Triton moves every stored plane through
-shared memory (8 elements per thread: the store and load layouts differ)."""
+chosen from the static sm_90 count: 16 elements per thread (one 16-byte store per plane and row), 341
+SASS per complex element at K = 16 (176 registers) vs 407 at (64, 16, 4) (95 registers), where Triton
+moves every stored plane through shared memory (8 elements per thread: store and load layouts differ).
+The lower occupancy of (128, 16, 4) is untested: sweep ``block`` on the GPU."""
 
 
 @triton.jit
-def _sym(T, P: tl.constexpr, PK: tl.constexpr, M: tl.constexpr, S: tl.constexpr, KC: tl.constexpr):
-    """Symmetric residue of int32 T (in the proven domain) mod the constant P: T - P floor((T + h) / P)."""
+def _sym(T, P: tl.constexpr, PK: tl.constexpr, M: tl.constexpr, S: tl.constexpr, J: tl.constexpr,
+         EXACT: tl.constexpr):
+    """Symmetric residue r of int32 T (in the proven domain) mod the constant P; without EXACT r - J P,
+    which has the low 16 bits of r (J a multiple of 2^16), all an int8 / int16 store keeps."""
     if PK > 0:  # P = 2^PK: the low PK bits, sign-extended
         return (T << (32 - PK)) >> (32 - PK)
     else:
-        # floor((T + h) / P) = floor(U / P) - j, U = T + KC >= 0, KC = h + j P; the - j inside the shift
-        q = (tl.umulhi((T + KC).to(tl.uint32), M).to(tl.int32) - (KC // P) * (1 << S)) >> S
+        U = T.to(tl.uint32, bitcast=True) + (P // 2 + J * P)  # T + h + J P in [0, 2^32): no wrap-around
+        q = (tl.umulhi(U, M) >> S).to(tl.int32)  # floor((T + h) / P) + J
+        if EXACT:
+            q = q - J
         return T - q * P
 
 
@@ -68,22 +74,22 @@ def _chunks(v, CW: tl.constexpr, NCH: tl.constexpr):
 
 @triton.jit
 def _res(a, i: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr,
-         KC: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr):
+         BJ: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr, EXACT: tl.constexpr):
     """Symmetric residue mod PM[i] of the integer held in chunks a (int32 [BLOCK_R, BLOCK_K])."""
     t = a[0]
     if PK[i] == 0:
         for j in tl.static_range(1, NCH):
             t = t + a[j] * CC[i * (NCH - 1) + j - 1]
-    return _sym(t, PM[i], PK[i], BM[i], BS[i], KC[i])
+    return _sym(t, PM[i], PK[i], BM[i], BS[i], BJ[i], EXACT)
 
 
 @triton.jit
 def _res_big(r, a, mc, e, neg, small, i: tl.constexpr, tab_ptr, PM: tl.constexpr, PK: tl.constexpr,
-             BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr):
-    """r where |y| < 2^62, else sym(+-sym(mant) * (2^e mod p)) (all int32)."""
-    rm = _res(mc, i, PM, PK, BM, BS, KC, CC, NCH)
+             BM: tl.constexpr, BS: tl.constexpr, BJ: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr):
+    """r where |y| < 2^62, else sym(+-sym(mant) * (2^e mod p)) (all int32, exact)."""
+    rm = _res(mc, i, PM, PK, BM, BS, BJ, CC, NCH, True)
     v = rm * tl.load(tab_ptr + i * 2048 + e)
-    rb = _sym(tl.where(neg, -v, v), PM[i], PK[i], BM[i], BS[i], KC[i])
+    rb = _sym(tl.where(neg, -v, v), PM[i], PK[i], BM[i], BS[i], BJ[i], True)
     return tl.where(small, r, rb)
 
 
@@ -122,7 +128,7 @@ def _put(ptr, r, mask, SQ: tl.constexpr, so_dig, OUT_INT8: tl.constexpr, DIGITS:
 
 @triton.jit
 def _emit(i: tl.constexpr, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM: tl.constexpr,
-          PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr, SQ: tl.constexpr,
+          PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, BJ3: tl.constexpr, SQ: tl.constexpr,
           COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr):
     """Write modulus i's residues: element (comp, i, r, k) at comp*so_comp + (i // GROUP)*so_grp +
     (i % GROUP)*K + off (off = r*so_row + k)."""
@@ -131,14 +137,15 @@ def _emit(i: tl.constexpr, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask
     if COMPLEX:  # components: re, im, re+im wrapped (the 3M operands)
         c1 = tl.cast(so_comp, tl.int64)
         _put(base + c1, r2, mask, SQ[i], so_dig, OUT_INT8, DIGITS)
-        r3 = _sym(r + r2, PM[i], PK[i], BM[i], BS[i], KC[i])
+        r3 = _sym(r + r2, PM[i], PK[i], BM[i], BS[i], BJ3[i], DIGITS)
         _put(base + 2 * c1, r3, mask, SQ[i], so_dig, OUT_INT8, DIGITS)
 
 
 @triton.jit
 def _scale_residue_i32_kernel(
     x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, R, K, so_comp, so_grp, so_row, so_dig,
-    L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, KC: tl.constexpr,
+    L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, BJ: tl.constexpr,
+    BJ3: tl.constexpr,
     CC: tl.constexpr, NCH: tl.constexpr, CW: tl.constexpr, SQ: tl.constexpr, COMPLEX: tl.constexpr,
     OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_K: tl.constexpr, BIG: tl.constexpr = True,
@@ -146,7 +153,8 @@ def _scale_residue_i32_kernel(
     """Fully unrolled over the L constant moduli (one compile per moduli set and layout; the previous
     kernel: one runtime loop with ``%`` and int64 multiplies per modulus). Per complex element and
     non-power-of-two modulus: 2 x (2 IMAD chain + IADD + IMAD.HI + SHF + IMAD) for re and im, 5 for
-    re+im, then 3 byte stores packed 16 to a 128-bit STG. BIG=False drops the |y| >= 2^62 branch (for
+    re+im (int8 / int16 stores take r - J p, see ``_sym``), then 3 byte stores, 16 packed (PRMT) to a
+    128-bit STG. BIG=False drops the |y| >= 2^62 branch (for
     static counts only)."""
     pid_r = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -182,21 +190,21 @@ def _scale_residue_i32_kernel(
         e2 = tl.where(small2, 0, (((bits2 >> 52) & 0x7FF) - 1075).to(tl.int32))
         mc2 = _chunks((bits2 & 0xFFFFFFFFFFFFF) | 0x10000000000000, CW, NCH)
         for i in tl.static_range(L):
-            r = _res(a, i, PM, PK, BM, BS, KC, CC, NCH)
-            r = _res_big(r, a, mc, e, bits < 0, small, i, tab_ptr, PM, PK, BM, BS, KC, CC, NCH)
+            r = _res(a, i, PM, PK, BM, BS, BJ, CC, NCH, True)
+            r = _res_big(r, a, mc, e, bits < 0, small, i, tab_ptr, PM, PK, BM, BS, BJ, CC, NCH)
             r2 = r
             if COMPLEX:
-                r2 = _res(a2, i, PM, PK, BM, BS, KC, CC, NCH)
-                r2 = _res_big(r2, a2, mc2, e2, bits2 < 0, small2, i, tab_ptr, PM, PK, BM, BS, KC, CC, NCH)
-            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, KC, SQ, COMPLEX,
+                r2 = _res(a2, i, PM, PK, BM, BS, BJ, CC, NCH, True)
+                r2 = _res_big(r2, a2, mc2, e2, bits2 < 0, small2, i, tab_ptr, PM, PK, BM, BS, BJ, CC, NCH)
+            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, BJ3, SQ, COMPLEX,
                   OUT_INT8, GROUP, DIGITS)
     else:
         for i in tl.static_range(L):
-            r = _res(a, i, PM, PK, BM, BS, KC, CC, NCH)
+            r = _res(a, i, PM, PK, BM, BS, BJ, CC, NCH, DIGITS)  # r - J p unless digits need the exact r
             r2 = r
             if COMPLEX:
-                r2 = _res(a2, i, PM, PK, BM, BS, KC, CC, NCH)
-            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, KC, SQ, COMPLEX,
+                r2 = _res(a2, i, PM, PK, BM, BS, BJ, CC, NCH, DIGITS)
+            _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, BJ3, SQ, COMPLEX,
                   OUT_INT8, GROUP, DIGITS)
 
 

@@ -8,17 +8,17 @@ lanes only:
 2. per modulus, T = a_0 + sum_j a_j c_j with the centred constants c_j = sym(2^(CW j) mod p) (NCH - 1
    IMADs), so T = yi (mod p) and T fits int32 (checked here);
 3. the symmetric residue r = T - p floor((T + h) / p), h = floor(p / 2), by unsigned Barrett on
-   U = T + KC, KC = h + j p (j p >= -(T_min + h) makes U >= 0): floor(U / p) - j = floor((T + h) / p) and
-   floor(U / p) = umulhi(U, m) >> S with m = ceil(2^(32+S) / p) < 2^32: one IADD, IMAD.HI, shift and IMAD,
-   with j 2^S subtracted inside the IMAD.HI (a 64-bit addend: j is chosen so that j 2^S is the same
-   for every modulus where possible, else ptxas re-materialises the addend with two MOVs per use),
-   exact when U_max (m p - 2^(32+S)) < 2^(32+S) and U_max < 2^32 for U_max = T_max + h + j p (checked
-   here); r = T - p (floor(U / p) - j) folds j into the last IMAD. (A 64-bit addend in ``mad.wide.s32``
-   would save the IADD, but ptxas splits it into IMAD.WIDE + IADD3 + IADD3.X.) Powers of two p = 2^k
-   skip it: r = the low k bits, sign-extended.
+   U = T + h + j p (j p >= -(T_min + h) makes U >= 0): floor(U / p) = floor((T + h) / p) + j and
+   floor(U / p) = umulhi(U, m) >> S with m = ceil(2^(32+S) / p) < 2^32, exact when
+   U_max (m p - 2^(32+S)) < 2^(32+S) and U_max < 2^32 for U_max = T_max + h + j p (checked here). With
+   j a multiple of 2^16 (:data:`ALIGN`), T - p floor(U / p) = r - j p has the low 16 bits of r, which is
+   all an int8 / int16 store keeps: one IADD, IMAD.HI, shift and IMAD per residue (the exact r, for FP8
+   digits and the big path, costs one IADD more). (Subtracting j inside the IMAD.HI costs two MOVs per
+   use, its 64-bit addend; a 64-bit addend in ``mad.wide.s32`` is split by ptxas into IMAD.WIDE + IADD3 +
+   IADD3.X.) Powers of two p = 2^k skip it: r = the low k bits, sign-extended.
 
-The same reduction serves re+im (T = r_re + r_im) and the big path (T = +-sym(mant) (2^e mod p)), so the
-domain checked is the union of the three. Sources: Barrett (1986), as in :mod:`.fft_epilogue_consts`;
+The same reduction serves re+im (T = r_re + r_im, offset by up to -2 j p: its own j3) and the big path
+(T = +-sym(mant) (2^e mod p), exact), so the domain checked is the union of the three. Sources: Barrett (1986), as in :mod:`.fft_epilogue_consts`;
 GEMMul8's symmetric residues (fp64.md 2.1, 4.1).
 
 Also: :func:`static_count`, the sm_90 SASS count of the old and new kernels (no GPU; see
@@ -30,22 +30,34 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from collections import Counter
 
 from gpufield.errors import InputError
 
 YI_BITS = 62
 """|yi| < 2^62 on the fast path (larger values take the mantissa/exponent path)."""
+ALIGN = 1 << 16
+"""The offsets j are multiples of 2^16, so T - p floor(U / p) = r - j p has the low 16 bits of r: stores of
+int8 / int16 residues skip the - j (only digits and the big path need the exact r)."""
 CHUNKINGS = ((3, 21), (4, 16))
-"""(NCH, CW) tried in order: 3 x 21 bits fits every INT8 modulus; the FP8 table (p <= 1089) needs 4 x 16."""
+"""(NCH, CW) tried in order: 3 x 21 bits fits both tables (the centred constants keep FP8's p <= 1089 in
+int32); 4 x 16 (one IMAD more per residue) is the fallback."""
 
 
 def _interval_mul(lo: int, hi: int, c: int) -> tuple[int, int]:
     return (min(lo * c, hi * c), max(lo * c, hi * c))
 
 
-def _modulus_constants(p: int, nch: int, cw: int, jshift: int | None = None) -> tuple | None:
-    """(m, S, KC, c_1..c_{NCH-1}) for one modulus, or None if an int32 bound fails. ``jshift``: use
-    j = 2^jshift / 2^S (the same j 2^S for every modulus) instead of the smallest j."""
+def _barrett_j(dom_lo: int, dom_hi: int, p: int, m: int, E: int) -> int | None:
+    """Smallest multiple J of :data:`ALIGN` with U = T + h + J p in [0, 2^32) and exact Barrett on the domain."""
+    h = p // 2
+    j = ALIGN * -(-max(0, -(dom_lo + h)) // (p * ALIGN))
+    umax = dom_hi + h + j * p
+    return j if umax < 1 << 32 and umax * (m * p - (1 << E)) < 1 << E else None
+
+
+def _modulus_constants(p: int, nch: int, cw: int) -> tuple | None:
+    """(m, S, J, J3, c_1..c_{NCH-1}) for one modulus, or None if an int32 bound fails."""
     h = p // 2
     cs = []
     for j in range(1, nch):
@@ -60,24 +72,20 @@ def _modulus_constants(p: int, nch: int, cw: int, jshift: int | None = None) -> 
         if lo < -(1 << 31) or hi >= 1 << 31:
             return None
     g = p - 1 - h
-    dom_lo = min(lo, -2 * h, -(p - 1) * max(h, g))
+    dom_lo = min(lo, -2 * h, -(p - 1) * max(h, g))  # chains, exact r_re + r_im, big-path products
     dom_hi = max(hi, 2 * g, (p - 1) * max(h, g))
     if dom_lo < -(1 << 31) or dom_hi >= 1 << 31:
         return None
     if p & (p - 1) == 0:
-        return (0, 0, 0, *cs)
+        return (0, 0, 0, 0, *cs)
     S = max(s for s in range(0, 32) if -(-(1 << (32 + s)) // p) < 1 << 32)
     E = 32 + S
     m = -(-(1 << E) // p)
-    j = -(-max(0, -(dom_lo + h)) // p)
-    if jshift is not None:
-        if jshift < S or 1 << (jshift - S) < j:
-            return None
-        j = 1 << (jshift - S)
-    umax = dom_hi + h + j * p
-    if umax >= 1 << 32 or umax * (m * p - (1 << E)) >= 1 << E:
+    J = _barrett_j(dom_lo, dom_hi, p, m, E)
+    if J is None or -2 * h - 2 * J * p < -(1 << 31):
         return None
-    return (m, S, h + j * p, *cs)
+    J3 = _barrett_j(-2 * h - 2 * J * p, 2 * g, p, m, E)  # re+im of two residues offset by -J p
+    return None if J3 is None else (m, S, J, J3, *cs)
 
 
 @functools.cache
@@ -89,7 +97,8 @@ def kernel_constants(moduli: tuple[int, ...]) -> dict:
 
     Returns:
         dict: ``PM`` moduli, ``PK`` log2 p for powers of two (else 0), ``BM`` Barrett multipliers m_i,
-        ``BS`` shifts S_i, ``KC`` offsets h_i + j_i p_i, ``CC`` chunk constants (flat [L][NCH-1]), ``NCH``, ``CW``.
+        ``BS`` shifts S_i, ``BJ`` / ``BJ3`` the offsets j_i (residues, re+im), multiples of :data:`ALIGN`,
+        ``CC`` chunk constants (flat [L][NCH-1]), ``NCH``, ``CW``.
 
     Raises:
         InputError: a modulus out of range, or no chunking keeps every int32 value exact.
@@ -97,15 +106,42 @@ def kernel_constants(moduli: tuple[int, ...]) -> dict:
     if not all(2 < p < 2048 for p in moduli):
         raise InputError(f"32-bit residue kernel needs moduli in (2, 2048), got {moduli}")
     for nch, cw in CHUNKINGS:
-        for jshift in list(range(32)) + [None]:  # one shared j 2^S keeps the IMAD.HI addend in a register
-            per = [_modulus_constants(p, nch, cw, jshift) for p in moduli]
-            if all(c is not None for c in per):
-                break
+        per = [_modulus_constants(p, nch, cw) for p in moduli]
         if all(c is not None for c in per):
             pk = tuple(p.bit_length() - 1 if p & (p - 1) == 0 else 0 for p in moduli)
             return dict(PM=tuple(moduli), PK=pk, BM=tuple(c[0] for c in per), BS=tuple(c[1] for c in per),
-                        KC=tuple(c[2] for c in per), CC=tuple(x for c in per for x in c[3:]), NCH=nch, CW=cw)
+                        BJ=tuple(c[2] for c in per), BJ3=tuple(c[3] for c in per),
+                        CC=tuple(x for c in per for x in c[4:]), NCH=nch, CW=cw)
     raise InputError(f"no chunking keeps the 32-bit residue kernel exact for moduli {moduli}")
+
+
+def _sass(cubin: bytes) -> str:
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, "-sass", "-res-usage", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def _histogram(sass: str) -> Counter:
+    """Opcode histogram (as ``sass_count.sass_histogram``, whose 4-hex-digit address pattern stops at
+    instruction 4096: these kernels are longer)."""
+    ops = Counter()
+    for ln in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
+        if m and not m.group(2).startswith(("NOP", "BRA")):
+            ops[m.group(2)] += 1
+    reg = re.search(r"REG:(\d+)", sass)
+    if reg:
+        ops["REG"] = int(reg.group(1))
+    return ops
 
 
 def _loop_free_count(sass: str, L: int) -> int:
@@ -114,7 +150,7 @@ def _loop_free_count(sass: str, L: int) -> int:
     conditional forward branches, which are the ``any_big`` mantissa/exponent paths: one per component)."""
     lines = []
     for ln in sass.splitlines():
-        m = re.match(r"\s*/\*([0-9a-f]{4})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", ln)
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", ln)
         if m and not m.group(3).startswith("NOP"):
             lines.append((int(m.group(1), 16), m.group(2), m.group(3), m.group(4)))
     addr = [a for a, *_ in lines]
@@ -149,7 +185,6 @@ def static_count(kind: str = "int8", L: int = 16, impl: str = "int32", complex_:
     from triton.compiler import ASTSource
 
     from gpufield.fp64.kernels import residue, residue_int64
-    from gpufield.fp64.kernels.sass_count import sass_histogram
     from gpufield.fp64.ozaki.moduli import moduli_table
 
     t = moduli_table(kind, L)
@@ -170,21 +205,10 @@ def static_count(kind: str = "int8", L: int = 16, impl: str = "int32", complex_:
     src = ASTSource(fn=fn, signature=sig, constexprs={k: v for k, v in const.items() if k in fn.arg_names},
                     attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
-    ops = sass_histogram(k.asm["cubin"])
+    sass = _sass(k.asm["cubin"])
+    ops = _histogram(sass)
     regs = ops.pop("REG", None)
-    if impl == "int32":
-        n = sum(ops.values())
-    else:
-        import os
-        import subprocess
-        import tempfile
-
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(k.asm["cubin"])
-            f.flush()
-            sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
-        n = _loop_free_count(sass, L)
+    n = sum(ops.values()) if impl == "int32" else _loop_free_count(sass, L)
     per_thread_elems = block[0] * min(block[1], K) / (32 * num_warps)
     return {"sass_per_thread": n, "per_element": n / per_thread_elems, "regs": regs, "ops": dict(ops.most_common())}
 
