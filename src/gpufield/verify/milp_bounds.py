@@ -63,7 +63,7 @@ def chain(g64: Graph) -> tuple[list[str], list[np.ndarray], list[np.ndarray]] | 
         if mid or len(relu.inputs) != 1:
             return None
         n_in = torch.Size(g64.shape(prev)).numel()
-        X = torch.cat([torch.zeros(1, n_in, dtype=torch.float64), torch.eye(n_in, dtype=torch.float64)]).to(g64.device)
+        X = torch.cat([torch.zeros(1, n_in, dtype=torch.float64), torch.eye(n_in, dtype=torch.float64)]).to(g64.device).to(g64.device)
         vals = {prev: X.reshape(n_in + 1, *g64.shape(prev))}
         with torch.no_grad():
             for n in seg:
@@ -172,11 +172,12 @@ def _solve(t, j, sense, L, U, binary, version, deadline_wall, neuron_s, abs_slac
     A, rlo, rhi, vlo, vhi, integ, prev = _NET["model"]
     c = np.zeros(A.shape[1])
     c[prev] = sense * _NET["W"][t][j]
+    mip = binary and bool(integ.any())  # no unstable ReLU before layer t: HiGHS solves an LP
     with warnings.catch_warnings():  # scipy warns about HiGHS options it does not list itself
         warnings.simplefilter("ignore")
-        r = milp(c, integrality=integ if binary else None, bounds=Bounds(vlo, vhi),
+        r = milp(c, integrality=integ if mip else None, bounds=Bounds(vlo, vhi),
                  constraints=[LinearConstraint(A, rlo, rhi)], options={"time_limit": limit, **_HIGHS})
-    v = r.mip_dual_bound if binary else (r.fun if r.status == 0 else None)
+    v = r.mip_dual_bound if mip else (r.fun if r.status == 0 else None)
     if r.status not in (0, 1) or v is None or not np.isfinite(v):
         return t, j, sense, None, f"status {r.status}"
     v = float(v) - abs_slack - rel_slack * abs(float(v))  # sound lower bound of sense·(z_j − b_j)

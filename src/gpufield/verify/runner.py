@@ -182,6 +182,7 @@ class _Case:
         self.margins["bab_domains"] = float(r.domains)
         if r.mip is not None:
             self.margins["mip_s"] = r.mip.seconds
+            self.margins["mip_tightened"] = float(sum(r.mip.tightened.values()))
         self.margins["bab_lb"] = float(r.global_lb)
         return r
 
