@@ -6,7 +6,8 @@ split chosen for it. A round pops up to ``batch / 2`` domains, bounds their ``ba
 (:mod:`.bound`), drops the proven ones (float64 bound > ``margin_tol``, or an empty domain),
 attacks the others at the box vertices that minimise their linear bounds (onnxruntime validates
 any hit: ``sat``), chooses their next split (:mod:`.branch`) and pushes them. The two children
-of a split cover the parent, so an empty queue proves the property. The global lower bound is the
+of a split cover the parent, so an empty queue proves the property. A child's bound is at least
+its parent's (a child lies inside its parent). The global lower bound is the
 smallest float64 bound in the queue (sound).
 
 Shape legend: S spec rows, K clauses, B domains, N neurons, * node shape.
@@ -199,6 +200,9 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                                       deadline_s=deadline_s)
             rec: dict[str, torch.Tensor] = {}
             lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec)
+            # a child lies inside its parent: the parent's sound bound holds too (matters when the
+            # deadline cut the child's optimisation short)
+            lb64 = torch.maximum(lb64, torch.tensor([c.lb for c in children], dtype=lb64.dtype, device=lb64.device))
             open_B = ~(lb64 > margin_tol)
             if case is not None and ort_model is not None:
                 cex = _attack_vertices(graph, spec, case, ort_model, lo64B, hi64B, rec.get(graph64.input_name), open_B)
