@@ -15,7 +15,8 @@ run keeps its partial results; a summary is printed at the end):
 1. self-check: on (8, 16, 64) and (4, 1024) inputs ((2, 4, 64) with --small) with a wide exponent spread,
    every GPU backend (int8, fp8) x reconstruction variant (garner, crt, kulisch) with the fused Triton
    epilogue, int8/crt with the torch epilogue, and int8 g = 8 (crt and kulisch, also with small chunks
-   that span stage-2 groups; cuBLAS, Triton (/tgemm) and fused (/fused) stage GEMMs) must equal the exact
+   that span stage-2 groups; cuBLAS, Triton (/tgemm), fused (/fused) and fully fused (/fusedepi: residues,
+   GEMMs and epilogue in one launch) stage GEMMs) must equal the exact
    CPU reference (``backend="cpu"`` on CPU tensors) bit for bit; the CPU reference itself must be within
    numpy's error of a long-double DFT. Any mismatch exits with status 1 before anything is timed, except
    on the optional Triton stage GEMMs: those are then left out of the timing and the run exits with 1.
@@ -23,7 +24,7 @@ run keeps its partial results; a summary is printed at the end):
    (c_epi = t_epi * P_INT32 / real outputs, PTX count, launch-shape sweep).
 3. 256^3: cuFFT Z2Z (torch.fft.fftn, complex128) and every configuration (g = 8 first), time (CUDA
    events, after warm-up) and errors; then the per-phase profile of int8 crt/kulisch g8 (cuBLAS), kulisch
-   g8 /tgemm and /fused, and crt g1.
+   g8 /tgemm, /fused and /fusedepi, and crt g1.
 4. 512^3: the g = 8 configurations; then 1024^3 for the fastest of them (predicted as 8x its 512^3
    time; skipped with the reason in the JSON if the budget or memory do not allow); then the other
    512^3 configurations while the budget lasts.
@@ -118,7 +119,9 @@ def self_check(run: Run, dev: str, small: bool) -> None:
                     ("int8", "crt", "triton", 1, "cublas", 1500),  # 1500-output chunks: partial stage-2 groups
                     ("int8", "kulisch", "triton", 8, "triton", None), ("int8", "crt", "triton", 8, "triton", 1500),
                     ("int8", "crt", "triton", 1, "triton", None), ("int8", "kulisch", "triton", 8, "fused", None),
-                    ("int8", "crt", "triton", 8, "fused", 1500), ("int8", "crt", "triton", 1, "fused", None)]
+                    ("int8", "crt", "triton", 8, "fused", 1500), ("int8", "crt", "triton", 1, "fused", None),
+                    ("int8", "kulisch", "triton", 8, "fused_epi", None), ("int8", "crt", "triton", 8, "fused_epi", 1500),
+                    ("int8", "crt", "triton", 1, "fused_epi", None)]
         for b, v, epi, grp, gemm, chunk in configs:
             name = _key(b, v, epi, grp, gemm) + (f"/chunk{chunk}" if chunk else "")
             optional = gemm != "cublas"
@@ -225,14 +228,16 @@ def sampled_rel_err(y: torch.Tensor, refs, n: int, n_samples: int, seed: int) ->
     return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
 
 
-CONFIGS = [("int8", "kulisch", "triton", 8, "fused"), ("int8", "crt", "triton", 8, "fused"),
+CONFIGS = [("int8", "kulisch", "triton", 8, "fused_epi"), ("int8", "crt", "triton", 8, "fused_epi"),
+           ("int8", "kulisch", "triton", 8, "fused"), ("int8", "crt", "triton", 8, "fused"),
            ("int8", "kulisch", "triton", 8, "triton"), ("int8", "kulisch", "triton", 8, "cublas"),
            ("int8", "crt", "triton", 8, "triton"), ("int8", "crt", "triton", 8, "cublas"),
            ("int8", "kulisch", "triton", 4, "cublas"), ("int8", "crt", "triton", 4, "cublas")] + \
     [("int8", v, "triton", 1, "cublas") for v in VARIANTS] + [("fp8", v, "triton", 1, "cublas") for v in VARIANTS]
 """Timed configurations (backend, variant, epilogue, int8 group, int8 GEMM), expected fastest first; the
 ``/tgemm`` ones run all twiddle groups of a stage chunk in one Triton GEMM launch, the ``/fused`` ones also
-compute the row shifts and residues in that launch (fft/gemm_triton.py)."""
+compute the row shifts and residues in that launch (fft/gemm_triton.py), the ``/fusedepi`` ones also the
+epilogue, on the dot accumulators in registers (fft/gemm_fused_epi.py: no int32 product planes)."""
 FAILED_OPTIONAL: list[str] = []
 """Optional paths (Triton stage GEMMs) that failed the self-check: excluded from timing, exit status 1."""
 FAILED_GEMMS: set[str] = set()
@@ -240,7 +245,7 @@ FAILED_GEMMS: set[str] = set()
 
 def _key(b: str, v: str, epi: str, grp: int, gemm: str = "cublas") -> str:
     return (f"{b}/{v}" + ("/torch-epilogue" if epi == "torch" else "") + (f"/g{grp}" if grp > 1 else "")
-            + {"cublas": "", "triton": "/tgemm", "fused": "/fused"}[gemm])
+            + {"cublas": "", "triton": "/tgemm", "fused": "/fused", "fused_epi": "/fusedepi"}[gemm])
 
 
 def _plan(b, v, epi, grp, gemm="cublas"):
@@ -436,6 +441,8 @@ def big_bench(run: Run, dev: str, n: int, key: str, guard: dict) -> None:
 
 def _phase_of(name: str) -> str:
     name = name.lower()
+    if "fused_epi" in name:
+        return "fused stage: residues + GEMMs + epilogue (triton)"
     if "fft_epilogue" in name:
         return "epilogue (triton)"
     if "scale_residue" in name:
@@ -468,7 +475,8 @@ def phase_breakdown(run: Run, dev: str, n: int) -> None:
                       torch.randn((n,) * 3, generator=g, device=dev, dtype=torch.float64))
     out = {}
     for b, v, grp, gemm in (("int8", "crt", 8, "cublas"), ("int8", "kulisch", 8, "cublas"),
-                            ("int8", "kulisch", 8, "triton"), ("int8", "kulisch", 8, "fused"), ("int8", "crt", 1, "cublas")):
+                            ("int8", "kulisch", 8, "triton"), ("int8", "kulisch", 8, "fused"), ("int8", "kulisch", 8, "fused_epi"),
+                            ("int8", "crt", 1, "cublas")):
         key = _key(b, v, "triton", grp, gemm)
         if gemm in FAILED_GEMMS:
             continue

@@ -14,6 +14,8 @@ stage computes Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with (fp64.md 4.2):
    with ``int8_group = g``, one block-diagonal INT8 GEMM per g moduli (the layout of
    ``Int8Backend.modular_matmul_grouped``) whose output the Triton epilogue reads in place; with
    ``int8_gemm="triton"`` all of a chunk's GEMMs in one launch (:mod:`gpufield.fp64.fft.gemm_triton`);
+   with ``int8_gemm="fused_epi"`` steps 1-4 of a chunk in one launch, the epilogue on the dot
+   accumulators in registers (:mod:`gpufield.fp64.fft.gemm_fused_epi`: no int32 product planes);
 4. the epilogue (mod reduction, 3M combine, exact CRT, one rounding) on torch ops or the fused
    Triton kernel, Y = Y' * 2^-(s_b + b_w).
 
@@ -31,138 +33,18 @@ Shape legend: G groups, R rows, N stage length (inner), K outputs per row, L mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from gpufield.errors import InputError, NumericsError
-from gpufield.fp64.fft.epilogue import VARIANTS, epilogue_tables, epilogue_torch, sym_mod
-from gpufield.fp64.ozaki.moduli import RAW_MODULI, moduli_table
-
-BACKENDS = ("cpu", "int8", "fp8")
-"""Backend names: the Ozaki-II modular GEMM backends of :mod:`gpufield.fp64.ozaki.backends`
-(``cpu`` = ``CpuExactBackend``, exact int64 products; ``int8`` = ``torch._int_mm``; ``fp8`` =
-``torch._scaled_mm`` on E4M3 digits, 3 GEMMs per modulus, exact on Hopper for k = 32)."""
-
-MAX_STAGE = 32
-"""Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
-
-EPILOGUES = ("torch", "triton")
-INT8_GEMMS = ("cublas", "triton", "fused")
-
-
-def _needed_log2_m(input_bits: int, twiddle_bits: int) -> float:
-    return input_bits + twiddle_bits + np.log2(MAX_STAGE) + 1 + 2
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EmulatedFftPlan:
-    """How the emulated FFT runs.
-
-    Attributes:
-        backend: ``"cpu"`` (exact float64 BLAS residue GEMMs), ``"int8"`` (torch._int_mm) or
-            ``"fp8"`` (torch._scaled_mm on E4M3 digits).
-        variant: CRT reconstruction, ``"garner"``, ``"crt"`` or ``"kulisch"``.
-        moduli: ``"int8"`` or ``"fp8"`` moduli table; None = the backend's own (cpu: int8).
-        num_moduli: number of moduli r; None = the smallest r that keeps the CRT unique.
-        input_bits: b_x, bits of the per-row scaled input integers (default 58: with truncation,
-            58 bits keep wide-exponent-range inputs at ~0.4x numpy's error; 56 gives ~0.7x).
-        twiddle_bits: b_w, bits of the twiddle integers (default 56, fp64.md 4.3).
-        epilogue: ``"torch"`` (reference ops) or ``"triton"`` (the fused Triton kernels: scaling +
-            residues, :func:`gpufield.fp64.kernels.residue.scale_residues_triton`, and the stage
-            epilogue, :mod:`gpufield.fp64.kernels.fft_epilogue`; CUDA, or TRITON_INTERPRET=1 on CPU).
-        chunk_outputs: cap on the complex outputs per GEMM+epilogue chunk; None = no cap (the chunk
-            then comes from the memory budget, :func:`gpufield.fp64.fft.memory.chunk_outputs_for`).
-        memory_budget_bytes: bytes the chunk workspace may use (about 15 r + 24 B per output on INT8,
-            :mod:`gpufield.fp64.fft.memory`); None = on CUDA half of the memory available at the start of
-            the transform after its own full-size arrays, on CPU chunks of 2^20 outputs.
-        int8_group: INT8 backend with the Triton epilogue: g moduli per block-diagonal ``_int_mm``
-            (``Int8Backend.modular_matmul_grouped``: a k = 32 GEMM is far below peak in cuBLAS, g
-            products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
-        int8_gemm: INT8 with the Triton epilogue: ``"cublas"`` (``torch._int_mm``, 3 ceil(r/g) calls per
-            twiddle group and chunk) or ``"triton"`` (:func:`gpufield.fp64.fft.gemm_triton.stage_gemm_triton`:
-            every group, component and moduli group of a chunk in one launch; same bits) or ``"fused"``
-            (:func:`gpufield.fp64.fft.gemm_triton.fused_stage_gemm_triton`: row shifts, scaling and residues
-            computed in that launch too, no residue planes; same bits).
-
-    Raises:
-        InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
-    """
-
-    backend: str = "cpu"
-    variant: str = "crt"
-    moduli: str | None = None
-    num_moduli: int | None = None
-    input_bits: int = 58
-    twiddle_bits: int = 56
-    epilogue: str = "torch"
-    chunk_outputs: int | None = None
-    memory_budget_bytes: int | None = None
-    int8_group: int = 1
-    int8_gemm: str = "cublas"
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise InputError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.variant not in VARIANTS:
-            raise InputError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
-        if self.epilogue not in EPILOGUES:
-            raise InputError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
-        if self.moduli not in (None, "int8", "fp8"):
-            raise InputError(f"moduli must be 'int8' or 'fp8', got {self.moduli!r}")
-        if self.backend != "cpu" and self.moduli not in (None, self.backend):
-            raise InputError(f"backend {self.backend!r} runs only on {self.backend} moduli")
-        for name in ("input_bits", "twiddle_bits"):
-            if not 8 <= getattr(self, name) <= 60:
-                raise InputError(f"{name} must be in [8, 60], got {getattr(self, name)}")
-        if self.int8_group not in (1, 2, 4, 8, 16):
-            raise InputError(f"int8_group must be 1, 2, 4, 8 or 16, got {self.int8_group}")
-        if self.int8_group > 1 and (self.backend != "int8" or self.epilogue != "triton"):
-            raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
-        if self.int8_gemm not in INT8_GEMMS:
-            raise InputError(f"int8_gemm must be one of {INT8_GEMMS}, got {self.int8_gemm!r}")
-        if self.int8_gemm != "cublas" and (self.backend != "int8" or self.epilogue != "triton"):
-            raise InputError(f"int8_gemm={self.int8_gemm!r} needs backend='int8' and epilogue='triton'")
-        if self.chunk_outputs is not None and self.chunk_outputs < 1024:
-            raise InputError(f"chunk_outputs must be None or >= 1024, got {self.chunk_outputs}")
-        if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:
-            raise InputError(f"memory_budget_bytes must be None or > 0, got {self.memory_budget_bytes}")
-        if self.num_moduli is not None:
-            t = moduli_table(self.moduli_kind, self.num_moduli)
-            need = _needed_log2_m(self.input_bits, self.twiddle_bits)
-            if t.log2_M < need:
-                raise InputError(
-                    f"{self.num_moduli} {self.moduli_kind} moduli give log2 M = {t.log2_M:.1f} < {need:.1f} "
-                    f"needed for {self.input_bits}-bit inputs and {self.twiddle_bits}-bit twiddles"
-                )
-
-    @property
-    def moduli_kind(self) -> str:
-        """The moduli table used (``"int8"`` or ``"fp8"``)."""
-        if self.moduli is not None:
-            return self.moduli
-        return "fp8" if self.backend == "fp8" else "int8"
-
-    @property
-    def resolved_num_moduli(self) -> int:
-        """r: the given count, or the smallest keeping the CRT unique for these bit widths."""
-        if self.num_moduli is not None:
-            return self.num_moduli
-        return auto_num_moduli(self.moduli_kind, self.input_bits, self.twiddle_bits)
-
-
-def auto_num_moduli(kind: str, input_bits: int = 58, twiddle_bits: int = 56) -> int:
-    """Smallest number of ``kind`` moduli whose product M keeps the stage CRT unique.
-
-    Raises:
-        InputError: even all moduli of the table are not enough.
-    """
-    need = _needed_log2_m(input_bits, twiddle_bits)
-    for r in range(2, len(RAW_MODULI[kind]) + 1):
-        if moduli_table(kind, r).log2_M >= need:
-            return r
-    raise InputError(f"no {kind} moduli count reaches log2 M >= {need:.1f}")
+from gpufield.fp64.fft.epilogue import epilogue_tables, epilogue_torch, sym_mod
+from gpufield.fp64.fft.plan import BACKENDS as BACKENDS
+from gpufield.fp64.fft.plan import EPILOGUES as EPILOGUES
+from gpufield.fp64.fft.plan import INT8_GEMMS as INT8_GEMMS
+from gpufield.fp64.fft.plan import MAX_STAGE
+from gpufield.fp64.fft.plan import EmulatedFftPlan as EmulatedFftPlan
+from gpufield.fp64.fft.plan import auto_num_moduli as auto_num_moduli
+from gpufield.fp64.ozaki.moduli import moduli_table
 
 
 def _shifts_amax(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -303,6 +185,17 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         c1 = min(Mrows, c0 + rows)
         Rc = c1 - c0
         xc = x_MN[c0:c1]
+        if plan.int8_gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
+            from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+
+            res, _, amax = fused_epi_stage_triton(xc, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
+                                                  ops, c0, R)
+            if flags is not None:
+                flags.append(amax.amax())
+            if y is None:
+                return res.view(G, R, K)
+            place_rows(y, res, c0, c1)
+            continue
         if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
         else:

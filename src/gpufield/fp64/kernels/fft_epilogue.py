@@ -176,6 +176,46 @@ def _round(words, shift, NW: tl.constexpr):
 
 
 @triton.jit
+def _init_like(TAB: tl.constexpr, N: tl.constexpr, x):
+    """Tuple of N int32 tensors shaped like ``x``, filled with TAB[j] (the accumulators' start values)."""
+    out = ()
+    for j in tl.static_range(N):
+        out = out + (tl.full(x.shape, TAB[j], tl.int32),)
+    return out
+
+
+@triton.jit
+def _fold(s, f, t1, t2, t3, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
+          CL: tl.constexpr, FL: tl.constexpr, L: tl.constexpr, NF: tl.constexpr, BSH: tl.constexpr,
+          ASM: tl.constexpr):
+    """Modulus i folded into the CRT sums: the 3M combine of its raw products T1, T2, T3 (int32, any
+    shape), Barrett mod p_i of (re, im) joined on a new last axis, then the limb sums s and quotient
+    chunk sums f (tuples of int32 [..., 2]) advanced by one multiply-add each (steps 1-2 of the module
+    docstring). Used by the standalone kernel and by the fused stage kernel
+    (:mod:`gpufield.fp64.fft.gemm_fused_epi`), which calls it on dot accumulators still in registers."""
+    return _fold_c(s, f, t1 - t2, t3 - t1 - t2, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)  # 3M combine
+
+
+@triton.jit
+def _fold_c(s, f, xre, xim, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
+            CL: tl.constexpr, FL: tl.constexpr, L: tl.constexpr, NF: tl.constexpr, BSH: tl.constexpr,
+            ASM: tl.constexpr):
+    """As :func:`_fold` from the combined products: xre = Re, xim = Im of modulus i's product (any integers
+    congruent to T1 - T2 and T3 - T1 - T2 mod p_i with |x| < 3 * 2^25; the symmetric residue and so every
+    later bit depend only on x mod p_i)."""
+    c = _mod(tl.join(xre, xim), BB[i], BM[i], PM[i], BSH)  # mod p_i of (re, im)
+    return _mac(s, c, CL, i, L, ASM), _mac(f, c, FL, i, NF, ASM)
+
+
+@triton.jit
+def _finish(s, f, shift, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr, FW: tl.constexpr,
+            NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr):
+    """float64 outputs from the finished sums: quotient, lift, carries, words, one rounding (step 3);
+    ``shift`` (int32) broadcasts against the sums' shape."""
+    return _round(_lift_words(s, f, ML, W, L, FW, NF, QSH, NW), shift, NW)
+
+
+@triton.jit
 def _fft_epilogue_i32_kernel(
     T_ptr, n_out, K, S_c, S_q, S_s, S_m, shift_ptr, out_ptr,
     R: tl.constexpr, GROUP: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
@@ -207,14 +247,12 @@ def _fft_epilogue_i32_kernel(
             t1 = tl.load(p1 + voff, mask=omask, other=0)
             t2 = tl.load(p2 + voff, mask=omask, other=0)
             t3 = tl.load(p3 + voff, mask=omask, other=0)
-        c = _mod(tl.join(t1 - t2, t3 - t1 - t2), BB[i], BM[i], PM[i], BSH)  # 3M combine, then mod p_i
-        s = _mac(s, c, CL, i, L, ASM)
-        f = _mac(f, c, FL, i, NF, ASM)
+        s, f = _fold(s, f, t1, t2, t3, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
     if EVEN:
         shift = tl.load(shift_ptr + offs // SRL).to(tl.int32)
     else:
         shift = tl.load(shift_ptr + offs // SRL, mask=omask, other=0).to(tl.int32)
-    y = _round(_lift_words(s, f, ML, W, L, FW, NF, QSH, NW), shift[:, None], NW)
+    y = _finish(s, f, shift[:, None], ML, W, L, FW, NF, QSH, NW)
     optr = out_ptr + 2 * offs[:, None] + tl.arange(0, 2)[None, :]  # complex128 interleaved
     if EVEN:
         tl.store(optr, y)

@@ -1,0 +1,251 @@
+"""Fully fused DFT-GEMM stage chunk (``int8_gemm="fused_epi"``): row shifts, scaling, residues, the INT8
+dots of every modulus (re and im), and the 32-bit epilogue in ONE Triton launch; only the complex128
+outputs reach memory (16 B per output instead of 192 B of int32 products written and read back).
+
+One program owns a tile of BR chunk rows x BK outputs per row. It reads its rows once (complex128
+[BR, N]), computes the row shifts and the exact integers X' = trunc(x 2^s) (as in
+:func:`gpufield.fp64.fft.gemm_triton.fused_stage_gemm_triton`), split once into float64 hi/lo halves.
+Then, one modulus p_i at a time (the outer loop, unrolled):
+
+1. symmetric residues of X'_re and X'_im (float64 arithmetic, exact), joined into one int8 operand
+   [BR, 2 NP] (column 2 j + h: real / imaginary part of x_j);
+2. two int8 dots with the 4M twiddle operand (:func:`operand_4m`, rows [wr; -wi] and [wi; wr]):
+   Re = xr wr - xi wi and Im = xr wi + xi wr exactly in int32 (|.| < 2^20). These are congruent mod p_i
+   to the 3M combinations T1 - T2 and T3 - T1 - T2 that the standalone epilogue forms, and the epilogue
+   only uses their residues mod p_i, so every later bit is the same; this needs no (re + im) residues and
+   two dots instead of three. One tile column is one output; rows of a tile spanning twiddle groups take
+   one masked dot per group;
+3. :func:`gpufield.fp64.kernels.fft_epilogue._fold_c`: Barrett mod p_i and the multiply-adds into the
+   CRT limb and quotient-chunk sums. The CRT bulk is a linear combination of the per-modulus residues,
+   so after step 3 the two accumulators are dead: 2 int32 dot accumulators per output plus the L + NF
+   sums live at a time, never the 48 raw products.
+
+Finally :func:`gpufield.fp64.kernels.fft_epilogue._finish` (lift, carries, one rounding, scaling by
+2^-(s + b_w)) and one store per output. The same helpers run in the standalone epilogue kernel, and every
+residue mod p_i is the same as on the unfused paths, so the outputs are bit-identical to them and to the exact
+CPU oracle (tests/fp64/test_fft_fused_epi.py).
+
+Shape legend: Rc chunk rows, N stage length (NP padded, >= 16), K outputs per row (BK padded), BR rows
+per program, G twiddle groups, L moduli.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from gpufield.fp64.fft.epilogue import EpilogueTables
+from gpufield.fp64.fft.gemm_triton import _block, _fmax, _fused_tables, _p2, _pow2_at_least
+from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_c, _init_like
+from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
+
+COMPILED: dict = {}
+"""(moduli kind, r, variant) -> the last launched compiled fused kernel (``asm`` holds PTX/cubin)."""
+
+
+@triton.jit
+def _sym_res_hl(hf, lf, p, invp, c29):
+    """Symmetric residue mod p of v = hi 2^29 + lo given hf = float(hi), lf = float(lo) (same arithmetic
+    as ``gemm_triton._sym_res``: w = hi (2^29 mod p) + lo exact, q = floor(w / p) off by at most one)."""
+    w = hf * c29 + lf
+    r = w - tl.floor(w * invp) * p
+    r = tl.where(r < 0, r + p, r)
+    r = tl.where(r >= p, r - p, r)
+    return tl.where(r >= tl.floor((p + 1) * 0.5), r - p, r)
+
+
+@triton.jit
+def _split(v):
+    hi = v >> 29
+    return hi.to(tl.float64), (v - (hi << 29)).to(tl.float64)
+
+
+@triton.jit
+def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
+                      Rc, RG, c0, G, N, K, S_xm, S_xn, S_bc, S_bg, S_bi, BITS, TW,
+                      NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
+                      NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
+                      BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
+                      FI: tl.constexpr, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
+                      FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
+                      BSH: tl.constexpr, ASM: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BR + tl.arange(0, BR)
+    rmask = rows < Rc
+    j = tl.arange(0, NP)
+    xm = rmask[:, None] & (j < N)[None, :]
+    xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
+    xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
+    xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
+    ar = tl.abs(xr)
+    ai = tl.abs(xi)
+    ar = tl.where(ar == ar, ar, float("inf"))  # NaN -> Inf before any max: the finiteness flag sees it
+    ai = tl.where(ai == ai, ai, float("inf"))
+    amax = tl.reduce(tl.maximum(ar, ai), 1, _fmax)
+    sub = amax < 2.2250738585072014e-308
+    am = tl.where(sub, amax * 18446744073709551616.0, amax)
+    e = ((am.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022 - tl.where(sub, 64, 0)
+    e = tl.where(amax > 0, e, -(1 << 20))
+    s = BITS - e
+    tl.store(s_ptr + rows, s, mask=rmask)
+    tl.store(amax_ptr + rows, amax, mask=rmask)
+    s1 = tl.minimum(tl.maximum(s, -1000), 1000)
+    s2 = tl.minimum(tl.maximum(s - s1, -1000), 1000)
+    f1 = _p2(s1)[:, None]
+    f2 = _p2(s2)[:, None]
+    hr, lr = _split(((xr * f1) * f2).to(tl.int64))  # exact x 2^s (|.| < 2^60), truncated: [BR, NP]
+    hi_, li_ = _split(((xi * f1) * f2).to(tl.int64))
+    k = tl.arange(0, BK)
+    jj = tl.arange(0, 2 * NP)
+    boff = jj[:, None] * K + k[None, :]  # [2 NP, BK] tile of the 4M operand
+    bmask = (jj < 2 * NP)[:, None] & (k < K)[None, :]
+    g_lo = (c0 + pid * BR) // RG
+    grow = (c0 + rows) // RG
+    zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
+    sacc = _init_like(SI, L, zero)
+    facc = _init_like(FI, NF, zero)
+    for i in tl.static_range(R):
+        p = tl.load(p_ptr + i)
+        invp = tl.load(invp_ptr + i)
+        c29 = tl.load(c29_ptr + i)
+        rr = _sym_res_hl(hr, lr, p, invp, c29).to(tl.int8)  # padding columns and rows hold x = 0: residue 0
+        ri = _sym_res_hl(hi_, li_, p, invp, c29).to(tl.int8)
+        at = tl.reshape(tl.join(rr, ri), (BR, 2 * NP))  # columns 2 j + h: (re, im) of x_j side by side
+        t = ()
+        for comp in tl.static_range(2):
+            bc = B_ptr + comp * S_bc + i * S_bi
+            if NGM == 1:
+                acc = tl.dot(at, tl.load(bc + g_lo * S_bg + boff, mask=bmask, other=0), out_dtype=tl.int32)
+            else:
+                acc = tl.zeros((BR, BK), dtype=tl.int32)
+                for jg in tl.static_range(NGM):
+                    gi = g_lo + jg
+                    b = tl.load(bc + gi * S_bg + boff, mask=bmask & (gi < G), other=0)
+                    am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
+                    acc += tl.dot(am_, b, out_dtype=tl.int32)
+            t = t + (acc,)
+        sacc, facc = _fold_c(sacc, facc, t[0], t[1], i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+    shift = (s + TW).to(tl.int32)
+    y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
+    optr = Y_ptr + (rows.to(tl.int64)[:, None, None] * K + k[None, :, None]) * 2 + tl.arange(0, 2)[None, None, :]
+    tl.store(optr, y, mask=rmask[:, None, None] & (k < K)[None, :, None])
+
+
+def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
+    """Most twiddle groups one program's rows [c0 + pid bm, c0 + pid bm + bm) can touch (exact for one
+    program, else the worst case over programs)."""
+    if bm >= Rc:
+        return (c0 + Rc - 1) // R - c0 // R + 1
+    if R % bm == 0 and c0 % bm == 0:
+        return 1
+    return -(-(bm - 1) // R) + 1
+
+
+DEFAULT_LAUNCH = (64, 8)
+"""(largest rows per program, warps) on CUDA: tiles of 64 rows x 16 outputs, 4 complex outputs per thread.
+Static sm_90 count (int8 16 moduli, crt or kulisch, N = K = 16): 6299 SASS per thread = 787 per real
+output, 181 registers, no spills. Other shapes (same count method): (32, 4) 1232 per real output, 255
+registers, spills; (128, 8) 770, 255 registers, 72 spill instructions; (32, 8) 2196 and (64, 16) 1399
+(not analysed; likely the dot layout spreading fewer rows over more warps)."""
+
+
+def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
+    """The 4M twiddle operand of the fused kernel from the per-modulus twiddle residues.
+
+    Row 2 j + h of the [2 NP, K] tile multiplies x_j's real (h = 0) or imaginary (h = 1) residue:
+    Re = [wr; -wi], Im = [wi; wr], so one dot gives xr wr - xi wi (= T1 - T2 mod p) and one
+    xr wi + xi wr (= T3 - T1 - T2 mod p); -wi is re-reduced to a symmetric residue (int8 for every p).
+
+    Args:
+        wres: int8 [L, G, K, N] residues of wr, wi (and wr + wi, unused) from
+            :func:`gpufield.fp64.fft.operands.stage_operands`.
+        moduli: the L moduli.
+        NP: padded stage length (rows 2 N .. 2 NP - 1 are zero).
+
+    Returns:
+        int8 [2, G, L, 2 NP, K], contiguous, on the residues' device.
+    """
+    wr, wi = (w.to(torch.int32) for w in wres[:2])
+    p = torch.tensor(moduli, dtype=torch.int32, device=wr.device).view(-1, 1, 1, 1)
+    nwi = torch.remainder(-wi + p // 2, p) - p // 2
+    L, G, K, N = wr.shape
+    b = torch.zeros((2, G, L, 2 * NP, K), dtype=torch.int8, device=wr.device)
+    for c, (w0, w1) in enumerate(((wr, nwi), (wi, wr))):
+        b[c, :, :, :2 * N] = torch.stack([w0, w1], dim=-1).reshape(L, G, K, 2 * N).permute(1, 0, 3, 2).to(torch.int8)
+    return b
+
+
+def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
+                           ops: dict, c0: int, R: int, block_m: int | None = None,
+                           num_warps: int | None = None, asm: bool | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
+
+    Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
+    followed by :func:`gpufield.fp64.kernels.fft_epilogue.epilogue_triton` with per-row shifts
+    ``s + twiddle_bits``.
+
+    Args:
+        x_MN: complex128 [Rc, N] chunk rows (any row and element strides), N <= 32.
+        bits: b_x (<= 60).
+        twiddle_bits: b_w (the output scale is 2^-(s + b_w)).
+        tab: epilogue tables of the r INT8 moduli.
+        variant: ``"crt"`` or ``"kulisch"`` (the 32-bit epilogue's variants).
+        ops: the (cached) dict of :func:`gpufield.fp64.fft.operands.stage_operands` for these moduli
+            (``wres``: int8 [L, G, K, N] x 3); the 4M operand (:func:`operand_4m`) is built once and kept
+            in it under ``"b4m"``.
+        c0: the chunk's first row in the flattened [G, R] row grid.
+        R: rows per twiddle group.
+        block_m: largest rows per program (default :data:`DEFAULT_LAUNCH` on CUDA, 4096 on CPU).
+        num_warps: warps per program (default :data:`DEFAULT_LAUNCH` on CUDA).
+        asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
+
+    Returns:
+        ``(y, s, amax)``: complex128 [Rc, K] outputs, int64 [Rc] row shifts, float64 [Rc] row maxima
+        (Inf where a row has Inf/NaN).
+
+    Raises:
+        ValueError: shapes or dtypes do not match, or a variant other than crt/kulisch.
+    """
+    Rc, N = x_MN.shape
+    wres = ops["wres"]
+    L, G, K, Nw = wres[0].shape
+    if variant not in ("crt", "kulisch"):
+        raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
+    if x_MN.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
+        raise ValueError("fused_epi stage shapes/dtypes do not match")
+    dev = x_MN.device
+    s = torch.empty(Rc, dtype=torch.int64, device=dev)
+    amax = torch.empty(Rc, dtype=torch.float64, device=dev)
+    y = torch.empty(2 * Rc * K, dtype=torch.float64, device=dev)
+    if Rc == 0:
+        return torch.view_as_complex(y.view(0, K, 2)), s, amax
+    if Rc * K >= 2**31:
+        raise ValueError(f"fused_epi chunk of {Rc * K} outputs exceeds 2^31")
+    tabs = _fused_tables(tab.moduli, tab.num_moduli, str(dev))
+    cuda = dev.type == "cuda"
+    NP = _pow2_at_least(N, 16)  # the joined (re, im) operand is 2 NP >= 32 wide: the int8 MMA K step
+    if ops.get("b4m") is None or ops["b4m"].shape[3] != 2 * NP:
+        ops["b4m"] = operand_4m(wres, tab.moduli, NP)
+    b4 = ops["b4m"]
+    BK = _pow2_at_least(K, 16)
+    if cuda:
+        cap = block_m or DEFAULT_LAUNCH[0]
+        bm, ngm = _block(R, c0, cap, min(cap, 32))
+    else:  # interpreter: few large programs (each costs ~1 s of Python); one masked dot per group spanned
+        bm = min(block_m or 4096, _pow2_at_least(Rc, 16))
+        while (ngm := _groups_spanned(Rc, R, c0, bm)) > 16 and bm > 16:
+            bm //= 2
+    if asm is None:
+        asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
+    asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[1] if cuda else 4)}
+    xv = torch.view_as_real(x_MN)
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm),)](
+        xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
+        xv.stride(0), xv.stride(1), b4.stride(0), b4.stride(1), b4.stride(2), bits,
+        twiddle_bits, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, **kernel_constants(tab, variant), **launch)
+    return torch.view_as_complex(y.view(Rc, K, 2)), s, amax
