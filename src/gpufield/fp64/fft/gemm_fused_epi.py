@@ -47,14 +47,15 @@ COMPILED: dict = {}
 
 
 @triton.jit
-def _sym_res_hl(hf, lf, p, invp, c29):
-    """Symmetric residue mod p of v = hi 2^29 + lo given hf = float(hi), lf = float(lo) (same arithmetic
-    as ``gemm_triton._sym_res``: w = hi (2^29 mod p) + lo exact, q = floor(w / p) off by at most one)."""
+def _sym_res_hl(hf, lf, p, invp, c29, pi):
+    """Symmetric residue (int32) mod p of v = hi 2^29 + lo given hf = float(hi), lf = float(lo): as
+    ``gemm_triton._sym_res``, w = hi (2^29 mod p) + lo exact (|w| < 2^42), q = floor(w / p) off by at most
+    one, so w - q p is an exact integer in (-p, 2p); the corrections then run on int32 (pi = p)."""
     w = hf * c29 + lf
-    r = w - tl.floor(w * invp) * p
-    r = tl.where(r < 0, r + p, r)
-    r = tl.where(r >= p, r - p, r)
-    return tl.where(r >= tl.floor((p + 1) * 0.5), r - p, r)
+    r = (w - tl.floor(w * invp) * p).to(tl.int32)
+    r = tl.where(r < 0, r + pi, r)
+    r = tl.where(r >= pi, r - pi, r)
+    return tl.where(r >= (pi + 1) // 2, r - pi, r)
 
 
 @triton.jit
@@ -111,8 +112,9 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
         p = tl.load(p_ptr + i)
         invp = tl.load(invp_ptr + i)
         c29 = tl.load(c29_ptr + i)
-        rr = _sym_res_hl(hr, lr, p, invp, c29).to(tl.int8)  # padding columns and rows hold x = 0: residue 0
-        ri = _sym_res_hl(hi_, li_, p, invp, c29).to(tl.int8)
+        pi = p.to(tl.int32)
+        rr = _sym_res_hl(hr, lr, p, invp, c29, pi).to(tl.int8)  # padding columns and rows hold x = 0: residue 0
+        ri = _sym_res_hl(hi_, li_, p, invp, c29, pi).to(tl.int8)
         at = tl.reshape(tl.join(rr, ri), (BR, 2 * NP))  # columns 2 j + h: (re, im) of x_j side by side
         t = ()
         for comp in tl.static_range(2):
@@ -146,10 +148,12 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
 
 DEFAULT_LAUNCH = (64, 8)
 """(largest rows per program, warps) on CUDA: tiles of 64 rows x 16 outputs, 4 complex outputs per thread.
-Static sm_90 count (int8 16 moduli, crt or kulisch, N = K = 16): 6299 SASS per thread = 787 per real
-output, 181 registers, no spills. Other shapes (same count method): (32, 4) 1232 per real output, 255
-registers, spills; (128, 8) 770, 255 registers, 72 spill instructions; (32, 8) 2196 and (64, 16) 1399
-(not analysed; likely the dot layout spreading fewer rows over more warps)."""
+Static sm_90 count (int8 16 moduli, crt or kulisch, N = K = 16): 5986 SASS per thread = 748 per real
+output, 175 registers, no spills. Other shapes (before the int32 residue corrections, which took 787 to
+748 at (64, 8)): (32, 4) 1232 per real output, 255 registers, spills; (128, 8) 770, 255 registers, 72
+spill instructions; (32, 8) 2196 and (64, 16) 1399 (not analysed; likely the dot layout spreading fewer
+rows over more warps). Counted with :func:`gpufield.fp64.kernels.sass_count.sass_histogram`'s pattern
+widened to 5-digit addresses (its 4-digit pattern stops counting at instruction 4096)."""
 
 
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
