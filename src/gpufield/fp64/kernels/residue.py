@@ -10,18 +10,19 @@ then, with every modulus a compile-time constant (:mod:`.residue_consts`, which 
   by unsigned Barrett (IADD, umulhi, shift, IMAD). No ``%``, no division, no int64 arithmetic in the
   moduli loop; p = 2^k (256, 1024) is the sign-extended low k bits.
 * re+im (complex input, the 3M operand): the same reduction of r_re + r_im.
-* |y| >= 2**62 (only in tiles that hold one): y = +-mant * 2**e, r = sym(+-sym(mant) (2**e mod p)) with
-  the same int32 reduction and a [L, 2048] table of 2**e mod p.
+* |y| >= 2**62: the first launch flags the tile, a second launch rewrites only flagged tiles with
+  y = +-mant * 2**e, r = sym(+-sym(mant) (2**e mod p)) (same int32 reduction, [L, 2048] table of 2**e
+  mod p); unflagged programs of the second launch read one int32 and exit (a few microseconds).
 
 Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` and to the previous int64-lane
 kernel (:mod:`.residue_int64`, selected everywhere by ``GPUFIELD_RESIDUE_IMPL=int64`` for A/B timing).
 Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
-grouped g = 8, K = 16) 341 SASS per complex element at :data:`DEFAULT_BLOCK` (176 registers) against 2029 for
+grouped g = 8, K = 16) 348 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
 the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 6x fewer; DGEMM
 shape (real, K >= 32) 124 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
-elements at 16.7 T instr/s): issue 2.1 ms, 2.4 ms with the int64 kernel's measured/static ratio (12.2 ms
+elements at 16.7 T instr/s): issue 2.1 ms, 2.5 ms with the int64 kernel's measured/static ratio (12.2 ms
 static vs 14.4 ms measured, run 5), against an HBM floor of ~1.5 ms (16 B read + 48 B written per element):
-~2-2.5 ms in all (was 14.4). Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py
+~2-2.5 ms in all (was 14.4), plus the second launch per call. Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py
 (interpreter on CPU).
 
 Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C components (1 real, 3 complex).
@@ -42,8 +43,8 @@ from gpufield.fp64.ozaki.moduli import ModuliTable
 
 DEFAULT_BLOCK = (128, 16, 4)
 """(BLOCK_R, BLOCK_K cap, warps) on CUDA; BLOCK_K = min(cap, next power of two >= K). Not yet timed on a GPU;
-chosen from the static sm_90 count: 16 elements per thread (one 16-byte store per plane and row), 341
-SASS per complex element at K = 16 (176 registers) vs 407 at (64, 16, 4) (95 registers), where Triton
+chosen from the static sm_90 count: 16 elements per thread (one 16-byte store per plane and row), 348
+SASS per complex element at K = 16 (168 registers) vs 416 at (64, 16, 4) (95 registers), where Triton
 moves every stored plane through shared memory (8 elements per thread: store and load layouts differ).
 The lower occupancy of (128, 16, 4) is untested: sweep ``block`` on the GPU."""
 
@@ -143,23 +144,42 @@ def _emit(i: tl.constexpr, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask
 
 @triton.jit
 def _scale_residue_i32_kernel(
-    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, R, K, so_comp, so_grp, so_row, so_dig,
-    L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr, BJ: tl.constexpr,
-    BJ3: tl.constexpr,
-    CC: tl.constexpr, NCH: tl.constexpr, CW: tl.constexpr, SQ: tl.constexpr, COMPLEX: tl.constexpr,
-    OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_K: tl.constexpr, BIG: tl.constexpr = True,
+    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, flag_ptr, R, K, so_comp, so_grp, so_row,
+    so_dig, L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr,
+    BJ: tl.constexpr, BJ3: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr, CW: tl.constexpr, SQ: tl.constexpr,
+    COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, MODE: tl.constexpr = 0,
 ):
     """Fully unrolled over the L constant moduli (one compile per moduli set and layout; the previous
     kernel: one runtime loop with ``%`` and int64 multiplies per modulus). Per complex element and
     non-power-of-two modulus: 2 x (2 IMAD chain + IADD + IMAD.HI + SHF + IMAD) for re and im, 5 for
     re+im (int8 / int16 stores take r - J p, see ``_sym``), then 3 byte stores, 16 packed (PRMT) to a
-    128-bit STG. BIG=False drops the |y| >= 2^62 branch (for
-    static counts only)."""
-    pid_r = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    rows = (pid_r * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
-    cols = (pid_k * BLOCK_K + tl.arange(0, BLOCK_K)).to(tl.int64)
+    128-bit STG. Two launches: MODE 0 writes every tile by the fast path and flags (int32 per tile) the
+    tiles holding |y| >= 2^62; MODE 1 rewrites only the flagged tiles by the mantissa/exponent path (its
+    registers and spills stay out of the fast kernel: one kernel with both paths needs 255 registers)."""
+    tile = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
+    if MODE == 1:
+        if tl.load(flag_ptr + tile) != 0:
+            _tile(x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, flag_ptr + tile, R, K, so_comp,
+                  so_grp, so_row, so_dig, L, PM, PK, BM, BS, BJ, BJ3, CC, NCH, CW, SQ, COMPLEX, OUT_INT8, GROUP,
+                  DIGITS, BLOCK_R, BLOCK_K, True)
+    else:
+        _tile(x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, flag_ptr + tile, R, K, so_comp,
+              so_grp, so_row, so_dig, L, PM, PK, BM, BS, BJ, BJ3, CC, NCH, CW, SQ, COMPLEX, OUT_INT8, GROUP,
+              DIGITS, BLOCK_R, BLOCK_K, False)
+
+
+@triton.jit
+def _tile(
+    x_ptr, x2_ptr, stride_r, stride_k, shift_ptr, tab_ptr, out_ptr, flag_ptr, R, K, so_comp, so_grp, so_row,
+    so_dig, L: tl.constexpr, PM: tl.constexpr, PK: tl.constexpr, BM: tl.constexpr, BS: tl.constexpr,
+    BJ: tl.constexpr, BJ3: tl.constexpr, CC: tl.constexpr, NCH: tl.constexpr, CW: tl.constexpr, SQ: tl.constexpr,
+    COMPLEX: tl.constexpr, OUT_INT8: tl.constexpr, GROUP: tl.constexpr, DIGITS: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BIGPASS: tl.constexpr,
+):
+    """One [BLOCK_R, BLOCK_K] tile: the fast pass (and its flag) or, BIGPASS, the exact big-value pass."""
+    rows = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    cols = (tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)).to(tl.int64)
     rmask = rows < R
     mask = rmask[:, None] & (cols[None, :] < K)
     in_off = rows[:, None] * stride_r + cols[None, :] * stride_k
@@ -179,10 +199,7 @@ def _scale_residue_i32_kernel(
         small2 = tl.abs(y2) < 4611686018427387904.0
         a2 = _chunks(tl.where(small2, y2, 0.0).to(tl.int64), CW, NCH)
     off = rows[:, None] * tl.cast(so_row, tl.int64) + cols[None, :]
-    any_big = 0
-    if BIG:
-        any_big = tl.reduce(tl.reduce(tl.where(small & small2, 0, 1), 1, _imax), 0, _imax)
-    if any_big > 0:  # mantissa/exponent path only in tiles that hold |y| >= 2**62
+    if BIGPASS:  # mantissa/exponent path, only in flagged tiles
         bits = y.to(tl.int64, bitcast=True)
         e = tl.where(small, 0, (((bits >> 52) & 0x7FF) - 1075).to(tl.int32))
         mc = _chunks((bits & 0xFFFFFFFFFFFFF) | 0x10000000000000, CW, NCH)
@@ -199,6 +216,7 @@ def _scale_residue_i32_kernel(
             _emit(i, r, r2, out_ptr, off, so_comp, so_grp, K, so_dig, mask, PM, PK, BM, BS, BJ3, SQ, COMPLEX,
                   OUT_INT8, GROUP, DIGITS)
     else:
+        tl.store(flag_ptr, tl.reduce(tl.reduce(tl.where(small & small2, 0, 1), 1, _imax), 0, _imax))
         for i in tl.static_range(L):
             r = _res(a, i, PM, PK, BM, BS, BJ, CC, NCH, DIGITS)  # r - J p unless digits need the exact r
             r2 = r
@@ -278,10 +296,12 @@ def scale_residues_triton(
     bk = min(bk, triton.next_power_of_2(K))
     sq = tuple(table.square_root(mi) or 0 for mi in range(L)) if digits else (0,) * L
     grid = (triton.cdiv(R, br), triton.cdiv(K, bk))
-    _scale_residue_i32_kernel[grid](
-        x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), _pow2_table_i32(table, dev),
-        out, R, K, so_comp, so_grp, so_row, so_dig, L=L, SQ=sq, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8),
-        GROUP=group, DIGITS=digits, BLOCK_R=br, BLOCK_K=bk, num_warps=warps,
-        **kernel_constants(table.moduli))
+    flags = torch.empty(grid[0] * grid[1], dtype=torch.int32, device=dev)
+    args = (x1, x2, x1.stride(0), x1.stride(1), shift_R.to(torch.int64).contiguous(), _pow2_table_i32(table, dev),
+            out, flags, R, K, so_comp, so_grp, so_row, so_dig)
+    kw = dict(L=L, SQ=sq, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, DIGITS=digits, BLOCK_R=br,
+              BLOCK_K=bk, num_warps=warps, **kernel_constants(table.moduli))
+    _scale_residue_i32_kernel[grid](*args, MODE=0, **kw)  # every tile, fast path; flags tiles with |y| >= 2^62
+    _scale_residue_i32_kernel[grid](*args, MODE=1, **kw)  # rewrites the flagged tiles only (others exit)
     return out.view(torch.float8_e4m3fn) if digits else out
 

@@ -174,7 +174,7 @@ def static_count(kind: str = "int8", L: int = 16, impl: str = "int32", complex_:
         kind, L: moduli set; impl: ``"int32"`` (:mod:`.residue`) or ``"int64"`` (:mod:`.residue_int64`).
         complex_, group: FFT shape (complex input, grouped layout of ``group`` moduli).
         block: (BLOCK_R, BLOCK_K); num_warps: warps per program.
-        big: int32 kernel only: count with the mantissa/exponent branch compiled in (static total).
+        big: int32 kernel only: count the second launch (MODE 1, the big-value pass of flagged tiles).
         K: row length (the FFT's 16): a block wider than K runs masked lanes, counted as overhead.
 
     Returns:
@@ -193,8 +193,9 @@ def static_count(kind: str = "int8", L: int = 16, impl: str = "int32", complex_:
                  BLOCK_K=block[1])
     if impl == "int32":
         fn = residue._scale_residue_i32_kernel
-        const.update(kernel_constants(t.moduli), L=L, BIG=big, SQ=tuple([0] * L))
-        ptrs = {"x_ptr": "*fp64", "x2_ptr": "*fp64", "shift_ptr": "*i64", "tab_ptr": "*i32", "out_ptr": out_t}
+        const.update(kernel_constants(t.moduli), L=L, MODE=int(big), SQ=tuple([0] * L))
+        ptrs = {"x_ptr": "*fp64", "x2_ptr": "*fp64", "shift_ptr": "*i64", "tab_ptr": "*i32", "out_ptr": out_t,
+                "flag_ptr": "*i32"}
     else:
         fn = residue_int64._scale_residue_kernel
         ptrs = {"x_ptr": "*fp64", "x2_ptr": "*fp64", "shift_ptr": "*i64", "mod_ptr": "*i64", "invp_ptr": "*fp64",
