@@ -19,7 +19,7 @@ kernel (:mod:`.residue_int64`, selected everywhere by ``GPUFIELD_RESIDUE_IMPL=in
 Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
 grouped g = 8, K = 16) 348 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
 the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 6x fewer; DGEMM
-shape (real, K >= 32) 124 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
+shape (real, K >= 32) 129 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
 elements at 16.7 T instr/s): issue 2.1 ms, 2.5 ms with the int64 kernel's measured/static ratio (12.2 ms
 static vs 14.4 ms measured, run 5), against an HBM floor of ~1.5 ms (16 B read + 48 B written per element):
 ~2-2.5 ms in all (was 14.4), plus the second launch per call. Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py
