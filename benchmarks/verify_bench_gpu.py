@@ -50,13 +50,16 @@ def _find_data(arg: str | None) -> Path:
     sys.exit(f"mnist_fc data not found in {[str(c) for c in cands]}; pass --data DIR (holding mnist_fc/ and results/)")
 
 
-def shard_instances(data: Path, k: int, n: int) -> list[tuple[str, str]]:
-    """``(onnx, vnnlib)`` of shard ``k`` (1-based) of ``n``: greedy longest-first on the published time."""
+def shard_instances(data: Path, k: int, n: int, select: str | None = None) -> list[tuple[str, str]]:
+    """``(onnx, vnnlib)`` of shard ``k`` (1-based) of ``n`` of the instances matching ``select``
+    (a regex on ``onnx,vnnlib``; None: all): greedy longest-first on the published time."""
     import csv
+    import re
 
     from gpufield.verify.io.results import instance_key, read_instances
 
-    insts = read_instances(data / "mnist_fc/instances.csv")
+    insts = [i for i in read_instances(data / "mnist_fc/instances.csv")
+             if select is None or re.search(select, f"{i.onnx},{i.vnnlib}")]
     ref: dict[tuple[str, str], float] = {}
     ref_csv = data / "results/alpha_beta_crown_mnist_fc_results.csv"
     if ref_csv.exists():
@@ -123,9 +126,7 @@ def main() -> int:
         import os
         import re
 
-        keys = shard_instances(data, *shard)
-        if select is not None:
-            keys = [k for k in keys if re.search(select, f"{k[0]},{k[1]}")]
+        keys = shard_instances(data, *shard, select=select)
         select = "^(?:" + "|".join(re.escape(f"{o},{v}") for o, v in keys) + ")$" if keys else "^$"
         if a.mip_workers is None:
             a.mip_workers = max(1, (os.cpu_count() or 1) // shard[1])
