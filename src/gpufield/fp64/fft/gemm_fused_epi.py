@@ -152,8 +152,12 @@ Static sm_90 count (int8 16 moduli, crt or kulisch, N = K = 16): 5986 SASS per t
 output, 175 registers, no spills. Other shapes (before the int32 residue corrections, which took 787 to
 748 at (64, 8)): (32, 4) 1232 per real output, 255 registers, spills; (128, 8) 770, 255 registers, 72
 spill instructions; (32, 8) 2196 and (64, 16) 1399 (not analysed; likely the dot layout spreading fewer
-rows over more warps). Counted with :func:`gpufield.fp64.kernels.sass_count.sass_histogram`'s pattern
-widened to 5-digit addresses (its 4-digit pattern stops counting at instruction 4096)."""
+rows over more warps). Chunks not aligned to 64 rows keep (64, 8) with one masked dot per twiddle group
+touched: 940 per real output (2 groups), 201 registers, no spills. N = K = 32 stages (512^3, 1024^3):
+(64, 8) 761 per real output but 255 registers and 315 spill instructions; (32, 8) 2628 and (32, 4)
+1423, both spilling heavily (untuned: a narrower tile over K is the next thing to try). Counted with
+:func:`gpufield.fp64.kernels.sass_count.sass_histogram`'s pattern widened to 5-digit addresses (its
+4-digit pattern stops counting at instruction 4096)."""
 
 
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
@@ -238,7 +242,7 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     BK = _pow2_at_least(K, 16)
     if cuda:
         cap = block_m or DEFAULT_LAUNCH[0]
-        bm, ngm = _block(R, c0, cap, min(cap, 32))
+        bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
     else:  # interpreter: few large programs (each costs ~1 s of Python); one masked dot per group spanned
         bm = min(block_m or 4096, _pow2_at_least(Rc, 16))
         while (ngm := _groups_spanned(Rc, R, c0, bm)) > 16 and bm > 16:
