@@ -101,9 +101,12 @@ def test_no_budget_changes_nothing_and_non_chains_are_refused(tmp_path):
         RefineConfig(mip_workers=0)
 
 
-def test_bab_with_root_mip_returns_the_milp_verdict(tmp_path):
-    """As test_refine's completeness test, on 3-hidden-layer nets with the root MIP switched on."""
-    cfg = RefineConfig(mip_refine_layers=2, mip_min_relu_layers=1, mip_workers=1, **FAST)
+@pytest.mark.parametrize("after_s", [0.0, 1e-6, 20.0])
+def test_bab_with_root_mip_returns_the_milp_verdict(tmp_path, after_s):
+    """As test_refine's completeness test, on 3-hidden-layer nets with the root MIP switched on:
+    MIP first (0), a plain-BaB probe cut at once then MIP and a restarted search (1e-6), and a
+    probe long enough to decide these small nets alone (20 s: the MIP never runs)."""
+    cfg = RefineConfig(mip_refine_layers=2, mip_min_relu_layers=1, mip_workers=1, mip_after_s=after_s, **FAST)
     wrong, agree, ran = [], 0, 0
     seeds = range(3000, 3020)
     for seed in seeds:
@@ -118,4 +121,4 @@ def test_bab_with_root_mip_returns_the_milp_verdict(tmp_path):
             agree += 1
         elif verdict != "unknown":
             wrong.append(seed)
-    assert wrong == [] and agree == len(seeds) and ran == len(seeds)
+    assert wrong == [] and agree == len(seeds) and ran == (0 if after_s == 20.0 else len(seeds))

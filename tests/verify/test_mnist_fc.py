@@ -104,7 +104,7 @@ FAST = VerifyConfig(alpha=AlphaConfig(iterations=40), attack=AttackConfig(restar
 
 TRAP_CFG = VerifyConfig(alpha=AlphaConfig(iterations=20),
                         refine=RefineConfig(max_domains=3, batch=2, alpha=AlphaConfig(iterations=3),
-                                            mip_total_s=8.0))  # 256x4: a short root MIP must not prove them either
+                                            mip_total_s=8.0, mip_after_s=0.0))  # 256x4: a short root MIP must not prove them either
 
 
 @pytest.mark.parametrize("net,prop", TRAPS)
