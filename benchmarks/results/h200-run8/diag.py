@@ -1,5 +1,10 @@
-import sys, time, numpy as np, torch
+import time
+
+import numpy as np
+import torch
+
 from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated
+
 rng = np.random.default_rng(1)
 shape = (8, 16, 64)
 x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * np.exp(3 * rng.standard_normal(shape))
@@ -14,6 +19,6 @@ for b, v, e, g, gm in cfgs:
         y = fftn_fp64_emulated(xt, EmulatedFftPlan(backend=b, variant=v, epilogue=e, int8_group=g, int8_gemm=gm)).cpu().numpy()
         t1 = time.time()
         y2 = fftn_fp64_emulated(xt, EmulatedFftPlan(backend=b, variant=v, epilogue=e, int8_group=g, int8_gemm=gm)).cpu().numpy()
-        print(b, v, g, gm, "first %.1f s, second %.3f s" % (t1 - t, time.time() - t1), "same", np.array_equal(y.view(np.float64), ref.view(np.float64)), flush=True)
+        print(b, v, g, gm, f"first {t1 - t:.1f} s, second {time.time() - t1:.3f} s", "same", np.array_equal(y.view(np.float64), ref.view(np.float64)), flush=True)
     except Exception as ex:
         print(b, v, g, gm, "ERROR", repr(ex)[:300], flush=True)
