@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from gpufield.fp64.fft.epilogue import EpilogueTables
-from gpufield.fp64.fft.gemm_triton import _block, _fmax, _fused_tables, _p2, _pow2_at_least
+from gpufield.fp64.fft.gemm_triton import _block, _fused_tables, _pow2_at_least, _row_scaled
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_c, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
@@ -78,27 +78,9 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
     rmask = rows < Rc
     j = tl.arange(0, NP)
     xm = rmask[:, None] & (j < N)[None, :]
-    xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
-    xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
-    xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
-    ar = tl.abs(xr)
-    ai = tl.abs(xi)
-    ar = tl.where(ar == ar, ar, float("inf"))  # NaN -> Inf before any max: the finiteness flag sees it
-    ai = tl.where(ai == ai, ai, float("inf"))
-    amax = tl.reduce(tl.maximum(ar, ai), 1, _fmax)
-    sub = amax < 2.2250738585072014e-308
-    am = tl.where(sub, amax * 18446744073709551616.0, amax)
-    e = ((am.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022 - tl.where(sub, 64, 0)
-    e = tl.where(amax > 0, e, -(1 << 20))
-    s = BITS - e
-    tl.store(s_ptr + rows, s, mask=rmask)
-    tl.store(amax_ptr + rows, amax, mask=rmask)
-    s1 = tl.minimum(tl.maximum(s, -1000), 1000)
-    s2 = tl.minimum(tl.maximum(s - s1, -1000), 1000)
-    f1 = _p2(s1)[:, None]
-    f2 = _p2(s2)[:, None]
-    hr, lr = _split(((xr * f1) * f2).to(tl.int64))  # exact x 2^s (|.| < 2^60), truncated: [BR, NP]
-    hi_, li_ = _split(((xi * f1) * f2).to(tl.int64))
+    xr, xi, s = _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr)
+    hr, lr = _split(xr)  # exact x 2^s (|.| < 2^60), truncated: [BR, NP]
+    hi_, li_ = _split(xi)
     k = tl.arange(0, BK)
     jj = tl.arange(0, 2 * NP)
     boff = jj[:, None] * K + k[None, :]  # [2 NP, BK] tile of the 4M operand

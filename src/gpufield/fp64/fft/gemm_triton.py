@@ -148,15 +148,13 @@ def _sym_res(v, p, invp, c29):
 
 
 @triton.jit
-def _fused_stage_gemm_kernel(X_ptr, B_ptr, T_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
-                             Rc, R, c0, G, N, GK, S_xm, S_xn, S_bc, S_bg, S_bq, S_tc, S_tq, S_tm, BITS,
-                             NQ: tl.constexpr, GRP: tl.constexpr, NP: tl.constexpr, BM: tl.constexpr,
-                             BK: tl.constexpr, NGM: tl.constexpr):
-    pid = tl.program_id(0)
-    rows = pid * BM + tl.arange(0, BM)
-    rmask = rows < Rc
-    j = tl.arange(0, NP)
-    xm = rmask[:, None] & (j < N)[None, :]
+def _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr):
+    """Rows ``[BR, NP]`` of complex input scaled by ``2^s`` and truncated to int64 (exact, |.| < 2^60).
+
+    ``s = BITS - e`` per row with ``e`` the frexp exponent of the row's largest |re|, |im| (subnormals
+    through an exact 2^64 scaling; zero rows: e = -2^20); stores ``s`` (int64) and the row maximum
+    (float64, Inf where the row holds Inf/NaN) at ``s_ptr``/``amax_ptr``. Returns ``(re, im, s)``.
+    """
     xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
     xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
     xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
@@ -177,8 +175,22 @@ def _fused_stage_gemm_kernel(X_ptr, B_ptr, T_ptr, s_ptr, amax_ptr, p_ptr, invp_p
     s2 = tl.minimum(tl.maximum(s - s1, -1000), 1000)
     f1 = _p2(s1)[:, None]
     f2 = _p2(s2)[:, None]
-    vr = ((xr * f1) * f2).to(tl.int64)[:, None, :]  # exact x 2^s (|.| < 2^60), truncated: [BM, 1, NP]
-    vi = ((xi * f1) * f2).to(tl.int64)[:, None, :]
+    return ((xr * f1) * f2).to(tl.int64), ((xi * f1) * f2).to(tl.int64), s
+
+
+@triton.jit
+def _fused_stage_gemm_kernel(X_ptr, B_ptr, T_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
+                             Rc, R, c0, G, N, GK, S_xm, S_xn, S_bc, S_bg, S_bq, S_tc, S_tq, S_tm, BITS,
+                             NQ: tl.constexpr, GRP: tl.constexpr, NP: tl.constexpr, BM: tl.constexpr,
+                             BK: tl.constexpr, NGM: tl.constexpr):
+    pid = tl.program_id(0)
+    rows = pid * BM + tl.arange(0, BM)
+    rmask = rows < Rc
+    j = tl.arange(0, NP)
+    xm = rmask[:, None] & (j < N)[None, :]
+    xr, xi, _ = _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr)
+    vr = xr[:, None, :]  # exact x 2^s (|.| < 2^60), truncated: [BM, 1, NP]
+    vi = xi[:, None, :]
     jn = (j < N)[None, None, :]
     li = tl.arange(0, GRP)
     k = tl.arange(0, BK)
