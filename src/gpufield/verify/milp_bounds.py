@@ -17,8 +17,11 @@ Soundness: HiGHS works in floating point with tolerances, so a solver value is o
 value never is) or, for a pure LP (no binaries), the optimal objective (status 0), and (2) only
 after an explicit outward safety slack ``abs_slack + rel_slack·|v|`` (defaults 1e-5 and 1e-6,
 far above HiGHS's 1e-7 feasibility/optimality tolerances and the ~1e-16·|b| rounding of the
-extracted affine maps). New bounds are intersected with the given ones (they only tighten; a
-neuron whose refined interval would be empty keeps its old one). This is the same standard as
+extracted affine maps; the input box is rescaled to ``[-1, 1]`` first, since those absolute
+tolerances are not small against a box a few 1e-6 wide: with weights ~1e3 the solver's bounds
+then missed real values by tens of percent, tests/verify/test_milp_soundness.py). New bounds
+are intersected with the given ones (they only tighten; a neuron whose refined interval would
+be empty keeps its old one). This is the same standard as
 α,β-CROWN with Gurobi: sound up to the documented slack, not a floating-point proof.
 
 Shape legend: N_k neurons of ReLU-input layer k (N_-1: flattened input), B batch (1 here).
@@ -236,6 +239,11 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
     L = [bounds64[n][0].flatten().cpu().numpy().astype(np.float64).copy() for n in names]
     U = [bounds64[n][1].flatten().cpu().numpy().astype(np.float64).copy() for n in names]
     lo, hi = lo64.flatten().cpu().numpy(), hi64.flatten().cpu().numpy()
+    # the box as x = c + r e, e in [-1, 1]: HiGHS's absolute tolerances (1e-7) are not small
+    # against a box a few 1e-6 wide; in e the first layer's rows stay well scaled
+    cen, rad = (lo + hi) / 2, (hi - lo) / 2
+    W, b = [W[0] * rad, *W[1:]], [b[0] + W[0] @ cen, *b[1:]]
+    lo, hi = -np.ones_like(lo), np.ones_like(hi)
     stats = MilpStats()
     workers = max(1, workers or os.cpu_count() or 1)
     pool = None

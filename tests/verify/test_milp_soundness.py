@@ -1,0 +1,57 @@
+"""Root MIP refinement on ill-conditioned nets: weights ~1e3 and an input box 2e-6 wide, with
+biases placed so that neurons stay unstable. HiGHS's absolute tolerances (1e-7) are not small
+against such a box: before the input was rescaled to [-1, 1] inside milp_refine, the "refined"
+bounds missed real pre-activation values by up to 40 % of their range (CROWN's did not)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from onnx import helper
+
+from gpufield.verify import crown_intermediate, ibp, load_onnx
+from gpufield.verify.milp_bounds import milp_refine
+
+from . import nets
+
+
+def _mlp(rng, sizes, scale, x0, noise):
+    """Gemm/ReLU MLP with weights ~``scale`` and biases putting every pre-activation within
+    ~``noise`` of 0 at ``x0``; returns (model, [(W, b)] float64 of the float32 weights)."""
+    nodes, inits, layers, cur, a = [], {}, [], "x", x0
+    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        W = (rng.normal(0, 1 / np.sqrt(m), (n, m)) * scale).astype(np.float32)
+        bias = (-(W.astype(np.float64) @ a) + rng.normal(0, noise, n)).astype(np.float32)
+        inits[f"W{i}"], inits[f"b{i}"] = W, bias
+        layers.append((W.astype(np.float64), bias.astype(np.float64)))
+        a = np.maximum(layers[-1][0] @ a + layers[-1][1], 0)
+        nodes.append(helper.make_node("Gemm", [cur, f"W{i}", f"b{i}"], [f"z{i}"], transB=1, name=f"gemm{i}"))
+        cur = f"z{i}"
+        if i < len(sizes) - 2:
+            nodes.append(helper.make_node("Relu", [cur], [f"a{i}"], name=f"relu{i}"))
+            cur = f"a{i}"
+    return nets._model(nodes, inits, [1, sizes[0]], cur, [1, sizes[-1]]), layers
+
+
+@pytest.mark.parametrize("seed", [200, 201])
+def test_refined_bounds_hold_on_a_tiny_box_with_large_weights(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    radius, sizes = 1e-6, [3, 8, 8, 8, 2]
+    x0 = rng.uniform(-1, 1, sizes[0])
+    model, layers = _mlp(rng, sizes, 1e3, x0, radius * 1e3)
+    g64 = load_onnx(nets.save(model, tmp_path / "n.onnx")).cast(torch.float64)
+    lo, hi = x0 - radius, x0 + radius
+    lo64, hi64 = torch.tensor(lo).reshape(1, -1), torch.tensor(hi).reshape(1, -1)
+    ib = ibp(g64, lo64, hi64)
+    ref = {**ib, **crown_intermediate(g64, lo64, hi64, ref=ib)}
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    assert st.status.get("optimal", 0) > 0
+    X = np.vstack([rng.uniform(lo, hi, (20000, len(lo))), np.array(np.meshgrid(*zip(lo, hi, strict=True))).reshape(len(lo), -1).T])
+    a = X
+    for t, name in enumerate([r.inputs[0] for r in g64.relu_nodes()]):
+        z = a @ layers[t][0].T + layers[t][1]
+        a = np.maximum(z, 0)
+        l1, u1 = (v.flatten().numpy() for v in out[name])
+        mn, mx = z.min(0), z.max(0)
+        assert (l1 <= mn + 1e-6 * (1 + abs(mn))).all() and (u1 >= mx - 1e-6 * (1 + abs(mx))).all(), t
