@@ -306,17 +306,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
             (tab.kind, tab.num_moduli, variant))
         return y
     T = T_R3O.to(torch.int32).contiguous()
-    if grouped is None:
-        n_out = T.shape[2]
-        K, g = 1, 1  # rows of length 1: offs = m, k = 0
-        S_c, S_q, S_s, S_m = n_out, 3 * n_out, 0, 1
-    else:
-        g, rows, K = grouped
-        n_out = rows * K
-        Q = T.shape[1]
-        S_c, S_q, S_s, S_m = Q * rows * g * K, rows * g * K, K, g * K
-    if n_out >= 2**31:
-        raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
+    n_out, K, g, (S_c, S_q, S_s, S_m) = fft_epilogue_int64.plane_layout(T, grouped)
     if shift_O.numel() * shift_row_len != n_out:
         raise InputError(f"{shift_O.numel()} shifts x rows of {shift_row_len} != {n_out} outputs")
     kc = kernel_constants(tab, variant)

@@ -268,6 +268,34 @@ def _padded_tables(tab: EpilogueTables, device: str) -> dict:
     return {"RP": RP, "CP": CP, "NB": nb, **{k: v.to(dev) for k, v in t.items()}}
 
 
+def plane_layout(T: torch.Tensor, grouped: tuple[int, int, int] | None):
+    """Element strides of the int32 product planes, for both epilogue kernels.
+
+    Args:
+        T: int32 planes, ``[r, 3, O]`` (ungrouped) or ``[3, Q, R_rows, g*K]`` (grouped, see
+            ``Int8Backend.modular_matmul_grouped``).
+        grouped: ``(g, R_rows, K)`` or None.
+
+    Returns:
+        ``(n_out, K, g, (S_c, S_q, S_s, S_m))``: complex outputs, row length, moduli per group and the
+        strides of component, modulus group, row and modulus slot.
+
+    Raises:
+        InputError: a chunk of 2^31 outputs or more (the kernels index with int32).
+    """
+    if grouped is None:
+        n_out = T.shape[2]
+        K, g = 1, 1  # rows of length 1: offs = m, k = 0
+        strides = (n_out, 3 * n_out, 0, 1)
+    else:
+        g, rows, K = grouped
+        n_out = rows * K
+        strides = (T.shape[1] * rows * g * K, rows * g * K, K, g * K)
+    if n_out >= 2**31:
+        raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
+    return n_out, K, g, strides
+
+
 def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTables, variant: str,
                     block: int | None = None, grouped: tuple[int, int, int] | None = None,
                     num_warps: int | None = None) -> torch.Tensor:
@@ -297,17 +325,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     if variant not in VARIANTS:
         raise InputError(f"reconstruction variant must be one of {VARIANTS}, got {variant!r}")
     T = T_R3O.to(torch.int32).contiguous()  # |T| <= 2^25 for every backend (fast FP32 mod needs < 2^26)
-    if grouped is None:
-        n_out = T.shape[2]
-        if n_out >= 2**31:
-            raise InputError(f"epilogue chunk of {n_out} outputs exceeds 2^31")
-        K, g = 1, 1  # rows of length 1: offs = m, k = 0
-        S_c, S_q, S_s, S_m = n_out, 3 * n_out, 0, 1
-    else:
-        g, rows, K = grouped
-        n_out = rows * K
-        Q = T.shape[1]
-        S_c, S_q, S_s, S_m = Q * rows * g * K, rows * g * K, K, g * K
+    n_out, K, g, (S_c, S_q, S_s, S_m) = plane_layout(T, grouped)
     tb = _padded_tables(tab, str(T.device))
     out = torch.empty(2 * n_out, dtype=torch.float64, device=T.device)
     if block is None:

@@ -189,26 +189,14 @@ def scale_residues_triton_int64(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
     digits: bool = False,
 ) -> torch.Tensor:
-    """Launch the previous (int64-lane, runtime moduli loop) scaling/residue kernel; same contract and bits
-    as :func:`gpufield.fp64.kernels.residue.scale_residues_triton`.
+    """Launch the previous (int64-lane, runtime moduli loop) scaling/residue kernel, kept for A/B timing.
 
-    Args:
-        X_RK: float64 [R, K] (any strides), or complex128 [R, K]: then the real and imaginary parts are
-            read in place and the residues of re, im and re+im (wrapped, the 3M operand) come out together.
-        shift_R: int64 [R] row shifts.
-        table: moduli table.
-        dtype: torch.int8 (INT8 table) or torch.int16 (FP8 table).
-        group: 1 (default) gives the plane-per-modulus layout below. g > 1 gives the grouped layout
-            [C, G, R, g*K] (C = 1 real / 3 complex, G = ceil(L/g)): row r of group q holds the residues of
-            moduli q*g .. q*g+g-1 side by side, the A operand of one block-diagonal GEMM per group
-            (``Int8Backend.modular_matmul_grouped``); slots past L are left unwritten.
-        digits: FP8 table only: emit the FP8 digit planes (|d| <= 16) instead of residues, layout
-            [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
-            ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
+    Same arguments, layouts, return value and bits as
+    :func:`gpufield.fp64.kernels.residue.scale_residues_triton` (whose docstring gives the shapes and
+    dtypes), without its ``impl`` and ``block`` knobs.
 
-    Returns:
-        group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
-        group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] float8_e4m3fn.
+    Raises:
+        ValueError: ``digits=True`` without the fp8 table or with ``group != 1``.
     """
     R, K = X_RK.shape
     L = table.num_moduli
