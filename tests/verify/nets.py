@@ -26,25 +26,30 @@ def _model(nodes, inits, in_shape, out_name, out_shape, name="net"):
     return m
 
 
-def mlp(rng, sizes, in_shape=None):
-    """Gemm/Relu MLP; returns (model, [(W_OI, b_O)]) with float32-exact weights as float64."""
+def gemm_relu(weights, in_shape):
+    """Gemm/Relu chain (Flatten first when ``in_shape`` has several axes) of float32 ``(W_OI, b_O)``
+    pairs; returns (model, [(W_OI, b_O)] float64)."""
     nodes, inits, layers = [], {}, []
     cur = "x"
-    if in_shape is not None:
+    if len(in_shape) > 1:
         nodes.append(helper.make_node("Flatten", [cur], ["flat"], axis=1, name="flatten"))
         cur = "flat"
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
-        W = rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32)
-        bias = rng.normal(0, 0.3, b).astype(np.float32)
+    for i, (W, bias) in enumerate(weights):
         inits[f"W{i}"], inits[f"b{i}"] = W, bias
         layers.append((W.astype(np.float64), bias.astype(np.float64)))
         nodes.append(helper.make_node("Gemm", [cur, f"W{i}", f"b{i}"], [f"z{i}"], transB=1, name=f"gemm{i}"))
         cur = f"z{i}"
-        if i < len(sizes) - 2:
+        if i < len(weights) - 1:
             nodes.append(helper.make_node("Relu", [cur], [f"a{i}"], name=f"relu{i}"))
             cur = f"a{i}"
-    shape = [1, *(in_shape or [sizes[0]])]
-    return _model(nodes, inits, shape, cur, [1, sizes[-1]]), layers
+    return _model(nodes, inits, [1, *in_shape], cur, [1, len(weights[-1][1])]), layers
+
+
+def mlp(rng, sizes, in_shape=None):
+    """Gemm/Relu MLP; returns (model, [(W_OI, b_O)]) with float32-exact weights as float64."""
+    weights = [(rng.normal(0, 1 / np.sqrt(a), (b, a)).astype(np.float32), rng.normal(0, 0.3, b).astype(np.float32))
+               for a, b in zip(sizes[:-1], sizes[1:], strict=True)]
+    return gemm_relu(weights, in_shape or [sizes[0]])
 
 
 def every_op_mlp(rng):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from onnx import helper
 
 from gpufield.verify import crown_intermediate, ibp, load_onnx
 from gpufield.verify.milp_bounds import milp_refine
@@ -19,19 +18,13 @@ from . import nets
 def _mlp(rng, sizes, scale, x0, noise):
     """Gemm/ReLU MLP with weights ~``scale`` and biases putting every pre-activation within
     ~``noise`` of 0 at ``x0``; returns (model, [(W, b)] float64 of the float32 weights)."""
-    nodes, inits, layers, cur, a = [], {}, [], "x", x0
-    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    weights, a = [], x0
+    for m, n in zip(sizes[:-1], sizes[1:], strict=True):
         W = (rng.normal(0, 1 / np.sqrt(m), (n, m)) * scale).astype(np.float32)
         bias = (-(W.astype(np.float64) @ a) + rng.normal(0, noise, n)).astype(np.float32)
-        inits[f"W{i}"], inits[f"b{i}"] = W, bias
-        layers.append((W.astype(np.float64), bias.astype(np.float64)))
-        a = np.maximum(layers[-1][0] @ a + layers[-1][1], 0)
-        nodes.append(helper.make_node("Gemm", [cur, f"W{i}", f"b{i}"], [f"z{i}"], transB=1, name=f"gemm{i}"))
-        cur = f"z{i}"
-        if i < len(sizes) - 2:
-            nodes.append(helper.make_node("Relu", [cur], [f"a{i}"], name=f"relu{i}"))
-            cur = f"a{i}"
-    return nets._model(nodes, inits, [1, sizes[0]], cur, [1, sizes[-1]]), layers
+        weights.append((W, bias))
+        a = np.maximum(W.astype(np.float64) @ a + bias.astype(np.float64), 0)
+    return nets.gemm_relu(weights, [sizes[0]])
 
 
 @pytest.mark.parametrize("seed", [200, 201])
@@ -60,22 +53,17 @@ def test_refined_bounds_hold_on_a_tiny_box_with_large_weights(tmp_path, seed):
 
 def _mlp_random_bias(rng, sizes, scale, x0, radius):
     """As the hunt that found it (biases drawn, then re-centred at ``x0`` layer by layer)."""
-    nodes, inits, layers, cur = [], {}, [], "x"
-    for i, (m, n) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    weights, layers = [], []
+    for m, n in zip(sizes[:-1], sizes[1:], strict=True):
         W = (rng.normal(0, 1 / np.sqrt(m), (n, m)) * scale).astype(np.float32)
         rng.normal(0, 0.3, n)
         a = x0
         for W_, b_ in layers:
             a = np.maximum(a @ W_.T + b_, 0)
         bias = (-(W.astype(np.float64) @ a) + rng.normal(0, radius * scale, n)).astype(np.float32)
-        inits[f"W{i}"], inits[f"b{i}"] = W, bias
+        weights.append((W, bias))
         layers.append((W.astype(np.float64), bias.astype(np.float64)))
-        nodes.append(helper.make_node("Gemm", [cur, f"W{i}", f"b{i}"], [f"z{i}"], transB=1, name=f"gemm{i}"))
-        cur = f"z{i}"
-        if i < len(sizes) - 2:
-            nodes.append(helper.make_node("Relu", [cur], [f"a{i}"], name=f"relu{i}"))
-            cur = f"a{i}"
-    return nets._model(nodes, inits, [1, sizes[0]], cur, [1, sizes[-1]]), layers
+    return nets.gemm_relu(weights, [sizes[0]])
 
 
 def test_deep_refined_bounds_hold_with_large_values(tmp_path, monkeypatch):
