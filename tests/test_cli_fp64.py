@@ -34,3 +34,28 @@ def test_fft_check_json(capsys):
 
 def test_fft_bad_shape_exit_2(capsys):
     assert main(["fp64", "fft", "--shape", "12"]) == 2
+
+
+def test_model_table_is_readable_at_80_columns(capsys, monkeypatch):
+    """The default table fits an 80-column terminal: no truncated cell ("…"), no line over 80."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["fp64", "model"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= 80
+    for header in ("GPU", "roof", "native", "c_epi", "emulated", "x roof", "x native"):
+        assert f" {header} " in out
+    assert "H200-SXM" in out and "216.46" in out and "--wide" in out
+
+
+def test_model_table_wide_shows_every_column_untruncated(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["fp64", "model", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "…" not in out and " floor T/s " in out and " TC int8/fp8 " in out and "131.94/11.54" in out
+
+
+def test_model_json_is_the_library_rows(capsys):
+    from gpufield.fp64.model import model_table
+
+    assert main(["fp64", "model", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps([r.to_dict() for r in model_table()]))

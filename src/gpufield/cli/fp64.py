@@ -19,6 +19,11 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.2f}"
 
 
+#: table columns: (header, shown by default); --wide shows all of them
+_MODEL_COLUMNS = (("GPU", True), ("roof", True), ("native", True), ("c_epi", True), ("emulated", True),
+                  ("x roof", True), ("x native", True), ("floor T/s", False), ("TC int8/fp8", False))
+
+
 @app.command("model")
 def model_cmd(
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU name (repeatable); default B300 B200 Rubin H100 H200")] = None,
@@ -26,8 +31,16 @@ def model_cmd(
     n: Annotated[int, typer.Option(help="points per axis (power of two)")] = 1024,
     dims: Annotated[int, typer.Option(help="number of axes")] = 3,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="add the INT32-floor and tensor-core time columns "
+                                       "(wider than 80 columns)")] = False,
 ) -> None:
-    """Emulated FP64 3-D FFT floor model (FP8 is All You Need, Part 3) per GPU."""
+    """Emulated FP64 3-D FFT floor model (FP8 is All You Need, Part 3) per GPU.
+
+    The default table fits 80 columns: times in ms (roof, native FP64, emulated) and the emulated
+    time as a multiple of the roof and of native. --wide adds "floor T/s" (the INT32 instructions
+    per second the epilogue would need to reach the roof, in tera) and the INT8/FP8 tensor-core
+    times; --json prints every field.
+    """
     from gpufield.fp64.model import model_table
 
     rows = model_table(gpu or None, c_epi=c_epi or None, n=n, dims=dims)
@@ -37,18 +50,24 @@ def model_cmd(
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"emulated FP64 FFT {n}^{dims} (times in ms; floor = INT32 instr/s needed for the roof)")
-    for col in ("GPU", "roof", "native", "c_epi", "emulated", "x roof", "x native", "floor T/s", "TC int8/fp8"):
-        t.add_column(col, no_wrap=True)
+    shown = [i for i, (_, default) in enumerate(_MODEL_COLUMNS) if wide or default]
+    t = Table(title=f"emulated FP64 FFT {n}^{dims}, times in ms")
+    for i in shown:
+        # fold instead of "…": a narrow terminal wraps a value, it never hides digits
+        t.add_column(_MODEL_COLUMNS[i][0], overflow="fold", justify="left" if i == 0 else "right")
     for r in rows:
-        for i, c in enumerate(r.c_epi):
-            t.add_row(
-                (r.gpu + ("*" if r.projected else "")) if i == 0 else "", _ms(r.roof_s) if i == 0 else "",
-                _ms(r.native_s) if i == 0 else "", f"{c:g}", _ms(r.emulated_s[i]), f"{r.ratio_to_roof[i]:.2f}",
-                f"{r.ratio_to_native[i]:.2f}", f"{r.int32_floor_instr_per_s[i] / 1e12:.0f}",
-                f"{_ms(r.tensor_s.get('int8'))}/{_ms(r.tensor_s.get('fp8'))}" if i == 0 else "",
+        for k, c in enumerate(r.c_epi):
+            first = k == 0
+            cells = (
+                (r.gpu + ("*" if r.projected else "")) if first else "", _ms(r.roof_s) if first else "",
+                _ms(r.native_s) if first else "", f"{c:g}", _ms(r.emulated_s[k]), f"{r.ratio_to_roof[k]:.2f}",
+                f"{r.ratio_to_native[k]:.2f}", f"{r.int32_floor_instr_per_s[k] / 1e12:.0f}",
+                f"{_ms(r.tensor_s.get('int8'))}/{_ms(r.tensor_s.get('fp8'))}" if first else "",
             )
+            t.add_row(*(cells[i] for i in shown))
     con = Console()
+    if wide:  # as wide as the table needs, also when stdout is a pipe (rich's default there is 80)
+        con = Console(width=max(con.width, con.measure(t, options=con.options.update_width(10_000)).maximum))
     con.print(t)
     for r in rows:
         rem = "; ".join(f"{k} (c_epi {'-'.join(f'{c:g}' for c in v['c_epi'])}): "
@@ -56,6 +75,8 @@ def model_cmd(
         con.print(f"{r.gpu} remedies: {rem}")
     if any(r.projected for r in rows):
         con.print("* projected numbers (not shipping hardware)")
+    if not wide:
+        con.print("--wide adds the INT32-floor (T/s) and tensor-core time columns; --json prints every field")
 
 
 @app.command("fft")
