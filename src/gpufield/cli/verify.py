@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -29,13 +34,78 @@ def _config(method: str, device: str, dtype: str, alpha_iterations: int, branchi
                         refine=None if no_bab else RefineConfig(branching=branching))
 
 
+#: results that decide nothing: a retry may replace them (see ``run``'s help)
+RETRYABLE = ("error", "unknown", "timeout")
+VERDICTS = ("sat", "unsat", *RETRYABLE)
+
+
+def _sidecar(out: Path) -> Path:
+    """Where ``verify run`` records that it wrote ``out`` (only for error/unknown/timeout results)."""
+    return out.with_name(f".{out.name}.gpufield.json")
+
+
+def _fingerprint(path: Path) -> dict | None:
+    try:
+        st, data = path.stat(), path.read_bytes()
+    except OSError:
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest(),
+            "verdict": data.decode("utf-8", "replace").split("\n", 1)[0].strip()}
+
+
+def _instance(model: Path, prop: Path) -> dict:
+    return {"model": str(model.resolve()), "property": str(prop.resolve())}
+
+
+def _record(out: Path, model: Path, prop: Path, before: dict | None, *, bad_input: bool = False) -> None:
+    """After a run wrote ``out``: leave a sidecar record when its result decides nothing, else none.
+
+    ``before`` is ``out``'s fingerprint before the run; an unchanged file is not claimed.
+    ``bad_input``: the 'error' is about inputs that could not be loaded, not about this instance.
+    """
+    side = _sidecar(out)
+    fp = _fingerprint(out)
+    if fp is not None and fp == before:
+        return
+    try:
+        if fp is None or fp["verdict"] not in RETRYABLE:
+            side.unlink(missing_ok=True)
+            return
+        tmp = side.with_name(side.name + ".tmp")
+        tmp.write_text(json.dumps({"written_by": "gpufield verify run", **_instance(model, prop), **fp,
+                                   "bad_input": bad_input}, indent=1))
+        os.replace(tmp, side)
+    except OSError:  # no record: a retry then needs --force, nothing is lost
+        pass
+
+
+def _overwrite_refusal(out: Path, model: Path, prop: Path) -> str | None:
+    """None when ``out`` may be (re)written without --force, else why not."""
+    if not out.exists() and not out.is_symlink():
+        return None
+    fp = _fingerprint(out)
+    try:
+        rec = json.loads(_sidecar(out).read_text())
+    except (OSError, ValueError):
+        rec = None
+    ours = isinstance(rec, dict) and fp is not None and all(rec.get(k) == fp[k] for k in fp)
+    holds = f" (it holds {fp['verdict']!r})" if fp is not None and fp["verdict"] in VERDICTS else ""
+    if not ours or fp["verdict"] not in RETRYABLE:
+        return (f"result file exists{holds}; without --force a run replaces only an error/unknown/timeout "
+                "result that 'gpufield verify run' wrote for the same instance, unchanged since")
+    if not rec.get("bad_input") and any(rec.get(k) != v for k, v in _instance(model, prop).items()):
+        return (f"result file exists with {fp['verdict']!r} for another instance "
+                f"({Path(rec.get('model', '?')).name}, {Path(rec.get('property', '?')).name})")
+    return None
+
+
 @app.command("run")
 def run(
     model: Annotated[Path, typer.Argument(help="ONNX model (.onnx or .onnx.gz)")],
     prop: Annotated[Path, typer.Argument(help="VNN-LIB property (.vnnlib or .vnnlib.gz)")],
     out: Annotated[Path, typer.Option("--out", help="VNN-COMP result file to write")],
     timeout: Annotated[float, typer.Option("--timeout", help="seconds, loading included")] = 60.0,
-    force: Annotated[bool, typer.Option("--force", help="overwrite an existing result file")] = False,
+    force: Annotated[bool, typer.Option("--force", help="overwrite an existing result file, whatever it holds")] = False,
     method: Method = "alpha",
     device: Device = "cpu",
     dtype: Dtype = "float32",
@@ -45,14 +115,41 @@ def run(
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
+    The model and property are checked first: a bad input is reported (exit 2) and written as 'error' to --out where --out may be written.
+
+    --out is never overwritten without --force, except on a retry: a result file that an earlier 'gpufield verify run' of the same model and property wrote, unchanged since, holding error, unknown or timeout (no decision to lose), is replaced, and so is its 'error' for inputs that could not be read (a mistyped path), whatever the retry's inputs. gpufield knows it wrote such a file from the hidden record .NAME.gpufield.json beside it (deleted once a run decides sat or unsat). A decided result (sat, unsat), another instance's result or any other file needs --force.
+
     Example:
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
-    from gpufield.verify import run_instance
+    from gpufield.errors import InputError
+    from gpufield.verify import run_instance, write_result_file
+    from gpufield.verify.runner import load_instance
 
-    res = run_instance(model, prop, out, timeout_s=timeout, force=force,
-                       config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                      progress=True))
+    t0 = time.monotonic()
+    before = _fingerprint(out)
+    refusal = None if force else _overwrite_refusal(out, model, prop)
+    try:  # inputs first: a bad model or property is the error to report, whatever --out holds
+        load_instance(model, prop)
+    except InputError:
+        try:
+            if refusal is not None:
+                raise OSError(refusal)
+            write_result_file(out, "error", force=True)
+            _record(out, model, prop, before, bad_input=True)
+        except OSError as e:
+            print(f"gpufield: note: 'error' not written to {out} ({e})", file=sys.stderr)
+        raise
+    if not out.parent.is_dir():
+        raise InputError("the folder of the result file does not exist", path=str(out))
+    if refusal is not None:
+        raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
+    try:
+        res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
+                           config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
+                                          progress=True))
+    finally:  # also after a bad input or Ctrl-C, which write error / unknown
+        _record(out, model, prop, before)
     typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
 
 
