@@ -74,7 +74,7 @@ def test_grouped_int8_layout_through_kernel():
     x = rng.standard_normal((2, 32)) + 1j * rng.standard_normal((2, 32))
     want = fftn_fp64_emulated(x)
     for g in (4, 16):
-        plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=g)
+        plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=g, int8_gemm="cublas")
         y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
         assert np.array_equal(y.view(np.float64), want.view(np.float64)), g
 
@@ -88,6 +88,22 @@ def test_int8_products_written_in_place_equal_cpu_path(g, num_moduli, input_bits
     x = (rng.standard_normal((2, 64)) + 1j * rng.standard_normal((2, 64))) * np.exp(2 * rng.standard_normal((2, 64)))
     kw = dict(variant="crt", num_moduli=num_moduli, input_bits=input_bits)
     want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", **kw))
-    plan = EmulatedFftPlan(backend="int8", epilogue=epilogue, int8_group=g, **kw)
+    plan = EmulatedFftPlan(backend="int8", epilogue=epilogue, int8_group=g, int8_gemm="cublas", **kw)
     y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
     assert np.array_equal(y.view(np.float64), want.view(np.float64))
+
+
+def test_default_int8_triton_plan_is_run5_fastest():
+    """backend="int8" + Triton epilogue defaults to g = 8 and the one-launch Triton stage GEMM (H200 run 5
+    fastest); every other plan keeps g = 1 / cuBLAS; an explicit value wins; the bits are the CPU path's."""
+    fast = EmulatedFftPlan(backend="int8", epilogue="triton")
+    assert (fast.int8_group, fast.int8_gemm) == (8, "triton")
+    assert fast == EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="triton")
+    for other in (EmulatedFftPlan(), EmulatedFftPlan(backend="int8"), EmulatedFftPlan(backend="fp8", epilogue="triton")):
+        assert (other.int8_group, other.int8_gemm) == (1, "cublas")
+    explicit = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=4, int8_gemm="cublas")
+    assert (explicit.int8_group, explicit.int8_gemm) == (4, "cublas")
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((4, 64)) + 1j * rng.standard_normal((4, 64))) * np.exp(3 * rng.standard_normal((4, 64)))
+    y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), fast).cpu().numpy()
+    assert np.array_equal(y.view(np.float64), fftn_fp64_emulated(x).view(np.float64))

@@ -53,6 +53,7 @@ class EmulatedFftPlan:
         int8_group: INT8 backend with the Triton epilogue: g moduli per block-diagonal ``_int_mm``
             (``Int8Backend.modular_matmul_grouped``: a k = 32 GEMM is far below peak in cuBLAS, g
             products side by side make it g times wider); 1 = one GEMM per modulus. A power of two <= 16.
+            None (default): 8 with ``backend="int8", epilogue="triton"``, else 1 (see below).
         int8_gemm: INT8 with the Triton epilogue: ``"cublas"`` (``torch._int_mm``, 3 ceil(r/g) calls per
             twiddle group and chunk) or ``"triton"`` (:func:`gpufield.fp64.fft.gemm_triton.stage_gemm_triton`:
             every group, component and moduli group of a chunk in one launch; same bits) or ``"fused"``
@@ -60,6 +61,15 @@ class EmulatedFftPlan:
             computed in that launch too, no residue planes; same bits) or ``"fused_epi"``
             (:func:`gpufield.fp64.fft.gemm_fused_epi.fused_epi_stage_triton`: the epilogue too, on the
             dot accumulators in registers; no int32 product planes; variants crt/kulisch; same bits).
+            None (default): ``"triton"`` with ``backend="int8", epilogue="triton"``, else ``"cublas"``.
+
+    Defaults of ``int8_group`` / ``int8_gemm``: ``EmulatedFftPlan(backend="int8", epilogue="triton")`` is
+    the fastest configuration measured so far, g = 8 with the one-launch Triton stage GEMM (H200 run 5,
+    256^3 complex: 34.1 ms int8/crt/g8/tgemm vs 73.7 ms for g = 1 with cuBLAS ``_int_mm``, the previous
+    default; 512^3 235 ms; 1024^3 1.64 s with kulisch). The fused paths (``"fused"``, ``"fused_epi"``)
+    and the 32-bit residue kernel had not been timed on a GPU when this default was set (docs/perf-notes.md,
+    run 9 plan). Both fields hold the resolved value after construction (never None), and the bits do not
+    depend on them.
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
@@ -74,10 +84,15 @@ class EmulatedFftPlan:
     epilogue: str = "torch"
     chunk_outputs: int | None = None
     memory_budget_bytes: int | None = None
-    int8_group: int = 1
-    int8_gemm: str = "cublas"
+    int8_group: int | None = None
+    int8_gemm: str | None = None
 
     def __post_init__(self) -> None:
+        fastest = self.backend == "int8" and self.epilogue == "triton"  # H200 run 5: g8 + Triton GEMM
+        if self.int8_group is None:
+            object.__setattr__(self, "int8_group", 8 if fastest else 1)
+        if self.int8_gemm is None:
+            object.__setattr__(self, "int8_gemm", "triton" if fastest else "cublas")
         if self.backend not in BACKENDS:
             raise InputError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.variant not in VARIANTS:

@@ -49,7 +49,8 @@ from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
-instruction counts in benchmarks/fp64_fft_gpu.py."""
+instruction counts (the epilogue microbenchmark of benchmarks/fp64_fft_gpu.py up to run 8, commit
+b8851d4; the run-9 benchmark times whole transforms only)."""
 
 DEFAULT_LAUNCH = (256, 8)
 """(BLOCK outputs per program, warps) on CUDA: one complex output per thread, 40 registers. Measured

@@ -50,7 +50,8 @@ NL = 7
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
-instruction counts in benchmarks/fp64_fft_gpu.py."""
+instruction counts (the epilogue microbenchmark of benchmarks/fp64_fft_gpu.py up to run 8, commit
+b8851d4; the run-9 benchmark times whole transforms only)."""
 
 
 @triton.jit
