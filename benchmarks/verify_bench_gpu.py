@@ -172,6 +172,7 @@ def main() -> int:
         "instances_s": s.total_s,
         "wall_s": wall,
         "rows": s.rows,
+        "margins": s.margins,
     }
     (out / f"verify_mnist_fc_{tag}.json").write_text(json.dumps(summary, indent=2))
     print(f"device {summary['device_name']}  wall {wall:.1f} s  instances {s.total_s:.1f} s")

@@ -110,6 +110,10 @@ def test_bench_counts_and_reference_scoring(tmp_path):
     assert s.counts == {"unsat": 2, "sat": 1}
     assert (s.agree, s.wrong) == (1, 1) and s.wrong_instances == ["onnx/b.onnx,vnnlib/b.vnnlib"]
     assert s.reference_counts == {"unsat": 2, "timeout": 1}
+    # per-row diagnostics: the unsat rows carry the float64 bound that proved them (> 0); the
+    # sat one was found by the attack before any bound
+    assert len(s.margins) == 3 and s.margins[0]["float64"] > 0 and s.margins[2]["float64"] > 0
+    assert "float64" not in s.margins[1]
     lines = out.read_text().splitlines()
     assert lines[0] == "benchmark,onnx,vnnlib,prepare_time,result,run_time" and len(lines) == 4
     with pytest.raises(InputError, match="--resume or --force"):

@@ -35,6 +35,8 @@ class BenchSummary:
         wrong: decided by both with opposite answers (must be 0).
         wrong_instances: ``onnx,vnnlib`` of each wrong answer.
         rows: ``(onnx, vnnlib, result, seconds)`` per instance in CSV order.
+        margins: per row, the verifier's margins and counters (``VerifyResult.margins``: stage
+            margins, ``bab_domains``, ``bab_lb``, ``mip_s``; empty for resumed or failed rows).
     """
 
     counts: dict[str, int] = field(default_factory=dict)
@@ -44,6 +46,7 @@ class BenchSummary:
     wrong: int = 0
     wrong_instances: list[str] = field(default_factory=list)
     rows: list[tuple[str, str, str, float]] = field(default_factory=list)
+    margins: list[dict[str, float]] = field(default_factory=list)
 
     def to_json(self) -> str:
         """JSON text of the summary."""
@@ -134,6 +137,7 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
     try:
         for i, inst in enumerate(instances):
             key = instance_key(inst.onnx, inst.vnnlib)
+            margins: dict[str, float] = {}
             if key in done:
                 result, secs = done[key], 0.0
             else:
@@ -145,7 +149,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
                 try:
                     onnx_p = _materialise(bench_dir, inst.onnx, cache)
                     vnn_p = _materialise(bench_dir, inst.vnnlib, cache)
-                    result = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config).verdict
+                    res = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config)
+                    result, margins = res.verdict, dict(res.margins)
                 except GpufieldError as e:
                     result = "error"
                     print(f"{inst.onnx},{inst.vnnlib}: {e}", file=sys.stderr)
@@ -156,6 +161,7 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
                 summary.total_s += secs
                 writer.write(name, inst.onnx, inst.vnnlib, 0.0, result, secs)
             summary.rows.append((inst.onnx, inst.vnnlib, result, secs))
+            summary.margins.append(margins)
             summary.counts[result] = summary.counts.get(result, 0) + 1
             if ref is not None and key in ref:
                 theirs = ref[key]

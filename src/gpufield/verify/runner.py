@@ -180,6 +180,7 @@ class _Case:
                        self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
                        deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress)
         self.margins["bab_domains"] = float(r.domains)
+        self.margins["bab_s"] = r.seconds  # branch and bound wall time, the MIP's included
         if r.mip is not None:
             self.margins["mip_s"] = r.mip.seconds
             self.margins["mip_tightened"] = float(sum(r.mip.tightened.values()))
