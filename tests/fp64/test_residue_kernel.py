@@ -149,3 +149,44 @@ def test_fp8_digits_and_env_switch(monkeypatch):
     assert torch.equal(env, scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu())
     with pytest.raises(InputError):
         scale_residues_triton(X, s, t8, torch.int8, impl="int16")
+
+
+def test_bounded_skips_big_pass_same_bits(monkeypatch):
+    """FFT-stage shifts (b_x - e_row from the row maxima) keep |x 2^s| < 2^62: ``bounded=True`` launches only
+    the fast pass (MODE 0; the big-value kernel is never compiled) and gives the unbounded call's bits on rows
+    of tiny, huge, subnormal and zero values, ungrouped and grouped."""
+    from gpufield.fp64.fft.stage import row_shifts
+    from gpufield.fp64.kernels import residue
+
+    rng = torch.Generator().manual_seed(11)
+    X = torch.complex(torch.randn(32, 16, generator=rng, dtype=torch.float64),
+                      torch.randn(32, 16, generator=rng, dtype=torch.float64))
+    X *= torch.exp(6 * torch.randn(32, 1, generator=rng, dtype=torch.float64))  # rows over many binades
+    X[1] *= 1e-300
+    X[2] *= 1e300
+    X[3] = 0
+    X[4, :5] = 5e-324
+    X[4, 5:] = 0
+    s = row_shifts(X, 58)
+    modes = []
+    kern = residue._scale_residue_i32_kernel
+
+    class _Spy:
+        def __getitem__(self, grid):
+            def launch(*args, MODE=0, **kw):
+                modes.append(MODE)
+                return kern[grid](*args, MODE=MODE, **kw)
+            return launch
+
+    monkeypatch.setattr(residue, "_scale_residue_i32_kernel", _Spy())
+    t = moduli_table("int8", 16)
+    for g in (1, 8):
+        modes.clear()
+        full = scale_residues_triton(X.to(DEV), s.to(DEV), t, torch.int8, group=g).cpu()
+        assert modes == [0, 1]
+        modes.clear()
+        got = scale_residues_triton(X.to(DEV), s.to(DEV), t, torch.int8, group=g, bounded=True).cpu()
+        assert modes == [0]
+        assert torch.equal(got, full)
+    assert torch.equal(got.view(3, 2, 32, 8, 16).transpose(2, 3).reshape(3, 16, 32, 16),
+                       _want(X, s, t, torch.int8).view(3, 16, 32, 16))

@@ -239,6 +239,7 @@ def _pow2_table_i32(table: ModuliTable, device) -> torch.Tensor:
 def scale_residues_triton(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
     digits: bool = False, impl: str | None = None, block: tuple[int, int, int] | None = None,
+    bounded: bool = False,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
 
@@ -258,6 +259,12 @@ def scale_residues_triton(
         impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, :mod:`.residue_int64`, for A/B
             timing). None: int32 unless the environment sets ``GPUFIELD_RESIDUE_IMPL=int64``.
         block: (BLOCK_R, BLOCK_K cap, warps), a tuning knob (same bits); None: :data:`DEFAULT_BLOCK` on CUDA.
+        bounded: the caller guarantees |X * 2**shift| < 2**62 for every finite element (e.g. the FFT
+            stage: shifts b_x - e_row from the row maxima, b_x <= 60), so no tile can be flagged and the
+            second launch (the big-value pass, MODE 1) is skipped, and never compiled: the same bits, one
+            launch and one large Triton compile fewer (its mantissa/exponent path per modulus). Elements
+            that are Inf/NaN get the fast path's residue of 0 instead of MODE 1's; callers with this flag
+            reject non-finite inputs. int32 kernel only (the int64 kernel has one launch).
 
     Returns:
         group == 1: [L, R, K] symmetric residues of trunc(X * 2**shift); complex: [3L, R, K] (re, im, re+im).
@@ -302,6 +309,7 @@ def scale_residues_triton(
     kw = dict(L=L, SQ=sq, COMPLEX=cplx, OUT_INT8=(dtype == torch.int8), GROUP=group, DIGITS=digits, BLOCK_R=br,
               BLOCK_K=bk, num_warps=warps, **kernel_constants(table.moduli))
     _scale_residue_i32_kernel[grid](*args, MODE=0, **kw)  # every tile, fast path; flags tiles with |y| >= 2^62
-    _scale_residue_i32_kernel[grid](*args, MODE=1, **kw)  # rewrites the flagged tiles only (others exit)
+    if not bounded:  # rewrites the flagged tiles only (others exit)
+        _scale_residue_i32_kernel[grid](*args, MODE=1, **kw)
     return out.view(torch.float8_e4m3fn) if digits else out
 
