@@ -34,7 +34,7 @@ up-front self-check compiled ~20 specialisations and hit the 330 s cap before an
 Order (``--sizes 256,512,1024``; any three sizes play these roles): at 256^3 cuFFT, then MAIN_CONFIGS (the run-5 best int8/crt/g8/tgemm with the
 32-bit residue kernel, the same with ``GPUFIELD_RESIDUE_IMPL=int64`` (run 5's kernel), /fused, /fusedepi), each
 with one profiled call (phase split) and its self-check; then 512^3 cuFFT and the MAIN_CONFIGS that ran at 256^3
-(no check, no profile); then 1024^3 cuFFT and the fastest 512^3 configuration if its projected time fits; then
+(/res64 last; no check, no profile); then 1024^3 cuFFT and the fastest 512^3 configuration if its projected time fits; then
 EXTRA_CONFIGS at 256^3 while the budget lasts.
 
 Errors per configuration: (a) rank-1 input x = u (x) v (x) w of 17-bit integers (exact in float64) whose exact
@@ -502,7 +502,7 @@ def plan_text(a) -> list[str]:
                  + f" (each: profiled call, self-check on {'x'.join(map(str, a.check_shape))})")
     for i, s in enumerate(a.sizes[1:], 1):
         if i < 2:
-            lines.append(f"{s}^3: cufft + the configs that ran at {s0}^3 (no check, no profile)")
+            lines.append(f"{s}^3: cufft + the configs that ran at {s0}^3, /res64 last (no check, no profile)")
         else:
             lines.append(f"{s}^3: cufft + the fastest config of the previous size, if 5 x 8 x its time + 90 s fits")
     if a.extras:
@@ -572,8 +572,9 @@ def main() -> None:
                 run.save()
                 continue
             run_size(run, n, ["cufft", best], check=False, profile=False, est=est)
-        else:
-            run_size(run, n, ["cufft"] + ran, check=False, profile=False, est=est)
+        else:  # the residue A/B (/res64) last: 256^3 answers it, and N = 32 stages need new compiles
+            order = [k for k in ran if not k.endswith("/res64")] + [k for k in ran if k.endswith("/res64")]
+            run_size(run, n, ["cufft"] + order, check=False, profile=False, est=est)
             ran = [k for k in ran if "time_s" in run.res["sizes"][str(n)].get(k, {})]
         prev = n
     if a.extras and run.left() > a.setup_budget_s + 30:
