@@ -93,12 +93,18 @@ def test_int8_products_written_in_place_equal_cpu_path(g, num_moduli, input_bits
     assert np.array_equal(y.view(np.float64), want.view(np.float64))
 
 
-def test_default_int8_triton_plan_is_run5_fastest():
-    """backend="int8" + Triton epilogue defaults to g = 8 and the one-launch Triton stage GEMM (H200 run 5
-    fastest); every other plan keeps g = 1 / cuBLAS; an explicit value wins; the bits are the CPU path's."""
+def test_default_int8_triton_plan_is_run10_fastest():
+    """backend="int8" + Triton epilogue defaults to the fully fused stage kernel (H200 run 10 fastest:
+    int8/crt/g8/fused_epi), with g = 8 for the non-fused paths; variant garner (no 32-bit epilogue) keeps
+    run 5's one-launch Triton stage GEMM; every other plan keeps g = 1 / cuBLAS; an explicit value wins;
+    the bits are the CPU path's."""
     fast = EmulatedFftPlan(backend="int8", epilogue="triton")
-    assert (fast.int8_group, fast.int8_gemm) == (8, "triton")
-    assert fast == EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="triton")
+    assert (fast.int8_group, fast.int8_gemm) == (8, "fused_epi")
+    assert fast == EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="fused_epi")
+    kul = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton")
+    assert (kul.int8_group, kul.int8_gemm) == (8, "fused_epi")
+    garner = EmulatedFftPlan(backend="int8", variant="garner", epilogue="triton")
+    assert (garner.int8_group, garner.int8_gemm) == (8, "triton")
     for other in (EmulatedFftPlan(), EmulatedFftPlan(backend="int8"), EmulatedFftPlan(backend="fp8", epilogue="triton")):
         assert (other.int8_group, other.int8_gemm) == (1, "cublas")
     explicit = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=4, int8_gemm="cublas")

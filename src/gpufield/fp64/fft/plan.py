@@ -61,15 +61,20 @@ class EmulatedFftPlan:
             computed in that launch too, no residue planes; same bits) or ``"fused_epi"``
             (:func:`gpufield.fp64.fft.gemm_fused_epi.fused_epi_stage_triton`: the epilogue too, on the
             dot accumulators in registers; no int32 product planes; variants crt/kulisch; same bits).
-            None (default): ``"triton"`` with ``backend="int8", epilogue="triton"``, else ``"cublas"``.
+            None (default): ``"fused_epi"`` with ``backend="int8", epilogue="triton"`` and variant crt or
+            kulisch, ``"triton"`` with those and variant garner, else ``"cublas"`` (see below).
 
     Defaults of ``int8_group`` / ``int8_gemm``: ``EmulatedFftPlan(backend="int8", epilogue="triton")`` is
-    the fastest configuration measured so far, g = 8 with the one-launch Triton stage GEMM (H200 run 5,
-    256^3 complex: 34.1 ms int8/crt/g8/tgemm vs 73.7 ms for g = 1 with cuBLAS ``_int_mm``, the previous
-    default; 512^3 235 ms; 1024^3 1.64 s with kulisch). The fused paths (``"fused"``, ``"fused_epi"``)
-    and the 32-bit residue kernel had not been timed on a GPU when this default was set (docs/perf-notes.md,
-    run 9 plan). Both fields hold the resolved value after construction (never None), and the bits do not
-    depend on them.
+    the fastest configuration measured so far, the fully fused stage kernel ``"fused_epi"`` (H200 run 10,
+    fp64 code 7f662f9, ``benchmarks/results/h200-run10/fft/``: int8/crt/g8/fused_epi 17.25 ms at 256^3
+    vs 28.44 ms for the run-5 default ``"triton"`` with the 32-bit residue kernel and 26.63 ms for
+    ``"fused"``; 512^3 155.96 ms vs 255.03 ms; 1024^3 1.412 s vs run 5's 1.639 s with
+    int8/kulisch/g8/triton; same bits, every self-check bit-identical; peak memory above the input
+    0.82 GB vs 4.59 GB at 256^3; first call on a cold Triton cache 12-17 s per new shape vs ~11 s).
+    ``"fused_epi"`` runs only the 32-bit crt/kulisch epilogue, so with ``variant="garner"`` the default
+    stays the run-5 choice ``"triton"`` (g = 8, one-launch Triton stage GEMM). g = 8 is the default
+    ``int8_group`` for the non-fused GEMM paths; ``"fused_epi"`` does not use it. Both fields hold the
+    resolved value after construction (never None), and the bits do not depend on them.
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
@@ -88,11 +93,12 @@ class EmulatedFftPlan:
     int8_gemm: str | None = None
 
     def __post_init__(self) -> None:
-        fastest = self.backend == "int8" and self.epilogue == "triton"  # H200 run 5: g8 + Triton GEMM
+        fastest = self.backend == "int8" and self.epilogue == "triton"  # H200 run 10: fused_epi (garner: run 5's)
         if self.int8_group is None:
             object.__setattr__(self, "int8_group", 8 if fastest else 1)
         if self.int8_gemm is None:
-            object.__setattr__(self, "int8_gemm", "triton" if fastest else "cublas")
+            gemm = ("triton" if self.variant == "garner" else "fused_epi") if fastest else "cublas"
+            object.__setattr__(self, "int8_gemm", gemm)
         if self.backend not in BACKENDS:
             raise InputError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.variant not in VARIANTS:
