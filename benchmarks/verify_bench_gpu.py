@@ -92,6 +92,8 @@ def main() -> int:
     ap.add_argument("--branching", default="fsb", help="fsb | babsr")
     ap.add_argument("--bab-batch", type=int, default=1024, help="most domains bounded together")
     ap.add_argument("--bab-max-domains", type=int, default=5_000_000, help="most domains per instance")
+    ap.add_argument("--opt-interm", action="store_true",
+                    help="optimise the domains' intermediate bounds too (alpha,beta-CROWN's enable_opt_interm_bounds)")
     ap.add_argument("--bab-iterations", type=int, default=20, help="Adam steps per BaB batch")
     ap.add_argument("--bab-memory-gb", type=float, default=None,
                     help="BaB memory budget (batch size and queue); default 16 on cuda, 2 on cpu")
@@ -138,6 +140,7 @@ def main() -> int:
 
     mem_gb = a.bab_memory_gb if a.bab_memory_gb is not None else (16.0 if a.device.startswith("cuda") else 2.0)
     rcfg = None if a.no_bab else RefineConfig(batch=a.bab_batch, branching=a.branching, max_domains=a.bab_max_domains,
+                                             opt_interm=a.opt_interm,
                                              alpha=AlphaConfig(iterations=a.bab_iterations),
                                              memory_budget_bytes=int(mem_gb * 2**30),
                                              mip_refine_layers=a.mip_layers, mip_workers=a.mip_workers,
@@ -163,6 +166,7 @@ def main() -> int:
                      "bab": None if rcfg is None else {"batch": a.bab_batch, "branching": a.branching,
                                                        "iterations": a.bab_iterations, "beta": True,
                                                        "max_domains": a.bab_max_domains,
+                                                       "opt_interm": a.opt_interm,
                                                        "memory_gb": mem_gb, "mip_layers": a.mip_layers,
                                                        "mip_workers": a.mip_workers, "mip_neuron_s": a.mip_neuron_s,
                                                        "mip_total_s": a.mip_total_s}},

@@ -61,6 +61,9 @@ class RefineConfig:
             has not decided the property by then (many instances close in seconds and the MIP
             costs tens of seconds: H200 run 6 lost 256x4 prop_8_0.03, 11.6 s without MIP, to a
             MIP-first timeout); 0: MIP first.
+        opt_interm: optimise the domains' intermediate bounds too (own α and β per bounded
+            neuron, jointly with the final objective; α,β-CROWN's ``enable_opt_interm_bounds``,
+            :mod:`gpufield.verify.bab.interm`). Costs memory: the batch shrinks to fit.
     """
 
     max_domains: int = 5_000_000
@@ -79,6 +82,7 @@ class RefineConfig:
     mip_total_s: float = 90.0
     mip_workers: int | None = None
     mip_after_s: float = 20.0
+    opt_interm: bool = False
 
     def __post_init__(self):
         if self.max_domains < 1 or self.batch < 2 or self.fsb_k < 1 or self.root_iterations < 0:
@@ -136,7 +140,7 @@ def _mip_root(graph64: Graph, lo64, hi64, ref64, cfg: RefineConfig, deadline_s: 
 def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
            ref: dict[str, Interval] | None, ref64: dict[str, Interval], cfg: RefineConfig,
            *, margin_tol: float, deadline_s: float, case=None, ort_model=None,
-           progress=None) -> RefineResult:
+           progress=None, interm_alphas=None) -> RefineResult:
     """Branch and bound until every leaf is proven, a counterexample is found, or a limit hits.
 
     Args:
@@ -149,6 +153,8 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
         deadline_s: ``time.monotonic()`` deadline.
         case, ort_model: VNN-LIB case and onnxruntime model for in-loop counterexamples.
         progress: optional ``(domains_left, global_lb, rounds_per_s)`` callback.
+        interm_alphas: the root α-CROWN's slopes per intermediate start node, the warm start of
+            ``cfg.opt_interm``.
 
     Returns:
         :class:`RefineResult`.
@@ -162,14 +168,15 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
         if cfg.mip_after_s > 0 and _mip_applies(graph64, cfg):  # plain BaB first, MIP if it stalls
             first = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
                         deadline_s=min(deadline_s, time.monotonic() + cfg.mip_after_s), case=case,
-                        ort_model=ort_model, progress=progress)
+                        ort_model=ort_model, progress=progress, interm_alphas=interm_alphas)
             if (first.proven or first.counterexample is not None or first.reason != "deadline"
                     or time.monotonic() >= deadline_s):  # decided, interrupted or out of time
                 return RefineResult(first.proven, first.domains, first.seconds, first.reason,
                                     first.global_lb, first.counterexample, None)
         ref64, mip = _mip_root(graph64, lo64, hi64, ref64, cfg, deadline_s)
         r = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
-                deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress)
+                deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress,
+                interm_alphas=interm_alphas)
         if first is not None:  # the restarted search's counts include the probe's
             r.domains += first.domains
             r.seconds += first.seconds

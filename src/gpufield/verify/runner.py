@@ -160,6 +160,7 @@ class _Case:
             with torch.no_grad():
                 self.ref = crown_intermediate(g, self.lo, self.hi, ref=ref, alphas=tables(last))
                 last64 = {k: v.to(torch.float64) for k, v in last.items()}
+                self.interm_alphas = {k: t for k, t in tables(last).items() if k != g.output_name}
                 self.ref64 = crown_intermediate(self.g64, self.lo64, self.hi64, ref=self.ref64(),
                                                 alphas=tables(last64))
         return proven
@@ -178,7 +179,8 @@ class _Case:
         with _live(self.cfg.progress) as progress:
             r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
                        self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
-                       deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress)
+                       deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress,
+                       interm_alphas=getattr(self, "interm_alphas", None))
         self.margins["bab_domains"] = float(r.domains)
         self.margins["bab_s"] = r.seconds  # branch and bound wall time, the MIP's included
         if r.mip is not None:

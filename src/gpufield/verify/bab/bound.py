@@ -106,22 +106,34 @@ def _select(mask_B, new, old, dim):
 
 def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, beta0, *,
              iterations: int, lr_alpha: float, lr_beta: float, use_beta: bool,
-             deadline_s: float) -> tuple[dict, dict, torch.Tensor]:
+             deadline_s: float, interm: dict | None = None) -> tuple[dict, dict, torch.Tensor]:
     """Joint Adam on α (``[1, S, B, *]``, clamped to [0, 1]) and β (``[S, B, N]``, clamped ≥ 0).
+
+    Args:
+        interm: optional parameters of optimised intermediate layers
+            (:func:`~gpufield.verify.bab.interm.init_interm`); they are optimised in place with
+            the others (last iterate kept) and every iteration bounds the final objective on the
+            intermediate bounds they give (:func:`~gpufield.verify.bab.interm.interm_bounds`).
 
     Returns:
         ``(alpha, beta, best_B)``: the parameters of each domain's best iterate (the worst clause
         margin is the criterion; iteration 0 is the warm start) and that margin in working precision.
     """
+    from gpufield.verify.bab.interm import interm_bounds, leaves as interm_leaves
+
     alpha = {k: v.clone().requires_grad_() for k, v in alpha0.items()}
     beta = {k: v.clone().requires_grad_() for k, v in beta0.items()} if use_beta else {}
-    opt_a = _Adam(list(alpha.values()), lr_alpha, 0.98)
-    opt_b = _Adam(list(beta.values()), lr_beta, 0.98) if beta else None
+    ia, ib = interm_leaves(interm) if interm else ([], [])
+    for t in ia + ib:
+        t.requires_grad_()
+    opt_a = _Adam(list(alpha.values()) + ia, lr_alpha, 0.98)
+    opt_b = _Adam(list(beta.values()) + ib, lr_beta, 0.98) if beta or ib else None
     best_a = {k: v.detach().clone() for k, v in alpha.items()}
     best_b = {k: v.detach().clone() for k, v in (beta if use_beta else beta0).items()}  # β off: stays 0
     best = None
     for it in range(iterations + 1):
-        val_KB = final_bound(graph, spec, lo, hi, inter, alpha, beta, splits)
+        cur = interm_bounds(graph, lo, hi, inter, splits, interm) if interm else inter
+        val_KB = final_bound(graph, spec, lo, hi, cur, alpha, beta, splits)
         v_B = val_KB.detach().min(0).values
         imp = torch.ones_like(v_B, dtype=torch.bool) if best is None else v_B > best
         best = v_B.clone() if best is None else torch.where(imp, v_B, best)
@@ -135,16 +147,18 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
         loss = -(val_KB * (val_KB.detach() <= 0)).sum()
         if not loss.requires_grad:
             break
-        leaves = list(alpha.values()) + list(beta.values())
-        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
-        opt_a.step(grads[:len(alpha)])
+        pa, pb = list(alpha.values()) + ia, list(beta.values()) + ib
+        grads = torch.autograd.grad(loss, pa + pb, allow_unused=True)
+        opt_a.step(grads[:len(pa)])
         if opt_b is not None:
-            opt_b.step(grads[len(alpha):])
+            opt_b.step(grads[len(pa):])
         with torch.no_grad():
-            for v in alpha.values():
+            for v in pa:
                 v.clamp_(0.0, 1.0)
-            for v in beta.values():
+            for v in pb:
                 v.clamp_(min=0.0)
+    for t in ia + ib:
+        t.requires_grad_(False)
     return best_a, best_b, best
 
 

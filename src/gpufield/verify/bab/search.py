@@ -25,8 +25,10 @@ import torch
 from gpufield.verify.attack import Counterexample, validate
 from gpufield.verify.bab.bound import bound64, final_bound, intermediate64, optimise
 from gpufield.verify.bab.branch import choose
+from gpufield.verify.bab.interm import init_interm, tighten64
 from gpufield.verify.bab.leaf import solve_leaf
 from gpufield.verify.graph import Graph
+from gpufield.verify.propagate import ancestors
 from gpufield.verify.spec import Spec
 
 
@@ -118,7 +120,8 @@ def _leaf(g64, spec, case, ort_model, lo64, hi64, inter64, alpha, splits, names,
 
 
 def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg, *,
-        margin_tol: float, deadline_s: float, case=None, ort_model=None, progress=None) -> BabResult:
+        margin_tol: float, deadline_s: float, case=None, ort_model=None, progress=None,
+        interm_alphas=None) -> BabResult:
     """Complete verification of ``spec`` over the box by β-CROWN branch and bound.
 
     Args:
@@ -131,6 +134,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         deadline_s: ``time.monotonic()`` deadline.
         case, ort_model: the VNN-LIB case and onnxruntime model, for counterexamples (optional).
         progress: callable ``(domains_left, global_lb, rounds_per_s)`` called once per round.
+        interm_alphas: the root α-CROWN's slopes per intermediate start node
+            (``{start: {relu: [2, N, 1, *]}}``), the warm start of ``cfg.opt_interm``.
 
     Returns:
         :class:`BabResult`. A ``KeyboardInterrupt`` ends the search with ``reason='interrupted'``.
@@ -153,6 +158,15 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         for r in relus:
             root.alpha[r.name] = adaptive_lower_slope(*(t.to(lo.dtype) for t in ref64[r.inputs[0]])).unsqueeze(0).unsqueeze(0).expand(1, S, 1, *graph.shape(r.inputs[0])).clone()
     per_domain = max(1, 8 * max(torch.Size(graph.shape(n)).numel() for n in names) ** 2 * 8)
+    relu_set = {r.name for r in relus}
+    # layers worth re-bounding: those with a ReLU below them (the first is exact from the box)
+    deep = [n for n in names if relu_set & ancestors(graph, n)] if cfg.opt_interm else []
+    size = {n: torch.Size(graph.shape(n)).numel() for n in names}
+    for m in deep:  # its α and β rows per domain: 2 N_m x (neurons below), x6 (value, grad, Adam, graph)
+        per_domain += 2 * size[m] * 2 * sum(size[n] for n in names if n in ancestors(graph, m)) * 4 * 6
+    root_slopes = None
+    if interm_alphas and deep:
+        root_slopes = {m: {r: a.to(lo.dtype) for r, a in t.items()} for m, t in interm_alphas.items() if m in deep}
     batch = int(max(2, min(cfg.batch, cfg.memory_budget_bytes // per_domain)))
     heap: list[tuple[float, int, Domain]] = []
     tick = itertools.count()
@@ -194,10 +208,16 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
             inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
             inter[graph.input_name] = (loB, hiB)
             inter64[graph64.input_name] = (lo64B, hi64B)
+            interm = None
+            if deep:
+                interm = init_interm(graph, [m for m in deep if m not in fixed], inter, splits, root_slopes)
             alpha, beta, _ = optimise(graph, spec, loB, hiB, inter, splits, alpha, beta,
                                       iterations=cfg.alpha.iterations if rounds > 1 else cfg.root_iterations,
                                       lr_alpha=cfg.alpha.lr, lr_beta=cfg.lr_beta, use_beta=cfg.beta,
-                                      deadline_s=deadline_s)
+                                      deadline_s=deadline_s, interm=interm)
+            if interm:  # the optimised intermediate bounds, re-evaluated in float64 (sound)
+                inter64 = tighten64(graph64, lo64B, hi64B, inter64, splits, interm)
+                inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
             rec: dict[str, torch.Tensor] = {}
             lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec)
             # a child lies inside its parent: the parent's sound bound holds too (matters when the
