@@ -2,10 +2,7 @@
 
 Retry policy of triage.md 5.10: configuration/code/data classes never get ``RETRY`` (no blind
 retries); hardware classes exclude the blamed node or reset the blamed GPU; transient or unknown
-classes retry once after turning on the evidence that will name the root next time. One exception
-to "never RETRY": a ``LOSS_SCALE_COLLAPSE`` hint that the loss-scale rule marks ``calibration`` (a
-few overflow skips, scale > 1, no NaN) is not a configuration problem, so it gets the unknown-root
-retry with the evidence to collect instead of a config change. The action
+classes retry once after turning on the evidence that will name the root next time. The action
 texts and evidence requests follow the INDEX.md action notes of the labelled corpus.
 
 Templates may use ``{host}``, ``{gpu}``, ``{rank}`` and any key of the finding's ``facts``; a
@@ -169,15 +166,6 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                                  "it only if remaps recur, an uncorrectable error (Xid 48/94/95) follows or Xid 64 "
                                  "(remap failure) appears.")
         nxt = ("row-remap counters (nvidia-smi -q -d ROW_REMAPPER) of GPU {gpu} over the next days",)
-    if cls == "LOSS_SCALE_COLLAPSE" and values.get("calibration"):
-        # a few overflow skips (e.g. one at startup) are the dynamic loss scaler calibrating: normal in
-        # fp16 mixed precision, not a configuration problem (corpus case 24)
-        kind, template = RETRY, ("No configuration change: {skips} fp16 overflow skip(s) with the loss scale still at "
-                                 "{min_scale} are normal loss-scale calibration in mixed precision. Find the job's "
-                                 "own error; switch to bf16 or lower the LR / add gradient clipping only if skips "
-                                 "repeat step after step, the scale falls to 1 or the loss becomes NaN.")
-        nxt = ("loss scale and skipped-step count per step", "the first error of the failing rank (traceback, "
-               "exit reason)")
     if cls == "NVLINK_FAULT" and values.get("sxid"):  # an NVSwitch, not a GPU: the node's fabric
         kind, template = EXCLUDE_NODE, ("Exclude node {host}: fatal NVSwitch SXid {sxid} on {switch} takes down the "
                                         "node's NVLink fabric; reset the fabric (GPUs and NVSwitches, restart Fabric "

@@ -121,7 +121,7 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
 
     Established when the scale fell to <= 1, when >= 5 overflow skips are seen, or when the loss
     then became NaN; a few skips alone are normal loss-scale calibration, so they give the class
-    with prior confidence only and the ``calibration`` fact, whose action changes no configuration.
+    with prior confidence only.
     """
     evs = ctx.kinds("loss_scale_overflow")
     if not evs:
@@ -132,8 +132,7 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
     scale_txt = f"{min(scales):g}" if scales else "?"
     return [finding(ctx, "LOSS_SCALE_COLLAPSE", "loss_scale", Tier.PROCESS, 0.85 if strong else CONF_PRIOR + 0.05,
-                    evs, established=strong,
-                    facts={"min_scale": scale_txt, "skips": str(len(evs)), "calibration": "" if strong else "yes"},
+                    evs, established=strong, facts={"min_scale": scale_txt},
                     note=f"{len(evs)} fp16 overflow skip(s); loss scale down to {scale_txt}"
                          + (" - collapsed." if strong else " (a few skips are normal calibration)."))]
 
