@@ -103,6 +103,7 @@ def interm_bounds(graph: Graph, lo, hi, inter: Mapping[str, Interval], splits, p
                  for k, b in p["beta"].items()}
         lb, _ = backward(graph, m, C, lo, hi, out, alphas=p["alpha"], upper=False, betas=betas)
         R = len(rows)
+        lb = torch.where(torch.isnan(lb), torch.full_like(lb, -torch.inf), lb)  # NaN: no information
         low, u = (t.flatten(1) for t in out[m])
         new_l = torch.maximum(low[:, rows], lb[:R].T)
         new_u = torch.minimum(u[:, rows], -lb[R:].T)
@@ -118,10 +119,19 @@ def tighten64(g64: Graph, lo64, hi64, inter64: Mapping[str, Interval], splits, p
     Args:
         g64: float64 network; ``lo64, hi64`` ``[B, *input]``; ``inter64`` the sound float64 bounds.
         params: the optimised parameters (any dtype; α is clamped to [0, 1] and β to ≥ 0 here).
+            They are the optimiser's last iterate, unchecked: a non-finite entry (a float32
+            overflow in the optimisation) becomes α = 0 / β = 0, since NaN passes ``clamp`` and a
+            NaN bound would make an unstable ReLU look dead (an unsound final bound).
     """
+    def a64(a):
+        return torch.nan_to_num(a.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+
+    def b64(b):
+        return torch.nan_to_num(b.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0.0)
+
     p64 = {m: {"rows": p["rows"],
-               "alpha": {r: a.detach().to(torch.float64).clamp(0.0, 1.0) for r, a in p["alpha"].items()},
-               "beta": {k: b.detach().to(torch.float64).clamp(min=0.0) for k, b in p["beta"].items()}}
+               "alpha": {r: a64(a) for r, a in p["alpha"].items()},
+               "beta": {k: b64(b) for k, b in p["beta"].items()}}
            for m, p in params.items()}
     with torch.no_grad():
         return interm_bounds(g64, lo64, hi64, inter64, splits, p64)
