@@ -76,7 +76,7 @@ def test_a_retry_replaces_our_own_error_result(capsys, inst):
 def test_a_retry_replaces_our_own_timeout_result(capsys, inst):
     model, prop, out = inst
     _model(model)
-    rc, err = verify(capsys, model, prop, out, "--timeout", "0")
+    rc, err = verify(capsys, model, prop, out, "--timeout", "1e-9")
     assert rc == 0 and out.read_text() == "timeout\n", err
     rc, err = verify(capsys, model, prop, out)
     assert rc == 0 and out.read_text() == "unsat\n", err
@@ -107,7 +107,7 @@ def test_our_error_result_edited_since_is_the_users(capsys, inst):
 def test_our_timeout_result_of_another_instance_is_not_replaced(capsys, inst, tmp_path):
     model, prop, out = inst
     _model(model)
-    assert verify(capsys, model, prop, out, "--timeout", "0")[0] == 0 and out.read_text() == "timeout\n"
+    assert verify(capsys, model, prop, out, "--timeout", "1e-9")[0] == 0 and out.read_text() == "timeout\n"
     other = tmp_path / "other.vnnlib"
     other.write_text(UNSAT)
     rc, err = verify(capsys, model, other, out)

@@ -4,11 +4,19 @@ Each wing's commands live in ``gpufield/cli/<wing>.py`` and call one library fun
 Library exceptions become exit codes here, in one handler:
 
 - 0: a verdict was reached (whatever it is)
-- 2: bad input (:class:`gpufield.errors.InputError`)
+- 2: bad input: :class:`gpufield.errors.InputError` and any ``ValueError``, ``OSError`` (a missing,
+  existing or unreadable file...) or ``re.error`` raised while a command runs, shown as one line
+  ``gpufield: error: <message>``; or an option value rejected where it is parsed (choices, ranges,
+  paths that must exist), shown by click as its usage hint and one ``Error: ...`` line naming the option
 - 3: missing optional dependency (:class:`gpufield.errors.DependencyError`)
 - 4: any other :class:`gpufield.errors.GpufieldError`
 - 141 (128 + SIGPIPE, what the shell reports for ``seq 100000 | head -1``): stdout was closed
   early (``gpufield triage ... | head -1``); the command ends quietly, without a traceback
+
+Set ``GPUFIELD_DEBUG=1`` in the environment to get the full Python traceback of such a
+ValueError / OSError / re.error instead of the one-line message (for bug reports).
+
+``gpufield --version`` prints the installed version (``importlib.metadata``).
 
 ``python -m gpufield`` runs the same app (``gpufield/__main__.py``).
 """
@@ -16,6 +24,7 @@ Library exceptions become exit codes here, in one handler:
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -44,6 +53,56 @@ def _register() -> None:
 _register()
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpufield")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufield {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="print the version and exit",  # noqa: ARG001
+                                 callback=_show_version, is_eager=True),
+) -> None:
+    """Triage, verify, power-control and FP64-emulate on NVIDIA datacenter GPUs."""
+
+
+#: environment variable that turns the one-line message for ValueError / OSError / re.error into the traceback
+DEBUG_ENV = "GPUFIELD_DEBUG"
+
+
+def _debug() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _describe(e: BaseException) -> str:
+    """A one-line message for a plain ValueError / OSError / re.error; names the file where known."""
+    if isinstance(e, OSError) and e.strerror:
+        where = "" if e.filename is None else f"{e.filename}"
+        if getattr(e, "filename2", None) is not None:
+            where += f" -> {e.filename2}"
+        msg = f"{where}: {e.strerror}" if where else e.strerror
+    elif isinstance(e, re.error):
+        pat = "" if e.pattern is None else f" {e.pattern!r}"
+        msg = f"invalid regular expression{pat}: {e.msg}"
+    else:
+        msg = str(e) or type(e).__name__
+    return _one_line(msg) or type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map gpufield errors to exit codes with a one-line message on stderr."""
     click = _click()
@@ -70,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gpufield: interrupted", file=sys.stderr)
         return 130
+    except (ValueError, OSError, re.error) as e:  # a wrong input that no check caught: a line, not a traceback
+        if _debug():
+            raise
+        print(f"gpufield: error: {_describe(e)}", file=sys.stderr)
+        return 2
     except Exception as e:  # click usage errors etc.
         if isinstance(e, click.exceptions.ClickException):
             e.show()

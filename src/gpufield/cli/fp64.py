@@ -79,6 +79,18 @@ def model_cmd(
         con.print("--wide adds the INT32-floor (T/s) and tensor-core time columns; --json prints every field")
 
 
+def _shape(value: str) -> tuple[int, ...]:
+    """``--shape`` text to a tuple of sides: comma-separated positive integers (powers of two: the library checks)."""
+    try:
+        sides = tuple(int(s) for s in value.split(",") if s.strip())
+    except ValueError:
+        sides = ()
+    if not sides or any(n <= 0 for n in sides):
+        raise typer.BadParameter(f"{value!r}: expected comma-separated positive integers, e.g. 16,16,16",
+                                 param_hint="'--shape'")
+    return sides
+
+
 @app.command("fft")
 def fft_cmd(
     shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides (1 to 3 axes)")] = "16,16,16",
@@ -90,7 +102,8 @@ def fft_cmd(
     """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's."""
     from gpufield.fp64.fft.check import check_fft
 
-    res = check_fft(shape=tuple(int(s) for s in shape.split(",") if s.strip()), backend=backend,
+    sides = _shape(shape)
+    res = check_fft(shape=sides, backend=backend,
                     variant=variant, seed=seed)
     if as_json:
         typer.echo(json.dumps(res, indent=1))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -21,6 +23,12 @@ def _clean(o):
     return o
 
 
+def _positive(value: float | None, option: str) -> float | None:
+    if value is not None and not value > 0:  # also NaN
+        raise typer.BadParameter(f"must be > 0, got {value:g}", param_hint=f"'{option}'")
+    return value
+
+
 @app.command()
 def scenarios() -> None:
     """List the bundled twin scenarios.
@@ -36,7 +44,8 @@ def scenarios() -> None:
 @app.command()
 def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or path to a scenario JSON"),
              as_json: bool = typer.Option(False, "--json", help="print the full report as JSON"),
-             duration_s: float = typer.Option(None, "--duration", help="override the load duration (s)"),
+             duration_s: float = typer.Option(None, "--duration", help="override the load duration (s, > 0)",
+                                              callback=lambda v: _positive(v, "--duration")),
              oracle: bool = typer.Option(True, "--oracle/--no-oracle", help="exhaustive static search"),
              efficiency: bool = typer.Option(True, "--efficiency/--no-efficiency", help="also run efficiency mode")
              ) -> None:
@@ -66,7 +75,8 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
 @app.command()
 def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or path"),
               out: str = typer.Option(..., "--out", help="directory for the profile JSON files"),
-              mode: str = typer.Option("balanced", help="balanced or efficiency")) -> None:
+              mode: Literal["balanced", "efficiency"] = typer.Option("balanced", help="balanced or efficiency")
+              ) -> None:
     """Calibrate both lanes of a scenario in the twin and save the profiles (JSON).
 
     Example: gpufield power calibrate moe-agentic-b200 --out profiles/
@@ -74,18 +84,32 @@ def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or
     from gpufield.power import Mode, load_scenario
     from gpufield.power.ab import calibrate_twin
 
+    if Path(out).exists() and not Path(out).is_dir():
+        raise typer.BadParameter(f"{out!r} exists and is not a directory (--out names a directory for the "
+                                 "profile files)", param_hint="'--out'")
     for p in calibrate_twin(load_scenario(scenario), mode=Mode(mode), out_dir=out):
         typer.echo(f"{p.key.lane}: {p.setting.label} ({p.actuator})")
 
 
 @app.command()
-def restore(state_dir: str = typer.Option("/var/tmp/gpufield-power", help="where saved settings live"),
+def restore(ctx: typer.Context,
+            state_dir: str = typer.Option("/var/tmp/gpufield-power", help="where saved settings live"),
             allow: list[str] = typer.Option([], "--allow", help="GPU UUID that may be written (repeat)"),  # noqa: B008
             i_own_this_gpu: bool = typer.Option(False, "--i-own-this-gpu", help="explicit write flag")) -> None:
     """Restore GPUs left changed by a crashed run (needs --allow UUIDs and --i-own-this-gpu).
 
     Example: sudo gpufield power restore --allow GPU-7a0e... --i-own-this-gpu
     """
+    missing = [f for f, given in (("--allow UUID", allow), ("--i-own-this-gpu", i_own_this_gpu)) if not given]
+    if missing:  # before NVML: a command that cannot write anything is a usage error, whatever the machine
+        from gpufield.cli import _click
+
+        raise _click().exceptions.UsageError(f"restore writes GPU settings: it needs --allow UUID (repeat per GPU) and "
+                                  f"--i-own-this-gpu; missing: {', '.join(missing)}", ctx=ctx)
+    bad = [u for u in allow if not u.startswith(("GPU-", "MIG-"))]
+    if bad:
+        raise typer.BadParameter(f"expected NVML UUIDs starting with 'GPU-' or 'MIG-', got {', '.join(bad)}",
+                                 param_hint="'--allow'")
     from gpufield.power import NvmlActuator, WriteConfig
 
     cfg = WriteConfig(allow_uuids=frozenset(allow), i_own_this_gpu=i_own_this_gpu, state_dir=state_dir)

@@ -9,6 +9,7 @@ subcommand (``analyze``, ``eval``) is the subcommand: write ``./eval`` to triage
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated, Any
 
@@ -52,7 +53,7 @@ def analyze_cmd(
     db: Annotated[str | None, typer.Option("--db", metavar="FILE", help="store the events in a DuckDB file")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the one-line verdict")] = False,
     force: Annotated[bool, typer.Option("--force", help="replace an existing --html file / append to an existing --db")] = False,
-    skew_tolerance_s: Annotated[float, typer.Option(help="cross-host clock uncertainty after correction, s")] = 30.0,
+    skew_tolerance_s: Annotated[float, typer.Option(min=0.0, help="cross-host clock uncertainty after correction, s")] = 30.0,
 ) -> None:
     """Triage logs of a failed job and print the verdict.
 
@@ -82,6 +83,7 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         print(f"gpufield: warning: {w}", file=sys.stderr)
     if html:
         write_html(result, html, force=force)
+        _umask_mode(html)
     if db:
         store_events(result, db, force=force)
     if json_out:
@@ -95,11 +97,22 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
                 print(f"{what} written: {out}")
 
 
+def _umask_mode(path: str) -> None:
+    """Give a report written through a private temp file (mode 0600) the mode a new file gets: 0666 less
+    the umask (0644 under umask 022), as ``open(path, "w")`` would."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    try:
+        os.chmod(path, 0o666 & ~mask)
+    except OSError:  # not ours to chmod (another owner, a file system without modes): keep what it has
+        pass
+
+
 @app.command("eval")
 def eval_cmd(
     directory: Annotated[str, typer.Argument(help="labelled corpus directory with INDEX.md")],
     json_out: Annotated[bool, typer.Option("--json", help="print the evaluation as JSON")] = False,
-    min_accuracy: Annotated[float, typer.Option(help="exit 1 when accuracy is below this (0..1)")] = 0.0,
+    min_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0, help="exit 1 when accuracy is below this (0..1)")] = 0.0,
 ) -> None:
     """Score triage against a labelled corpus: per-class accuracy and confusion.
 

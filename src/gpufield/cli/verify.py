@@ -5,23 +5,43 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, beta-CROWN BaB, PGD.",
                   no_args_is_help=True)
 
-Method = Annotated[str, typer.Option(help="ibp | crown | alpha")]
+# the choices are spelled out here (gpufield.verify.runner.METHODS, _DTYPES, refine.BRANCHING) so that
+# parsing the command line does not import torch; tests/test_cli_errors.py checks they match
+Method = Annotated[Literal["ibp", "crown", "alpha"], typer.Option(help="ibp | crown | alpha")]
 Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:N")]
-Dtype = Annotated[str, typer.Option(help="float32 | float64")]
-AlphaIters = Annotated[int, typer.Option(help="alpha-CROWN Adam steps")]
+Dtype = Annotated[Literal["float32", "float64"], typer.Option(help="float32 | float64")]
+AlphaIters = Annotated[int, typer.Option(min=0, help="alpha-CROWN Adam steps")]
 
 
-Branching = Annotated[str, typer.Option(help="beta-CROWN BaB branching: fsb | babsr")]
+def _positive(value: float | None, param: typer.CallbackParam) -> float | None:
+    """Option callback: a number of seconds must be > 0 (None: not given)."""
+    if value is not None and not value > 0:  # also NaN
+        raise typer.BadParameter(f"must be > 0, got {value:g}", param=param)
+    return value
+
+
+def _regex(value: str | None, param: typer.CallbackParam) -> str | None:
+    """Option callback: a regular expression that compiles."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise typer.BadParameter(f"{value!r} is not a valid regular expression: {e}", param=param) from None
+    return value
+
+
+Branching = Annotated[Literal["fsb", "babsr"], typer.Option(help="beta-CROWN BaB branching: fsb | babsr")]
 NoBab = Annotated[bool, typer.Option("--no-bab", help="no branch and bound (incomplete v1 pipeline)")]
 
 
@@ -104,7 +124,8 @@ def run(
     model: Annotated[Path, typer.Argument(help="ONNX model (.onnx or .onnx.gz)")],
     prop: Annotated[Path, typer.Argument(help="VNN-LIB property (.vnnlib or .vnnlib.gz)")],
     out: Annotated[Path, typer.Option("--out", help="VNN-COMP result file to write")],
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds, loading included")] = 60.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds (> 0), loading included",
+                                           callback=_positive)] = 60.0,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing result file, whatever it holds")] = False,
     method: Method = "alpha",
     device: Device = "cpu",
@@ -155,21 +176,25 @@ def run(
 
 @app.command("bench")
 def bench(
-    bench_dir: Annotated[Path, typer.Argument(help="benchmark directory with instances.csv")],
+    bench_dir: Annotated[Path, typer.Argument(help="benchmark directory with instances.csv", exists=True,
+                                              file_okay=False, dir_okay=True)],
     out: Annotated[Path, typer.Option("--out", help="results CSV")] = Path("verify_results.csv"),
-    reference: Annotated[Path | None, typer.Option("--reference", help="published results CSV")] = None,
-    max_instance_s: Annotated[float | None, typer.Option("--max-instance-s", help="cap per-instance timeout")] = None,
-    total_s: Annotated[float | None, typer.Option("--total-s", help="wall budget for the whole run")] = None,
+    reference: Annotated[Path | None, typer.Option("--reference", help="published results CSV", exists=True,
+                                                   file_okay=True, dir_okay=False)] = None,
+    max_instance_s: Annotated[float | None, typer.Option("--max-instance-s", help="cap per-instance timeout",
+                                                         callback=_positive)] = None,
+    total_s: Annotated[float | None, typer.Option("--total-s", help="wall budget for the whole run",
+                                                  callback=_positive)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="skip rows already in --out")] = False,
     force: Annotated[bool, typer.Option("--force", help="overwrite --out")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="first N instances only")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="first N instances only")] = None,
     method: Method = "alpha",
     device: Device = "cpu",
     dtype: Dtype = "float32",
     alpha_iterations: AlphaIters = 100,
     branching: Branching = "fsb",
     no_bab: NoBab = False,
-    select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'")] = None,
+    select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'", callback=_regex)] = None,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 

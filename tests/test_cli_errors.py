@@ -1,0 +1,248 @@
+"""Wrong command-line input ends with one error line and exit status 2, never a Python traceback.
+
+Options are checked where they are parsed (choices, ranges, paths that must exist); any other
+ValueError / OSError / re.error a command raises becomes ``gpufield: error: <message>`` (status 2),
+with the traceback back under ``GPUFIELD_DEBUG=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import typing
+from importlib.metadata import version
+
+import pytest
+
+from gpufield.cli import main
+
+
+def _run(capsys, *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def _usage_error(rc: int, err: str, *names: str) -> str:
+    """Status 2, no traceback, exactly one error line, and it names every one of ``names``."""
+    assert rc == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.startswith(("Error:", "gpufield: error:"))]
+    assert len(lines) == 1, err
+    for name in names:
+        assert name in lines[0], err
+    return lines[0]
+
+
+def _gpufield(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpufield", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, cwd=cwd)
+
+
+# --- 1. verify run: --method, --dtype, --branching, --timeout -------------------------------------------
+
+@pytest.mark.parametrize(("option", "value"), [("--method", "foo"), ("--dtype", "float16"),
+                                               ("--branching", "nope"), ("--timeout", "-5"), ("--timeout", "0"),
+                                               ("--timeout", "nan"), ("--alpha-iterations", "-1")])
+def test_verify_run_rejects_a_bad_option_value(capsys, tmp_path, option, value):
+    model, prop, out = tmp_path / "net.onnx", tmp_path / "p.vnnlib", tmp_path / "r.txt"
+    rc, _, err = _run(capsys, "verify", "run", str(model), str(prop), "--out", str(out), option, value)
+    _usage_error(rc, err, option, *([value] if option in ("--method", "--dtype", "--branching", "--timeout")
+                                    and value != "nan" else []))
+    assert not out.exists()  # rejected before anything was written
+
+
+def test_verify_run_bad_method_as_a_process_has_no_traceback(tmp_path):
+    p = _gpufield("verify", "run", "m.onnx", "p.vnnlib", "--out", "r.txt", "--method", "foo", cwd=tmp_path)
+    _usage_error(p.returncode, p.stderr, "--method", "'foo'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_choices_are_the_library_ones():
+    from gpufield.cli import power as power_cli
+    from gpufield.cli import verify as verify_cli
+    from gpufield.power import Mode
+    from gpufield.verify.refine import BRANCHING
+    from gpufield.verify.runner import _DTYPES, METHODS
+
+    def choices(annotated):
+        return tuple(typing.get_args(typing.get_args(annotated)[0]))
+
+    assert choices(verify_cli.Method) == tuple(METHODS)
+    assert choices(verify_cli.Dtype) == tuple(_DTYPES)
+    assert set(choices(verify_cli.Branching)) == set(BRANCHING)
+    mode = typing.get_type_hints(power_cli.calibrate)["mode"]
+    assert set(typing.get_args(mode)) <= {m.value for m in Mode}
+
+
+# --- 2-4. verify bench: missing directory / instances.csv / --reference, bad --select ------------------
+
+def test_verify_bench_missing_directory(capsys, tmp_path):
+    rc, _, err = _run(capsys, "verify", "bench", "/no/such/dir", "--out", str(tmp_path / "x.csv"))
+    _usage_error(rc, err, "/no/such/dir")
+
+
+def test_verify_bench_directory_without_instances_csv(capsys, tmp_path):
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"))
+    line = _usage_error(rc, err, "instances.csv")
+    assert line.startswith("gpufield: error: ")
+
+
+def test_verify_bench_missing_reference(capsys, tmp_path):
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"),
+                      "--reference", str(tmp_path / "nope.csv"))
+    _usage_error(rc, err, "--reference", "nope.csv")
+
+
+def test_verify_bench_bad_select_regex(capsys, tmp_path):
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"), "--select", "(")
+    _usage_error(rc, err, "--select", "'('")
+
+
+@pytest.mark.parametrize(("option", "value"), [("--max-instance-s", "0"), ("--total-s", "-1"), ("--limit", "-2")])
+def test_verify_bench_rejects_non_positive_budgets(capsys, tmp_path, option, value):
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"), option, value)
+    _usage_error(rc, err, option)
+
+
+# --- 5. triage: --skew-tolerance-s, --min-accuracy -------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("job-logs",), ("analyze",), ()], ids=["shorthand", "analyze", "bare"])
+def test_triage_negative_skew_tolerance(capsys, args):
+    rc, _, err = _run(capsys, "triage", *args, "--skew-tolerance-s", "-3")
+    _usage_error(rc, err, "--skew-tolerance-s")
+
+
+@pytest.mark.parametrize("value", ["1.5", "-0.1"])
+def test_triage_eval_min_accuracy_outside_0_1(capsys, tmp_path, value):
+    rc, _, err = _run(capsys, "triage", "eval", str(tmp_path), "--min-accuracy", value)
+    _usage_error(rc, err, "--min-accuracy")
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_triage_html_report_mode_follows_the_umask(capsys, tmp_path, umask, mode):
+    out = tmp_path / "report.html"
+    old = os.umask(umask)
+    try:
+        rc, _, err = _run(capsys, "triage", "--quiet", "--html", str(out))
+    finally:
+        os.umask(old)
+    assert rc == 0, err
+    assert stat.S_IMODE(out.stat().st_mode) == mode
+
+
+# --- 6-7. power: --duration, --mode, --out that is a file, restore's flags -------------------------------
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_power_simulate_non_positive_duration(capsys, value):
+    rc, _, err = _run(capsys, "power", "simulate", "moe-agentic-b200", "--duration", value)
+    _usage_error(rc, err, "--duration")
+
+
+def test_power_calibrate_unknown_mode(capsys, tmp_path):
+    rc, _, err = _run(capsys, "power", "calibrate", "moe-agentic-b200", "--out", str(tmp_path / "prof"),
+                      "--mode", "turbo")
+    _usage_error(rc, err, "--mode", "'turbo'")
+    assert not (tmp_path / "prof").exists()
+
+
+def test_power_calibrate_out_is_an_existing_file(capsys, tmp_path):
+    sim = tmp_path / "sim.json"
+    sim.write_text("{}")
+    rc, _, err = _run(capsys, "power", "calibrate", "moe-agentic-b200", "--out", str(sim))
+    _usage_error(rc, err, "--out", "sim.json")
+    assert sim.read_text() == "{}"
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    ((), ("--allow", "--i-own-this-gpu")),
+    (("--allow", "GPU-1234"), ("--i-own-this-gpu",)),
+    (("--i-own-this-gpu",), ("--allow",)),
+    (("--allow", "foo", "--i-own-this-gpu"), ("--allow", "foo")),
+])
+def test_power_restore_checks_its_flags_before_nvml(capsys, monkeypatch, args, names):
+    import gpufield.power
+
+    def no_nvml(*a, **k):
+        raise AssertionError("NVML touched before the flags were checked")
+
+    monkeypatch.setattr(gpufield.power, "NvmlActuator", no_nvml)
+    rc, _, err = _run(capsys, "power", "restore", *args)
+    _usage_error(rc, err, *names)
+
+
+# --- 8. fp64 fft --shape -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", ["a,b", "16,x", "", "-4", "0,8", "1.5"])
+def test_fp64_fft_shape_not_integers(capsys, shape):
+    rc, _, err = _run(capsys, "fp64", "fft", "--shape", shape)
+    line = _usage_error(rc, err, "--shape", repr(shape))
+    assert "expected comma-separated positive integers" in line
+
+
+# --- the handler in main: any other ValueError / OSError / re.error ---------------------------------------
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (ValueError("bad thing\nsecond line"), "gpufield: error: bad thing; second line"),
+    (PermissionError(13, "Permission denied", "/x/y.csv"), "gpufield: error: /x/y.csv: Permission denied"),
+    (FileExistsError(17, "File exists", "/x/d"), "gpufield: error: /x/d: File exists"),
+    (IsADirectoryError(21, "Is a directory", "/x/d"), "gpufield: error: /x/d: Is a directory"),
+    (OSError("no errno"), "gpufield: error: no errno"),
+    (re.error("missing ), unterminated subpattern", "(", 0),
+     "gpufield: error: invalid regular expression '(': missing ), unterminated subpattern"),
+])
+def test_plain_exceptions_become_one_line_status_2(capsys, monkeypatch, exc, expected):
+    import gpufield.power
+
+    def boom():
+        raise exc
+
+    monkeypatch.delenv("GPUFIELD_DEBUG", raising=False)
+    monkeypatch.setattr(gpufield.power, "bundled_scenarios", boom)
+    rc, out, err = _run(capsys, "power", "scenarios")
+    assert (rc, out, err) == (2, "", expected + "\n")
+
+
+@pytest.mark.parametrize("exc", [ValueError("x"), FileNotFoundError(2, "No such file or directory", "f"),
+                                 re.error("x")])
+def test_gpufield_debug_gives_the_traceback(capsys, monkeypatch, exc):
+    import gpufield.power
+
+    def boom():
+        raise exc
+
+    monkeypatch.setenv("GPUFIELD_DEBUG", "1")
+    monkeypatch.setattr(gpufield.power, "bundled_scenarios", boom)
+    with pytest.raises(type(exc)):
+        main(["power", "scenarios"])
+
+
+def test_gpufield_debug_as_a_process(tmp_path):
+    args = ("verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"))
+    p = _gpufield(*args)
+    _usage_error(p.returncode, p.stderr, "instances.csv")
+    p = _gpufield(*args, env={"GPUFIELD_DEBUG": "1"})
+    assert p.returncode == 1 and "Traceback" in p.stderr and "FileNotFoundError" in p.stderr
+
+
+def test_input_error_keeps_its_status(capsys):
+    rc, _, err = _run(capsys, "fp64", "fft", "--shape", "12")  # a library InputError: status 2, as before
+    assert rc == 2 and err.startswith("gpufield: error: ") and "power of two" in err
+
+
+def test_the_module_docstring_documents_gpufield_debug():
+    import gpufield.cli
+
+    assert "GPUFIELD_DEBUG" in gpufield.cli.__doc__
+
+
+# --- --version ---------------------------------------------------------------------------------------------
+
+def test_version(capsys):
+    rc, out, err = _run(capsys, "--version")
+    assert (rc, out, err) == (0, f"gpufield {version('gpufield')}\n", "")
+    p = _gpufield("--version")
+    assert p.returncode == 0 and p.stdout == f"gpufield {version('gpufield')}\n"
