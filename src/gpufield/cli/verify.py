@@ -138,7 +138,7 @@ def run(
 
     The model and property are checked first: a bad input is reported (exit 2) and written as 'error' to --out where --out may be written.
 
-    --out is never overwritten without --force, except on a retry: a result file that an earlier 'gpufield verify run' of the same model and property wrote, unchanged since, holding error, unknown or timeout (no decision to lose), is replaced, and so is its 'error' for inputs that could not be read (a mistyped path), whatever the retry's inputs. gpufield knows it wrote such a file from the hidden record .NAME.gpufield.json beside it (deleted once a run decides sat or unsat). A decided result (sat, unsat), another instance's result or any other file needs --force.
+    --out is never overwritten without --force, except by a retry of the same instance over an error, unknown or timeout result that an earlier 'gpufield verify run' wrote (recorded in a hidden .NAME.gpufield.json beside it), or over its 'error' for unreadable inputs.
 
     Example:
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
