@@ -76,6 +76,14 @@ def test_write_html_refuses_to_overwrite(example, tmp_path):
     assert "GPU_FELL_OFF_BUS" in out.read_text(encoding="utf-8")
     fresh = write_html(example, tmp_path / "new.html")
     assert fresh.stat().st_size > 1000 and not list(tmp_path.glob(".*.tmp"))
+    import os
+    import stat
+
+    old = os.umask(0o027)  # the report gets a new file's mode (0666 less the umask), not mkstemp's 0600
+    try:
+        assert stat.S_IMODE(write_html(example, tmp_path / "m.html").stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
 
 
 def test_store_events_to_duckdb(example, tmp_path):

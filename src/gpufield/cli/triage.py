@@ -9,7 +9,6 @@ subcommand (``analyze``, ``eval``) is the subcommand: write ``./eval`` to triage
 from __future__ import annotations
 
 import json
-import os
 import sys
 from typing import Annotated, Any
 
@@ -83,7 +82,6 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         print(f"gpufield: warning: {w}", file=sys.stderr)
     if html:
         write_html(result, html, force=force)
-        _umask_mode(html)
     if db:
         store_events(result, db, force=force)
     if json_out:
@@ -95,17 +93,6 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         for out, what in ((html, "HTML report"), (db, "event store")):
             if out:
                 print(f"{what} written: {out}")
-
-
-def _umask_mode(path: str) -> None:
-    """Give a report written through a private temp file (mode 0600) the mode a new file gets: 0666 less
-    the umask (0644 under umask 022), as ``open(path, "w")`` would."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    try:
-        os.chmod(path, 0o666 & ~mask)
-    except OSError:  # not ours to chmod (another owner, a file system without modes): keep what it has
-        pass
 
 
 @app.command("eval")

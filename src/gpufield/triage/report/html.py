@@ -119,6 +119,9 @@ def write_html(result: TriageResult, path: str | os.PathLike[str], *, force: boo
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(html)
+        mask = os.umask(0o022)  # mkstemp makes 0600; give the mode a new file gets (0644 under umask 022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
         if out.exists() and not force:  # appeared meanwhile
             raise InputError("file exists; refusing to overwrite it (pass --force to replace it)", path=str(out))
         os.replace(tmp, out)
