@@ -175,3 +175,22 @@ def test_ctrl_c_writes_unknown(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         runner.run_instance("m.onnx", "p.vnnlib", out, timeout_s=1)
     assert out.read_text().strip() == "unknown"
+
+
+def test_bench_instance_timeout_override(tmp_path, monkeypatch):
+    """``instance_s`` replaces the CSV timeout (30 s here) and ``max_instance_s`` still caps it."""
+    import sys
+
+    B = sys.modules["gpufield.verify.bench"]
+    d, _ = _bench_dir(tmp_path)
+    real, seen = B.verify_instance, []
+
+    def spy(*a, timeout_s, **k):
+        seen.append(timeout_s)
+        return real(*a, timeout_s=timeout_s, **k)
+
+    monkeypatch.setattr(B, "verify_instance", spy)
+    bench(d, tmp_path / "a.csv", progress=False, limit=1, instance_s=500.0)
+    bench(d, tmp_path / "b.csv", progress=False, limit=1, instance_s=500.0, max_instance_s=120.0)
+    bench(d, tmp_path / "c.csv", progress=False, limit=1)
+    assert seen == [500.0, 120.0, 30.0]

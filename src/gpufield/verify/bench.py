@@ -74,7 +74,7 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
           config: VerifyConfig | None = None, max_instance_s: float | None = None,
           resume: bool = False, force: bool = False, limit: int | None = None,
           total_budget_s: float | None = None, progress: bool = True,
-          select: str | None = None) -> BenchSummary:
+          select: str | None = None, instance_s: float | None = None) -> BenchSummary:
     """Run every instance of ``bench_dir/instances.csv``.
 
     Args:
@@ -91,6 +91,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
         progress: show a rich progress bar.
         select: regular expression; only instances whose ``onnx,vnnlib`` text matches run
             (``re.search``).
+        instance_s: replaces the CSV's per-instance timeout (seconds), e.g. a long attempt at an
+            instance nobody decided; ``max_instance_s`` and ``total_budget_s`` still cap it.
 
     Returns:
         :class:`BenchSummary`; also written as ``<out_csv>.summary.json``.
@@ -141,7 +143,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
             if key in done:
                 result, secs = done[key], 0.0
             else:
-                timeout = inst.timeout_s if max_instance_s is None else min(inst.timeout_s, max_instance_s)
+                timeout = inst.timeout_s if instance_s is None else instance_s
+                timeout = timeout if max_instance_s is None else min(timeout, max_instance_s)
                 if total_budget_s is not None:
                     left = total_budget_s - (time.monotonic() - t_start)
                     timeout = max(0.0, min(timeout, left / (len(instances) - i)))
