@@ -1,11 +1,12 @@
 """Optimised intermediate bounds inside branch and bound (α,β-CROWN's ``enable_opt_interm_bounds``).
 
 Plain β-CROWN re-bounds a domain's intermediate layers by CROWN with the split neurons clamped
-and uses β only in the final objective. Here the pre-activation bounds of the layers below the
-shallowest new split are themselves bounded with free lower slopes α and split multipliers β
+and uses β only in the final objective. Here the pre-activation bounds of the layers deeper than
+the shallowest new split are themselves bounded with free lower slopes α and split multipliers β
 (one set per bounded neuron and sense), optimised jointly with the final α, β on the final
-objective, as in Wang et al. 2021 (arXiv:2103.06624, β-CROWN sec. 3.3 "optimizing intermediate
-bounds") and Xu et al. 2021 (arXiv:2011.13824, α-CROWN's joint optimisation).
+objective, as β-CROWN does for intermediate layers (Wang et al. 2021, arXiv:2103.06624; the
+``enable_opt_interm_bounds`` option of α,β-CROWN) on top of α-CROWN's joint optimisation (Xu et
+al. 2021, arXiv:2011.13824).
 
 Both senses are lower bounds: row ``j`` of ``C = [I; −I]`` gives ``l_j``, row ``R + j`` gives
 ``−u_j``, so the β term ``−β s z`` (≤ 0 on the domain) is valid for both. Results are intersected
