@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufield.errors import InputError
-from gpufield.triage.evaluate import evaluate, parse_index, score
+from gpufield.triage.evaluate import EvalReport, evaluate, parse_index, score
 
 CASES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "triage-cases"
 
@@ -84,8 +84,9 @@ def test_corpus_accuracy_meets_the_bar(shared_dir):
     assert n == len(parse_index(CASES / "INDEX.md")) >= 27
     assert rep.accuracy >= 0.95, [(r.case.file, r.predicted) for r in rep.results if not r.correct]
     per = rep.per_class()
-    assert sum(t for _, t in per.values()) == sum(len(set(r.case.classes)) if r.case.mode == "all" else 1
-                                                   for r in rep.results)
+    # "by first expected class": each case counted once, under its first class ("A and B" included)
+    assert sum(t for _, t in per.values()) == n
+    assert sum(c for c, _ in per.values()) == sum(r.correct for r in rep.results)
     assert not any(r.error for r in rep.results)
     # calibration bins partition the cases
     assert sum(b[1] for b in rep.calibration()) == n
@@ -96,3 +97,18 @@ def test_evaluate_missing_directory_or_index(tmp_path):
         evaluate(tmp_path / "nope")
     with pytest.raises(InputError, match="no INDEX.md"):
         evaluate(tmp_path)
+
+
+def test_per_class_counts_each_case_once_under_its_first_class(tmp_path):
+    # the table is titled "by first expected class": an "A and B" case is one case, not two rows
+    p = tmp_path / "INDEX.md"
+    p.write_text(INDEX, encoding="utf-8")
+    by = {c.number: c for c in parse_index(p)}
+    rep = EvalReport(directory=str(tmp_path), results=[
+        score(by["01"], [("NCCL_COLLECTIVE_TIMEOUT", True, 0.3)]),
+        score(by["34"], [("STRAGGLER_INPUT", True, 0.8)]),  # only one of the two found: wrong
+    ])
+    per = rep.per_class()
+    assert per == {"NCCL_COLLECTIVE_TIMEOUT": (1, 1), "STRAGGLER_COMPUTE": (0, 1)}
+    assert sum(t for _, t in per.values()) == len(rep.results)
+    assert rep.to_dict()["per_class"]["STRAGGLER_COMPUTE"] == {"correct": 0, "total": 1}

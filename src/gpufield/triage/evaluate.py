@@ -12,8 +12,8 @@ column. Label grammar and scoring rule:
 - ``A`` ... and ``B`` - two incidents in one log, in no particular order. Correct (and strict) when
   the top class is one of them and *every* named class is reported as an established incident (the
   tool claims it and names what it blames); an unestablished hint of that class ("a compute
-  straggler may be masked; wall time cannot name it") does not count. ``per_class`` credits each
-  class of such a label separately.
+  straggler may be masked; wall time cannot name it") does not count. ``per_class`` counts such a
+  case once, under ``A``, like every other case.
 - ``(cascade)`` in the label: the case is a victim's view; the root must be reported as UNKNOWN
   (``established`` false). This is scored separately as the *root check*.
 
@@ -173,15 +173,11 @@ class EvalReport:
         return sum(r.strict for r in self.results) / max(len(self.results), 1)
 
     def per_class(self) -> dict[str, tuple[int, int]]:
-        """``expected class -> (correct, total)`` keyed by the first expected class (every class of an
-        ``A and B`` label, each credited when it was found)."""
+        """``expected class -> (correct, total)``: every case counted once, under its first expected
+        class, credited when the case is correct (so the totals add up to the number of cases; an
+        ``A and B`` case is correct only when both were found, see :func:`score`)."""
         acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for r in self.results:
-            if r.case.mode == "all":  # each class of "A and B" on its own
-                for c in dict.fromkeys(r.case.classes):
-                    acc[c][0] += c in r.found
-                    acc[c][1] += 1
-                continue
             acc[r.case.expected][0] += r.correct
             acc[r.case.expected][1] += 1
         return {k: (v[0], v[1]) for k, v in sorted(acc.items())}

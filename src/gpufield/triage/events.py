@@ -112,9 +112,12 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 
 #: fields any kind may carry besides its own: the glog level letter, torchrun's local rank, the rank
 #: inside a non-default process group, the Python exception type, a truncation flag, the message
-#: text, the metric name (DCGM), the NCCL result name, the source location (``file.cc:N``)
+#: text, the metric name (DCGM), the NCCL result name, the source location (``file.cc:N``), and
+#: ``bad_timestamp``: the text of a timestamp prefix that could not be read as a date (``Mar 99
+#: 99:99:99``); such an event has no ``ts_ns``, ingestion warns about it, and the timeline leaves it
+#: untimed instead of giving it its file neighbour's time
 COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "message", "metric", "result",
-                 "where", "site")
+                 "where", "site", "bad_timestamp")
 
 #: kinds emitted by more than the source listed first in :data:`KINDS` (dcgm-exporter text gives
 #: the same clock-event / ECC / row-remap facts as nvidia-smi)

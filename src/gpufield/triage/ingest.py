@@ -15,7 +15,8 @@ documentation / code / image / checkpoint files (:data:`SKIP_SUFFIXES`) and anyt
 regular file (a named pipe given explicitly, e.g. ``<(zcat x.gz)``, is read); missing paths, unreadable files,
 binary files (a NUL byte in the first 8 KiB after decompression), empty files, unsupported
 compression (zstd), a truncated compressed stream (events before the cut are kept), directories
-without files. Timestamps without a year (syslog, glog) take ``IngestOptions.year``, else the year of
+without files. A file named ``.gz`` / ``.bz2`` / ``.xz`` whose content is not that compression
+("not gzip data") is read by its content (compression is detected by magic bytes), with a warning. Timestamps without a year (syslog, glog) take ``IngestOptions.year``, else the year of
 the file's modification time (UTC), or the year before when that would put the line more than a day
 after the mtime (a log spanning New Year); zone-less timestamps are read as UTC unless
 ``utc_offset_s`` is given. ``dmesg -T`` times are dmesg's own boot-time estimate, kept as printed.
@@ -42,6 +43,8 @@ _MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb
 #: streaming decoders that keep every byte decoded before a truncation point (see ``_decompress``)
 _WRAPPERS = {k: (lambda f, _k=k: Decoded(f, _k)) for k in ("gzip", "bzip2", "xz")}
 _SNIFF_BYTES = 8192
+#: compression a file name promises; a file whose magic bytes disagree is read by its content, with a warning
+_SUFFIX_KIND = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz", ".zst": "zstd"}
 #: file name suffixes a directory walk skips (documentation, code, images); a file named
 #: explicitly is always read
 SKIP_SUFFIXES = (".md", ".rst", ".html", ".htm", ".py", ".ipynb", ".png", ".jpg", ".jpeg", ".gif",
@@ -245,6 +248,11 @@ def _open(path: str, stats: IngestStats) -> tuple[object, str | None, object] | 
                                                         "(zstd -d)"))
         stats.unreadable.append(path)
         return None
+    named = next((k for suffix, k in _SUFFIX_KIND.items() if path.lower().endswith(suffix)), None)
+    if named is not None and kind != named:
+        what = f"{kind} data" if kind else "plain text"
+        stats.warnings.append(IngestWarning(path, None, f"named {path[path.rfind('.'):]} but not {named} data "
+                                                        f"(no {named} magic bytes): read as {what}"))
     wrap = _WRAPPERS.get(kind)
     return (wrap(f) if wrap else f), kind, f
 

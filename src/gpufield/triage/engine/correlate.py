@@ -184,6 +184,11 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
                    topology: Topology | None = None) -> Timeline:
     """Order events by skew-corrected time; untimed events inherit the previous time in their file.
 
+    An event whose timestamp prefix was unreadable (``fields["bad_timestamp"]``, e.g. ``Mar 99
+    99:99:99``) inherits nothing and stays untimed: it sorts after every timed event, and a finding
+    rooted on it ranks after timed findings of the same group and tier (see
+    :func:`~gpufield.triage.engine.incidents.order_key`), so a broken stamp never moves it ahead.
+
     Host-less events first get their file's host (:func:`infer_hosts`).
 
     Args:
@@ -209,6 +214,8 @@ def build_timeline(events: Sequence[Event], *, skew_tolerance_s: float = 30.0,
         if e.ts_ns is not None:
             t = e.ts_ns - offsets.get(e.host or "", 0)
             last_in_file[e.file] = t
+        elif "bad_timestamp" in e.fields:
+            t = None  # its own stamp is unreadable: no time, rather than a neighbour's that may be far earlier
         else:
             t = last_in_file.get(e.file)
         t_ns[id(e)] = t

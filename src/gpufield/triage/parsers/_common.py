@@ -42,13 +42,16 @@ def event(
     ``bdf`` is normalised with :func:`norm_bdf`; a ``GPU-<uuid>`` anywhere in ``raw`` fills
     ``gpu_uuid`` when ``uuid`` is not given. ``None`` values are dropped from ``fields``; the
     prefix's glog level and torchrun local rank are added to ``fields`` as ``level`` and
-    ``local_rank``.
+    ``local_rank``; an unreadable timestamp prefix (:attr:`Prefix.bad_ts`) becomes
+    ``bad_timestamp`` when no time was found.
     """
     f = {k: v for k, v in (fields or {}).items() if v is not None}
     if pre.level and "level" not in f:
         f["level"] = pre.level
     if pre.local_rank is not None and "local_rank" not in f:
         f["local_rank"] = pre.local_rank
+    if pre.bad_ts is not None and ts_ns is None and pre.ts_ns is None:
+        f["bad_timestamp"] = pre.bad_ts  # ingestion warns; the timeline keeps the event untimed
     return Event(
         source=source,
         kind=kind,

@@ -83,12 +83,15 @@ class Prefix:
     Attributes:
         body: the line after the recognised prefixes.
         ts_ns: absolute UTC time in ns, or None.
+        bad_ts: the text of a timestamp prefix that was recognised by its shape but is not a valid
+            date/time (``Mar 99 99:99:99``): ``ts_ns`` is then None; else None.
         mono_s: kernel monotonic seconds, or None.
         host, pid, rank, local_rank, gpu_index, level: as found, else None.
     """
 
     body: str
     ts_ns: int | None = None
+    bad_ts: str | None = None
     mono_s: float | None = None
     host: str | None = None
     pid: int | None = None
@@ -131,6 +134,12 @@ def _yearless(year: int, mon: int, day: int, hms: str, frac: str | None, off: in
     return ns
 
 
+def _check(p: Prefix, text: str) -> None:
+    """Remember ``text`` as an unreadable timestamp when the one just parsed gave no time."""
+    if p.ts_ns is None and p.bad_ts is None:
+        p.bad_ts = text
+
+
 def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int | None = None) -> Prefix:
     """Strip the known prefixes from the start of ``line`` (in any order, up to 6 of them).
 
@@ -158,6 +167,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 if t:
                     y, mo, d = (int(x) for x in t["date"].split("-"))
                     p.ts_ns = _ns(y, mo, d, t["hms"], t["frac"], _tz_seconds(t["tz"], utc_offset_s))
+                    _check(p, m["ts"])
                 if m["host"] != "-":
                     p.host = m["host"]
                 if m["procid"].isdigit() and m["app"] != "kernel":
@@ -175,6 +185,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         m = SYSLOG_RE.match(line, pos) if c in _MONTH_INITIALS else None
         if m:
             p.ts_ns = _yearless(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
+            _check(p, line[m.start("mon"):m.end("frac") if m["frac"] else m.end("hms")])
             p.host = m["host"]
             if m["pid"] and m["tag"] != "kernel":
                 p.pid = int(m["pid"])
@@ -183,6 +194,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         m = DMESG_T_RE.match(line, pos) if bracket else None
         if m and m["mon"] in _MONTHS:
             p.ts_ns = _ns(int(m["year"]), _MONTHS[m["mon"]], int(m["day"]), m["hms"], None, utc_offset_s)
+            _check(p, m.group(0).strip())
             pos = m.end()
             continue
         m = MONO_RE.match(line, pos) if bracket or c == "k" else None
@@ -198,6 +210,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         if m:
             y, mo, d = (int(x) for x in m["date"].split("-"))
             p.ts_ns = _ns(y, mo, d, m["hms"], m["frac"], _tz_seconds(m["tz"], utc_offset_s))
+            _check(p, m.group(0).strip())
             pos = m.end()
             if m["tz"] or "T" in m.group(0):
                 h = ISO_HOST_RE.match(line, pos)
@@ -212,6 +225,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
             p.level = m["lvl"]
             if m["mm"]:
                 p.ts_ns = _yearless(year, int(m["mm"]), int(m["dd"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
+                _check(p, line[m.start("mm"):m.end("frac")])
             if m["tid"] and not m["br"]:
                 p.pid = int(m["tid"])  # glog's field is the thread id; torchrun writes the pid there
             pos = m.end()

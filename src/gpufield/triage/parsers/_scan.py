@@ -42,6 +42,8 @@ THREADS = max(1, int(os.environ.get("GPUFIELD_INGEST_THREADS", "1") or 1))
 CHUNK_LINES = 32
 #: a line longer than this is cut (the rest is counted, not parsed)
 MAX_LINE_BYTES = 1 << 20
+#: invalid-timestamp warnings given one by one per file (the rest are counted in one summary line)
+MAX_TIMESTAMP_WARNINGS = 5
 
 
 @dataclass(slots=True)
@@ -61,6 +63,24 @@ class ScanCounters:
     candidates: int = 0
     events: int = 0
     warnings: list[tuple[int | None, str]] = field(default_factory=list)
+    bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
+
+    def count(self, ev: Event) -> None:
+        """Count one emitted event; warn (``line: message``) when its timestamp was unreadable."""
+        self.events += 1
+        bad = ev.fields.get("bad_timestamp")
+        if bad is None:
+            return
+        self.bad_timestamps += 1
+        if self.bad_timestamps <= MAX_TIMESTAMP_WARNINGS:
+            self.warnings.append((ev.line, f"invalid timestamp {bad!r} (not a valid date/time): the {ev.kind} "
+                                           "event is kept without a time and is not ordered by it"))
+
+    def finish(self) -> None:
+        """Summarise the invalid-timestamp warnings beyond :data:`MAX_TIMESTAMP_WARNINGS`."""
+        extra = self.bad_timestamps - MAX_TIMESTAMP_WARNINGS
+        if extra > 0:
+            self.warnings.append((None, f"{extra} more event(s) with an invalid timestamp (kept without a time)"))
 
 
 class Table:
@@ -220,7 +240,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                     break
                 ev = p.parse_line(line, _ctx(path, lineno, year, utc_offset_s, not_after_ns))
                 if ev is not None:
-                    counters.events += 1
+                    counters.count(ev)
                     yield ev
                     break
             if pending is not None:
@@ -230,6 +250,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
     if pending is not None:
         pi, lines, first = pending
         yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)  # type: ignore[attr-defined]
+    counters.finish()
 
 
 def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> tuple[np.ndarray, np.ndarray]:
@@ -337,5 +358,6 @@ def _ctx(path: str, line: int, year: int, off: int, not_after_ns: int | None) ->
 
 
 def _emit(events: list[Event], counters: ScanCounters) -> Iterator[Event]:
-    counters.events += len(events)
+    for ev in events:
+        counters.count(ev)
     yield from events

@@ -27,6 +27,16 @@ _PREFIX = re.compile(
     r"^(?:\[(?:rank|default)\d+\]:)?(?:\w{3} +\d+ [\d:.]+ \S+ \S+: |\d{4}-\d\d-\d\dT\S+ \S+ \S+: )?"
     r"(?:\[[^\]]*\d+\.\d+\] ?)?(?:\[?[IWEF]\d{0,4}(?: [\d:.]+)?(?: \d+)? [\w./<>-]+:\d+\] ?)?"
     r"(?:[^\s:\[\]]+:\d+:\d+ \[\d+\] (?:[\w./-]+:\d+ )?)?")
+#: what the parsers understand, said when no line of the input was recognised
+UNDERSTOOD = ("kernel log / dmesg / journalctl / syslog (NVRM Xid, PCIe AER, OOM killer), NCCL debug output, "
+              "PyTorch (ProcessGroupNCCL watchdog, CUDA errors, tracebacks), torchrun / elastic, training "
+              "output (loss lines), nvidia-smi -q, DCGM / Prometheus text")
+#: what to collect when no line of the input was recognised
+COLLECT_WHEN_NOTHING = (
+    "the kernel log of every node of the job (dmesg -T or journalctl -k; the NVRM Xid lines)",
+    "the job's output run with NCCL_DEBUG=INFO",
+    "every rank's torchrun / PyTorch log (stdout and stderr)",
+)
 _KIND_STYLE = {"RETRY": "yellow", "EXCLUDE_NODE": "bold red", "RESET_GPU": "bold red", "FIX_CONFIG": "cyan",
                "STOP": "bold magenta"}
 
@@ -54,10 +64,21 @@ def display_line(e: Event) -> str:
     return _PREFIX.sub("", first).strip() or first
 
 
+def _sources(result: TriageResult) -> str:
+    return "bundled example incident" if result.example else ", ".join(result.inputs)
+
+
+def _nothing_recognised(result: TriageResult) -> bool:
+    """No line of any input became an event (text was read, but none of it is a known log format)."""
+    return not result.events and not result.stats.get("events")
+
+
 def one_line(result: TriageResult) -> str:
     """The verdict as one plain line (``--quiet``)."""
     v = result.verdict
     if v is None:
+        if _nothing_recognised(result):
+            return f"no failure signature found: no line of {_sources(result)} was recognised as a log record"
         return "no failure signature found"
     label = v.cls if v.established else f"{v.cls} (root UNKNOWN)"
     return f"{label} [{blamed(v)}] conf={v.confidence:.2f} {v.action_kind}: {v.action}"
@@ -90,10 +111,18 @@ def render(result: TriageResult, console: Console | None = None) -> None:
     """Print the one-screen summary of ``result`` to ``console`` (stdout by default)."""
     console = console or Console()
     v = result.verdict
-    src = "bundled example incident" if result.example else ", ".join(result.inputs)
+    src = _sources(result)
     if v is None:
-        console.print(Panel(Text(f"No failure signature found in {len(result.events)} events ({src})."),
-                            title=Text("gpufield triage")))
+        if _nothing_recognised(result):
+            lines = result.stats.get("lines")
+            body = Text(f"No failure signature found: no line of {src} was recognised as a log record"
+                        + (f" ({lines} line(s) read)" if lines is not None else "") + ".\n")
+            body.append(f"understood: {UNDERSTOOD}\n", style="dim")
+            body.append("collect next: ", style="bold")
+            body.append("; ".join(COLLECT_WHEN_NOTHING))
+        else:
+            body = Text(f"No failure signature found in {len(result.events)} events ({src}).")
+        console.print(Panel(body, title=Text("gpufield triage")))
         return
     head = Text()
     head.append(v.cls, style="bold")

@@ -1,0 +1,92 @@
+"""Regressions from the new-user trial: an impossible timestamp, a ``.gz`` that is not gzip, a file
+with no recognised line (the eval table's per-class count is in ``test_eval.py``)."""
+
+from __future__ import annotations
+
+import gzip
+
+from rich.console import Console
+
+from gpufield.triage import analyze
+from gpufield.triage.analyze import TriageResult
+from gpufield.triage.ingest import ingest
+from gpufield.triage.report.summary import one_line, render
+
+XID79 = "Aug 29 16:58:38 host-a kernel: [14282.651831] NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+BAD_XID48 = "Mar 99 99:99:99 node-a kernel: NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE (double bit error) (0x0000): FB_ADDR 0x1\n"
+EARLY_XID13 = ("Aug 29 16:40:00 node-a kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1, Graphics SM Warp Exception "
+               "on (GPC 0, TPC 0): Out Of Range Address\n")
+
+
+def _text(result: TriageResult) -> str:
+    con = Console(record=True, width=200)
+    render(result, con)
+    return con.export_text()
+
+
+def test_an_impossible_timestamp_keeps_the_event_and_warns_with_file_and_line(tmp_path):
+    f = tmp_path / "kern.log"
+    f.write_text(XID79 + BAD_XID48, encoding="utf-8")
+    res = ingest([f])
+    xid48 = [e for e in res.events if e.code == "48"]
+    assert len(xid48) == 1 and xid48[0].ts_ns is None and xid48[0].gpu_bdf == "0000:3b:00.0"
+    assert xid48[0].fields["bad_timestamp"] == "Mar 99 99:99:99"
+    warns = [str(w) for w in res.stats.warnings]
+    assert any(w.startswith(f"{f}:2: invalid timestamp 'Mar 99 99:99:99'") for w in warns), warns
+    result = analyze([str(f)])
+    assert any(f"{f}:2: invalid timestamp" in w for w in result.stats["warnings"])
+    assert result.verdict is not None and result.verdict.cls == "GPU_FELL_OFF_BUS"
+
+
+def test_a_valid_timestamp_gives_no_warning(tmp_path):
+    f = tmp_path / "kern.log"
+    f.write_text(XID79, encoding="utf-8")
+    res = ingest([f])
+    assert "bad_timestamp" not in res.events[0].fields
+    assert not any("invalid timestamp" in str(w) for w in res.stats.warnings)
+
+
+def test_an_untimed_event_does_not_take_an_earlier_neighbours_time_and_become_the_root(tmp_path):
+    # node-a's log: an early Xid 13, then an Xid 48 whose stamp is unreadable. Inheriting the
+    # Xid 13's time made the Xid 48 look 18 minutes older than host-a's Xid 79 and the root.
+    (tmp_path / "node-a.log").write_text(EARLY_XID13 + BAD_XID48, encoding="utf-8")
+    (tmp_path / "host-a.log").write_text(XID79, encoding="utf-8")
+    result = analyze([str(tmp_path / "node-a.log"), str(tmp_path / "host-a.log")])
+    assert result.verdict.cls == "GPU_FELL_OFF_BUS", [(i.cls, i.host) for i in result.incidents]
+    tl = result.engine.timeline
+    bad = next(e for e in tl.events if e.code == "48")
+    assert tl.t(bad) is None and tl.events[-1] is bad  # untimed: after every timed event
+
+
+def test_a_gz_name_on_plain_text_is_reported(tmp_path):
+    f = tmp_path / "kern.log.gz"
+    f.write_text(XID79, encoding="utf-8")
+    res = ingest([f])
+    warns = [str(w) for w in res.stats.warnings]
+    assert any(w.startswith(f"{f}: ") and "not gzip data" in w for w in warns), warns
+    assert [e.code for e in res.events] == ["79"]  # still read, by its content
+    # real gzip under the same name: no such warning
+    g = tmp_path / "ok.log.gz"
+    g.write_bytes(gzip.compress(XID79.encode()))
+    res = ingest([g])
+    assert not any("not gzip" in str(w) for w in res.stats.warnings) and len(res.events) == 1
+
+
+def test_no_recognised_line_says_so_and_what_to_collect(tmp_path):
+    f = tmp_path / "notes.log"
+    f.write_text("hello\nworld\n", encoding="utf-8")
+    result = analyze([str(f)])
+    assert result.verdict is None  # "no incident" stays a verdict (exit 0 in the CLI)
+    text = " ".join(_text(result).split())
+    assert f"no line of {f} was recognised" in text
+    assert "understood: kernel log / dmesg" in text
+    assert "collect next:" in text and "NCCL_DEBUG=INFO" in text and "torchrun" in text and "Xid" in text
+    assert f"no line of {f} was recognised" in one_line(result)
+
+
+def test_events_without_an_incident_keep_the_old_message(tmp_path):
+    f = tmp_path / "train.log"
+    f.write_text("".join(f"step {s} | loss {2.0 - s / 1000:.4f} | lr 1e-4\n" for s in range(50)), encoding="utf-8")
+    result = analyze([str(f)])
+    text = _text(result)
+    assert "No failure signature found in" in text and "was recognised" not in text
