@@ -18,10 +18,10 @@ def test_mnist_files(shared_dir):
     d = shared_dir / "data/vnncomp2022/mnist_fc/vnnlib"
     files = sorted(d.glob("prop_*.vnnlib"))
     assert len(files) == 30
-    for f in files[:6]:
+    for f in files:  # all 30: the declaration checks (sort Real, no duplicates) accept every real file
         text = f.read_text()
         label = int(re.search(r"label: (\d+)", text).group(1))
-        p = parse_vnnlib(f, text)
+        p = parse_vnnlib(f)
         assert (p.n_inputs, p.n_outputs, len(p.cases)) == (784, 10, 1)
         case = p.cases[0]
         assert len(case.clauses) == 9
@@ -74,6 +74,16 @@ def test_disjunction_of_boxes_gives_cases_and_linear_terms():
     (DECL + "\n(assert (<= X_0 Y_0))", 2, 10, "mixes input and output"),
     (DECL + "\n(assert (<= (+ X_0 X_1) 1))", 2, 10, "single variables"),
     (DECL + "\n(check-sat)", 2, 2, "unknown command"),
+    (DECL + "\n((assert) (<= X_0 1))", 2, 2, "expected (declare-const ...) or (assert ...)"),
+    # a misspelt / foreign sort is named at the sort itself (it used to be accepted silently)
+    ("(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const X_2 Reel)", 3, 20,
+     "X_2 has unknown sort 'Reel' (expected Real)"),
+    ("(declare-const X_0 real)", 1, 20, "X_0 has unknown sort 'real' (expected Real)"),
+    ("(declare-const Y_0 Int)", 1, 20, "Y_0 has unknown sort 'Int' (expected Real)"),
+    ("(declare-const X_0 (_ BitVec 8))", 1, 20, "X_0 has unknown sort '(_ BitVec 8)' (expected Real)"),
+    # a duplicate declaration is named where it happens, not as a later 'never declared' use
+    ("(declare-const X_0 Real)\n(declare-const X_1 Real)\n  (declare-const X_1 Real)\n(declare-const Y_0 Real)"
+     "\n(assert (<= X_2 1))", 3, 18, "X_1 declared twice (first at line 2)"),
 ])
 def test_errors_name_line_and_column(text, line, col, what):
     with pytest.raises(SpecFormatError) as e:
@@ -85,3 +95,19 @@ def test_errors_name_line_and_column(text, line, col, what):
 def test_unbounded_input_is_an_error():
     with pytest.raises(SpecFormatError, match="X_1 has no finite"):
         parse_vnnlib("u.vnnlib", DECL + "(assert (<= X_0 1))(assert (>= X_0 0))(assert (<= X_1 1))(assert (<= Y_0 0))")
+
+
+def test_misspelt_sort_in_a_real_file_is_an_error(shared_dir, tmp_path):
+    """The new-user trial: X_2's sort misspelt in a real mnist_fc property used to parse (and prove unsat)."""
+    text = (shared_dir / "data/vnncomp2022/mnist_fc/vnnlib/prop_0_0.03.vnnlib").read_text()
+    lines = text.splitlines(keepends=True)
+    (i,) = [k for k, ln in enumerate(lines) if ln.startswith("(declare-const X_2 Real)")]
+    f = tmp_path / "typo.vnnlib"
+    f.write_text("".join(lines[:i] + [lines[i].replace("Real", "Reel")] + lines[i + 1:]))
+    with pytest.raises(SpecFormatError) as e:
+        parse_vnnlib(f)
+    assert str(e.value) == f"{f}:{i + 1}:20: X_2 has unknown sort 'Reel' (expected Real)"
+    f.write_text("".join(lines[:i] + [lines[i].replace("X_2", "X_1")] + lines[i + 1:]))
+    with pytest.raises(SpecFormatError) as e:
+        parse_vnnlib(f)
+    assert str(e.value) == f"{f}:{i + 1}:16: X_1 declared twice (first at line {i})"

@@ -115,10 +115,17 @@ def _sexprs(toks: list[Tok], path: str):
     return stack[0]
 
 
+def _show(e) -> str:
+    """An s-expression back as text, for error messages: ``(_ BitVec 8)``."""
+    if isinstance(e, Tok):
+        return e.text
+    return "(" + " ".join(_show(a) for a in e[1:]) + ")"
+
+
 class _Parser:
     def __init__(self, path: str):
         self.path = path
-        self.decl: dict[str, int] = {}
+        self.decl: dict[str, Tok] = {}  # name -> its token in the (first) declaration
 
     def err(self, msg, tok):
         return SpecFormatError(msg, path=self.path, line=tok.line, column=tok.col)
@@ -181,16 +188,29 @@ class _Parser:
             return [[(co, ka - kb, op)]]
         raise self.err(f"unknown connective {op.text!r} (expected and, or, <=, >=, <, >)", op)
 
+    def declare(self, e, kw: Tok) -> None:
+        """``(declare-const X_i Real)``: the name must be ``X_i``/``Y_j``, the sort ``Real``
+        (VNN-LIB declares every input and output ``Real``), and no name may be declared twice."""
+        if len(e) != 4 or not _VAR.match(e[2].text if isinstance(e[2], Tok) else ""):
+            raise self.err("expected (declare-const X_i Real) or (declare-const Y_j Real)", kw)
+        name, sort = e[2], e[3]
+        if not isinstance(sort, Tok) or sort.text != "Real":
+            raise self.err(f"{name.text} has unknown sort {_show(sort)!r} (expected Real)", self.head(sort))
+        first = self.decl.get(name.text)
+        if first is not None:
+            raise self.err(f"{name.text} declared twice (first at line {first.line})", name)
+        self.decl[name.text] = name
+
     def run(self, text: str) -> Property:
         dnf: list[list[tuple]] = [[]]
         for e in _sexprs(tokenize(text, self.path), self.path):
             if not isinstance(e, list) or len(e) < 2:
                 raise self.err("expected (declare-const ...) or (assert ...)", self.head(e))
             kw = e[1]
+            if not isinstance(kw, Tok):
+                raise self.err("expected (declare-const ...) or (assert ...)", self.head(kw))
             if kw.text == "declare-const":
-                if len(e) != 4 or not _VAR.match(e[2].text if isinstance(e[2], Tok) else ""):
-                    raise self.err("expected (declare-const X_i Real) or (declare-const Y_j Real)", kw)
-                self.decl[e[2].text] = 1
+                self.declare(e, kw)
             elif kw.text == "assert":
                 if len(e) != 3:
                     raise self.err("(assert ...) takes one formula", kw)
