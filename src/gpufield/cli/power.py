@@ -1,9 +1,19 @@
-"""`gpufield power`: command-line layer over :mod:`gpufield.power`."""
+"""`gpufield power`: command-line layer over :mod:`gpufield.power`.
+
+``simulate`` and ``calibrate`` run for tens of seconds; while they do, a rich progress bar on stderr
+shows the scenario, the stage (calibration, arm, oracle grid), the run under way and its simulated
+seconds, fed by the library's ``progress`` callback. It never touches stdout (``--json`` output is
+the same with or without it) and is off when stderr is not a terminal or with ``--quiet``. Ctrl-C
+ends the run with a one-line message on stderr and exit status 130 (no partial report: the library
+returns nothing until every arm has run, and calibrate writes its profiles only at the end).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -29,6 +39,68 @@ def _positive(value: float | None, option: str) -> float | None:
     return value
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what the shell reports for a command ended by Ctrl-C
+
+
+def _stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal (rich's test, so FORCE_COLOR / TTY_COMPATIBLE are honoured)."""
+    from rich.console import Console
+
+    return Console(stderr=True).is_terminal
+
+
+class _Tracker:
+    """Remembers the last progress report (for the Ctrl-C message) and forwards it to the display."""
+
+    def __init__(self, show=None) -> None:
+        self.last, self.show = None, show
+
+    def __call__(self, p) -> None:
+        self.last = p
+        if self.show is not None:
+            self.show(p)
+
+
+@contextmanager
+def _progress(quiet: bool, command: str) -> Iterator[_Tracker]:
+    """A :class:`gpufield.power.SimProgress` callback drawing a rich progress bar on stderr.
+
+    The bar is drawn only when stderr is a terminal and ``quiet`` is false (the callback then only
+    records). Ctrl-C inside the block stops the bar, prints what was under way and exits 130.
+    """
+    tracker = _Tracker()
+    try:
+        if quiet or not _stderr_is_terminal():
+            yield tracker
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        # two rows: steps of the whole command, then the run under way in simulated seconds
+        with Progress(TextColumn("{task.description}"), BarColumn(bar_width=20), TextColumn("{task.fields[count]}"),
+                      TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task(command, total=None, count="")
+            run = bar.add_task("", total=None, count="", visible=False)
+
+            def show(p) -> None:
+                bar.update(task, description=f"{p.scenario}: {p.stage}", completed=p.done, total=p.total,
+                           count=f"{p.done}/{p.total} steps")
+                if p.run:
+                    bar.update(run, description=f"  {p.run}", completed=p.sim_s, total=max(p.sim_total_s, 1e-9),
+                               count=f"{p.sim_s:.0f}/{p.sim_total_s:.0f} s simulated", visible=True)
+            tracker.show = show
+            yield tracker
+    except KeyboardInterrupt:
+        p = tracker.last
+        where = "" if p is None else f" during {p.stage} ({p.done}/{p.total} steps done)"
+        typer.echo(f"gpufield: {command} interrupted{where}; nothing was printed or written "
+                   "(results come only from a finished run)", err=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+_QUIET_HELP = "no progress bar on stderr (it is also off when stderr is not a terminal)"
+
+
 @app.command()
 def scenarios() -> None:
     """List the bundled twin scenarios.
@@ -47,7 +119,8 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
              duration_s: float = typer.Option(None, "--duration", help="override the load duration (s, > 0)",
                                               callback=lambda v: _positive(v, "--duration")),
              oracle: bool = typer.Option(True, "--oracle/--no-oracle", help="exhaustive static search"),
-             efficiency: bool = typer.Option(True, "--efficiency/--no-efficiency", help="also run efficiency mode")
+             efficiency: bool = typer.Option(True, "--efficiency/--no-efficiency", help="also run efficiency mode"),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
              ) -> None:
     """A/B in the twin: default, Max-Q stand-in, static clock lock, static cap, balanced, oracle.
 
@@ -55,7 +128,9 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
     """
     from gpufield.power import load_scenario, simulate_ab
 
-    rep = simulate_ab(load_scenario(scenario), duration_s=duration_s, oracle=oracle, efficiency=efficiency)
+    sc = load_scenario(scenario)
+    with _progress(quiet, "power simulate") as progress:
+        rep = simulate_ab(sc, duration_s=duration_s, oracle=oracle, efficiency=efficiency, progress=progress)
     d = rep.to_dict()
     if as_json:
         typer.echo(json.dumps(_clean(d), indent=1))
@@ -75,7 +150,8 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
 @app.command()
 def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or path"),
               out: str = typer.Option(..., "--out", help="directory for the profile JSON files"),
-              mode: Literal["balanced", "efficiency"] = typer.Option("balanced", help="balanced or efficiency")
+              mode: Literal["balanced", "efficiency"] = typer.Option("balanced", help="balanced or efficiency"),
+              quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
               ) -> None:
     """Calibrate both lanes of a scenario in the twin and save the profiles (JSON).
 
@@ -87,7 +163,10 @@ def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or
     if Path(out).exists() and not Path(out).is_dir():
         raise typer.BadParameter(f"{out!r} exists and is not a directory (--out names a directory for the "
                                  "profile files)", param_hint="'--out'")
-    for p in calibrate_twin(load_scenario(scenario), mode=Mode(mode), out_dir=out):
+    sc = load_scenario(scenario)
+    with _progress(quiet, "power calibrate") as progress:
+        profiles = calibrate_twin(sc, mode=Mode(mode), out_dir=out, progress=progress)
+    for p in profiles:
         typer.echo(f"{p.key.lane}: {p.setting.label} ({p.actuator})")
 
 

@@ -63,7 +63,7 @@ Modes: ``performance`` (defaults), ``balanced`` (h = 10%, margin max(step, 5% TG
 ``shadow`` (balanced decisions logged through the dry-run actuator).
 """
 
-from gpufield.power.ab import AbReport, ArmResult, calibrate_twin, simulate_ab
+from gpufield.power.ab import AbReport, ArmResult, SimProgress, calibrate_twin, simulate_ab
 from gpufield.power.actuators.dryrun import DryRunActuator, ReadOnlyNvml
 from gpufield.power.actuators.nvml import NvmlActuator
 from gpufield.power.actuators.sim import SimActuator
@@ -102,7 +102,7 @@ from gpufield.power.twin.server import TwinMetricsServer
 from gpufield.power.types import GpuCaps, GpuState, Intent, Lane, LaneSetting, LaneSignals, Mode
 
 __all__ = [
-    "AbReport", "ArmResult", "simulate_ab", "calibrate_twin",
+    "AbReport", "ArmResult", "SimProgress", "simulate_ab", "calibrate_twin",
     "DryRunActuator", "ReadOnlyNvml", "NvmlActuator", "SimActuator",
     "DecodeCalibration", "GateResult", "SweepPoint", "calibrate_decode", "KneeFit", "fit_knee",
     "PrefillCalibration", "PrefillPoint", "calibrate_prefill",

@@ -10,12 +10,17 @@ budget our modes also commit to (mean e2e <= (1 + gate_e2e_tolerance) x default)
 drops that budget and shows how much more energy a slower service would save. The lanes meet only at the KV
 handoff, so the search is separable: decode candidates run against the default prefill lane's
 handoffs, prefill candidates alone; the best feasible pair is then re-simulated jointly.
+
+Both entry points take an optional ``progress`` callback receiving :class:`SimProgress` reports (what
+is being simulated, simulated seconds of the current run, steps done of the total); the library
+draws nothing itself (the CLI renders the reports with rich on stderr).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -36,7 +41,68 @@ from gpufield.power.twin.bench import TwinBench, maxq_standin
 from gpufield.power.twin.engine import SimResult, simulate, simulate_prefill
 from gpufield.power.types import Lane, LaneSetting, Mode
 
-__all__ = ["ArmResult", "AbReport", "simulate_ab", "arm_metrics", "calibrate_twin"]
+__all__ = ["ArmResult", "AbReport", "SimProgress", "simulate_ab", "arm_metrics", "calibrate_twin"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimProgress:
+    """One progress report of :func:`simulate_ab` / :func:`calibrate_twin`.
+
+    Attributes:
+        scenario: scenario name.
+        stage: what is being simulated: ``"setup"`` (the calibration bench's peak replay),
+            ``"calibrate balanced"`` / ``"calibrate efficiency"``, ``"arm <name>"``, ``"oracle grid"``,
+            ``"oracle search"``, ``"oracle search (SLO only)"``, or ``"done"`` (the last report).
+        run: the simulation under way in the stage (``"decode sweep cap 900 W"``, an oracle
+            candidate's label, ...), ``""`` between runs.
+        sim_s / sim_total_s: simulated seconds of that run done / its load length (0 between runs).
+        done / total: steps finished / planned (each arm, each oracle grid candidate, each calibration
+            is one step). ``done`` never decreases and the last report has ``done == total``.
+    """
+
+    scenario: str
+    stage: str
+    run: str
+    sim_s: float
+    sim_total_s: float
+    done: int
+    total: int
+
+
+ProgressCallback = Callable[[SimProgress], None]
+
+
+class _Reporter:
+    """Turns engine/bench observations into :class:`SimProgress` reports (no-op without a callback)."""
+
+    def __init__(self, cb: ProgressCallback | None, scenario: str, total: int) -> None:
+        self.cb, self.scenario, self.total, self.done, self.stage = cb, scenario, total, 0, "setup"
+
+    def emit(self, run: str = "", sim_s: float = 0.0, sim_total_s: float = 0.0) -> None:
+        if self.cb is not None:
+            self.cb(SimProgress(scenario=self.scenario, stage=self.stage, run=run, sim_s=float(sim_s),
+                                sim_total_s=float(sim_total_s), done=self.done, total=self.total))
+
+    def start(self, stage: str) -> None:
+        self.stage = stage
+        self.emit()
+
+    def step(self) -> None:
+        self.done = min(self.total, self.done + 1)
+        self.emit()
+
+    def finish(self) -> None:
+        self.done, self.stage = self.total, "done"
+        self.emit()
+
+    def bench_cb(self) -> Callable[[str, float, float], None] | None:
+        return None if self.cb is None else self.emit
+
+    def run(self, label: str) -> Callable[[float, float], None] | None:
+        """A ``(sim_s, sim_total_s)`` engine observer for one run called ``label``."""
+        if self.cb is None:
+            return None
+        return lambda sim_s, total_s: self.emit(label, sim_s, total_s)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -168,13 +234,9 @@ def _guarded(sc: Scenario, dc: DecodeCalibration, pc: PrefillCalibration, cfg: C
                       LaneController(Lane.DECODE, dc.best.chosen or LaneSetting(), lim, g))
 
 
-def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: float | None
-            ) -> tuple[ArmResult | None, int]:
-    """Best static pair by tokens/J under the SLOs (and mean e2e <= (1 + e2e_tol) x default)."""
-    pair, gpu = sc.lane_pair(), sc.gpu
-    d = LaneSetting()
-    e2e_max = math.inf if e2e_tol is None else (1 + e2e_tol) * float(ref.e2e_s.mean())
-    pre0 = simulate_prefill(pair, w, static_policy(d, d))
+def _oracle_grid(sc: Scenario, cfg: CalibrationConfig) -> tuple[list[LaneSetting], list[LaneSetting]]:
+    """The oracle's static candidates: ``(decode settings, prefill settings)``."""
+    gpu, d = sc.gpu, LaneSetting()
     decs = [d] + [LaneSetting(power_limit_w=float(c), label=f"cap {c:.0f} W")
                   for c in np.arange(gpu.tdp_w - cfg.step_w, gpu.min_limit_w - 1e-9, -cfg.step_w)]
     fmin = int(gpu.sm_clocks_mhz[-1])
@@ -182,11 +244,31 @@ def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: fl
                      for k in range(1, int((gpu.sm_clock_max_mhz - fmin) / cfg.clock_step_mhz) + 1)}, reverse=True)
     decs += [LaneSetting(clock_window_mhz=(fmin, f), label=f"clocks <= {f} MHz") for f in clocks]
     pres = [d] + [LaneSetting(clock_window_mhz=(f, f), label=f"clocks {f}-{f} MHz") for f in clocks]
+    return decs, pres
+
+
+def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: float | None,
+            rep: _Reporter | None = None) -> tuple[ArmResult | None, int]:
+    """Best static pair by tokens/J under the SLOs (and mean e2e <= (1 + e2e_tol) x default)."""
+    rep = rep or _Reporter(None, sc.name, 0)
+    pair = sc.lane_pair()
+    d = LaneSetting()
+    e2e_max = math.inf if e2e_tol is None else (1 + e2e_tol) * float(ref.e2e_s.mean())
+    decs, pres = _oracle_grid(sc, cfg)
     key = (id(w), len(w))
     cache = _ORACLE_CACHE.get(key)
+    rep.start("oracle grid" if cache is None or cache[0] is not sc else
+              "oracle search" if e2e_tol is not None else "oracle search (SLO only)")
+    pre0 = simulate_prefill(pair, w, static_policy(d, d), progress=rep.run("prefill lane default"))
     if cache is None or cache[0] is not sc:
-        runs_d = [(s, simulate(pair, w, static_policy(d, s), prefill=pre0)) for s in decs]
-        runs_p = [(s, simulate_prefill(pair, w, static_policy(s, d))) for s in pres]
+        runs_d, runs_p = [], []
+        for s in decs:
+            runs_d.append((s, simulate(pair, w, static_policy(d, s), prefill=pre0,
+                                       progress=rep.run(f"decode {s.label}"))))
+            rep.step()
+        for s in pres:
+            runs_p.append((s, simulate_prefill(pair, w, static_policy(s, d), progress=rep.run(f"prefill {s.label}"))))
+            rep.step()
         _ORACLE_CACHE.clear()
         _ORACLE_CACHE[key] = (sc, runs_d, runs_p)
     else:
@@ -204,12 +286,15 @@ def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: fl
                                     for fw, t in zip(po.firmwares, po.free_at_s, strict=True))
         feas_p.append((e, s))
     best = None
+    rep.start("oracle search" if e2e_tol is not None else "oracle search (SLO only)")
     for _e, sp in sorted(feas_p, key=lambda x: x[0])[:2]:
         for _e2, sd in sorted(feas_d, key=lambda x: x[0])[:2]:
-            m = arm_metrics("oracle", simulate(pair, w, static_policy(sp, sd)), sc)
+            m = arm_metrics("oracle", simulate(pair, w, static_policy(sp, sd),
+                                               progress=rep.run(f"prefill {sp.label} + decode {sd.label}")), sc)
             ok = m.itl_slo_every_window and m.ttft_slo_met and m.e2e_mean_s <= e2e_max
             if ok and (best is None or m.tokens_per_j > best.tokens_per_j):
                 best = m
+    rep.step()
     return best, len(decs) + len(pres)
 
 
@@ -223,7 +308,7 @@ def _copy_idle(fw, duration_s: float) -> float:
 
 def simulate_ab(sc: Scenario, *, duration_s: float | None = None, oracle: bool = True,
                 efficiency: bool = True, bench_kw: dict | None = None,
-                cfg: CalibrationConfig | None = None) -> AbReport:
+                cfg: CalibrationConfig | None = None, progress: ProgressCallback | None = None) -> AbReport:
     """Run the A/B of :mod:`gpufield.power.ab` on a scenario.
 
     Args:
@@ -231,15 +316,28 @@ def simulate_ab(sc: Scenario, *, duration_s: float | None = None, oracle: bool =
         oracle: also run the exhaustive static search. efficiency: also run efficiency mode.
         bench_kw: :class:`TwinBench` overrides (gate length, noise, ...).
         cfg: calibration config; default steps are 25 W (H100/H200) or 50 W (B200/B300) and 90 MHz.
+        progress: optional ``progress(SimProgress)`` callback, called often (every simulated control
+            period of every run) with what is being simulated and the steps done of the total; it only
+            observes (the report is the same with or without it). Steps: the bench set-up, each
+            calibration, each arm, each oracle grid candidate and each oracle search; the last report
+            has ``stage == "done"`` and ``done == total``. An exception it raises (e.g.
+            ``KeyboardInterrupt``) ends the run; nothing partial is returned.
     """
     t0 = time.perf_counter()
     cfg = cfg or CalibrationConfig(step_w=25.0 if sc.gpu.tdp_w <= 700 else 50.0, settle_s=3.0, measure_s=12.0)
+    n_grid = sum(map(len, _oracle_grid(sc, cfg))) if oracle else 0
+    rep = _Reporter(progress, sc.name, 1 + 1 + int(efficiency) + 5 + int(efficiency)
+                    + (n_grid + 2 if oracle else 0))
+    rep.start("setup")
     w = sc.workload(duration_s=duration_s)
-    bench = TwinBench(sc, **(bench_kw or {}))
+    bench = TwinBench(sc, **{**(bench_kw or {}), "progress": rep.bench_cb()})
+    rep.step()
     q_w, q_clock = maxq_standin(sc.gpu)
     maxq = vendor_setting(Mode.VENDOR_MAXQ, maxq_limit_w=q_w, maxq_clock_mhz=q_clock,
                           min_clock_mhz=int(sc.gpu.sm_clocks_mhz[-1]))
+    rep.start("calibrate balanced")
     dc, pc = _calibrate(bench, sc, cfg, maxq)
+    rep.step()
     d = LaneSetting()
     fam = {f.family: f for f in dc.families}
     arms_cfg: list[tuple[str, object]] = [
@@ -252,19 +350,26 @@ def simulate_ab(sc: Scenario, *, duration_s: float | None = None, oracle: bool =
     calib = {"balanced": _calib_summary(dc, pc)}
     if efficiency:
         ecfg = mode_calibration(Mode.EFFICIENCY, cfg)
+        rep.start("calibrate efficiency")
         edc, epc = _calibrate(bench, sc, ecfg, maxq)
+        rep.step()
         arms_cfg.append(("efficiency", _guarded(sc, edc, epc, ecfg)))
         calib["efficiency"] = _calib_summary(edc, epc)
     pair = sc.lane_pair()
     arms, runs = [], {}
     for name, pol in arms_cfg:
-        runs[name] = simulate(pair, w, pol, seed=sc.seed)
+        rep.start(f"arm {name}")
+        runs[name] = simulate(pair, w, pol, seed=sc.seed, progress=rep.run(name))
         arms.append(arm_metrics(name, runs[name], sc, seed=sc.seed))
+        rep.step()
     best, grid, best_e2e = None, 0, None
     if oracle:
-        best_e2e, grid = _oracle(sc, w, cfg, runs["default"], cfg.gate_e2e_tolerance)
-        best, _ = _oracle(sc, w, cfg, runs["default"], None)
-        _ORACLE_CACHE.clear()
+        try:
+            best_e2e, grid = _oracle(sc, w, cfg, runs["default"], cfg.gate_e2e_tolerance, rep)
+            best, _ = _oracle(sc, w, cfg, runs["default"], None, rep)
+        finally:
+            _ORACLE_CACHE.clear()
+    rep.finish()
     notes = [f"vendor-maxq is a stand-in: {maxq.label} on every GPU (sized to >= 97% GEMM speed)",
              "simulated in the twin; not a hardware measurement"]
     return AbReport(scenario=sc.name, description=sc.description, gpu=sc.gpu.name, model=sc.model.name,
@@ -290,19 +395,29 @@ def _calib_summary(dc: DecodeCalibration, pc: PrefillCalibration) -> dict:
 
 
 def calibrate_twin(sc: Scenario, *, mode: Mode = Mode.BALANCED, out_dir: str | None = None,
-                   cfg: CalibrationConfig | None = None, bench_kw: dict | None = None) -> list[Profile]:
+                   cfg: CalibrationConfig | None = None, bench_kw: dict | None = None,
+                   progress: ProgressCallback | None = None) -> list[Profile]:
     """Calibrate both lanes of a scenario in the twin and return (and optionally save) the profiles.
 
     The profile key records ``engine="twin"`` and ``driver="simulated"`` so a real deployment's key can
     never match a twin profile by accident (:func:`gpufield.power.profiles.load_profile` refuses it).
+
+    ``progress``: optional ``progress(SimProgress)`` callback, as for :func:`simulate_ab` (two steps:
+    the bench set-up and the calibration); it only observes. Profiles are written only after the
+    calibration finishes, so an interrupted run writes none.
     """
     base = cfg or CalibrationConfig(step_w=25.0 if sc.gpu.tdp_w <= 700 else 50.0, settle_s=3.0, measure_s=12.0)
     ccfg = mode_calibration(mode, base)
-    bench = TwinBench(sc, **(bench_kw or {}))
+    rep = _Reporter(progress, sc.name, 2)
+    rep.start("setup")
+    bench = TwinBench(sc, **{**(bench_kw or {}), "progress": rep.bench_cb()})
+    rep.step()
     q_w, q_clock = maxq_standin(sc.gpu)
     maxq = vendor_setting(Mode.VENDOR_MAXQ, maxq_limit_w=q_w, maxq_clock_mhz=q_clock,
                           min_clock_mhz=int(sc.gpu.sm_clocks_mhz[-1]))
+    rep.start(f"calibrate {mode.value}")
     dc, pc = _calibrate(bench, sc, ccfg, maxq)
+    rep.step()
     summary = _calib_summary(dc, pc)
     profiles = []
     for lane, setting, actuator, tp in ((Lane.DECODE, dc.best.chosen or LaneSetting(), dc.best.family,
@@ -321,4 +436,5 @@ def calibrate_twin(sc: Scenario, *, mode: Mode = Mode.BALANCED, out_dir: str | N
 
             Path(out_dir).mkdir(parents=True, exist_ok=True)
             save_profile(p, Path(out_dir) / f"{sc.name}.{lane.value}.{mode.value}.json")
+    rep.finish()
     return profiles

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,6 +68,9 @@ class TwinBench:
         scenario: the scenario. settle_s / measure_s: per sweep point (simulated seconds).
         gate_s: length of the peak-rate replay, measured after ``warmup_s`` of the same load.
         noise: relative measurement noise. seed: noise seed.
+        progress: optional observer ``progress(run, sim_s, sim_total_s)`` of every simulation the bench
+            runs: ``run`` names it (``"decode sweep cap 900 W"``, ...), then simulated seconds done of the
+            run's length (see :func:`~gpufield.power.twin.engine.simulate`). No effect on the results.
     """
 
     scenario: Scenario
@@ -76,6 +80,14 @@ class TwinBench:
     warmup_s: float = 300.0
     noise: float = 0.02
     seed: int = 7
+    progress: Callable[[str, float, float], None] | None = None
+
+    def _obs(self, run: str):
+        """A ``(sim_s, sim_total_s)`` observer for one simulation named ``run`` (None without progress)."""
+        cb = self.progress
+        if cb is None:
+            return None
+        return lambda sim_s, total_s: cb(run, sim_s, total_s)
 
     def __post_init__(self) -> None:
         sc = self.scenario
@@ -85,8 +97,10 @@ class TwinBench:
         self.peak = sc.workload(duration_s=self.warmup_s + self.gate_s, rate_factor=sc.peak_rate_factor,
                                 seed=sc.seed + 1)
         self._in = self.peak.arrival_s >= self.warmup_s
-        self._pre = simulate_prefill(self.pair, self.peak, static_policy(LaneSetting(), LaneSetting()))
-        base = simulate(self.pair, self.peak, static_policy(LaneSetting(), LaneSetting()), prefill=self._pre)
+        self._pre = simulate_prefill(self.pair, self.peak, static_policy(LaneSetting(), LaneSetting()),
+                                     progress=self._obs("peak replay, prefill lane"))
+        base = simulate(self.pair, self.peak, static_policy(LaneSetting(), LaneSetting()), prefill=self._pre,
+                        progress=self._obs("peak replay, decode lane"))
         k = int(np.searchsorted(base.it_end_s, self.warmup_s))
         self.concurrency = max(1, int(np.percentile(base.it_tokens[k:], 90))) if len(base.it_tokens) > k else 1
         inp, out = self.peak.input_tokens[self._in], self.peak.output_tokens[self._in]
@@ -104,7 +118,7 @@ class TwinBench:
         w = fixed_concurrency(concurrency=c, context_tokens=self.context_tokens, output_tokens=400, n=c)
         horizon = self.settle_s + self.measure_s
         r = simulate(self.pair, w, static_policy(LaneSetting(), setting), horizon_s=horizon, window_s=1.0,
-                     seed=self.calls)
+                     seed=self.calls, progress=self._obs(f"decode sweep {setting.label}"))
         i = int(np.searchsorted(r.it_end_s, self.settle_s))
         tokens = float(r.it_tokens[i:].sum())
         span = float(r.it_end_s[-1] - r.it_end_s[i - 1]) if i > 0 else float(r.it_end_s[-1])
@@ -119,7 +133,8 @@ class TwinBench:
 
     def decode_gate(self, setting: LaneSetting) -> GateResult:
         """Peak-rate replay with the decode lane at ``setting`` (metrics after the warm-up)."""
-        r = simulate(self.pair, self.peak, static_policy(LaneSetting(), setting), prefill=self._pre)
+        r = simulate(self.pair, self.peak, static_policy(LaneSetting(), setting), prefill=self._pre,
+                     progress=self._obs(f"decode gate {setting.label}"))
         k = int(np.searchsorted(r.it_end_s, self.warmup_s))
         late = r.arrival_s >= self.warmup_s
         return GateResult(itl_p99_s=weighted_quantile(r.it_dt_s[k:], r.it_tokens[k:], 0.99),
@@ -127,7 +142,8 @@ class TwinBench:
 
     def prefill_gate(self, setting: LaneSetting) -> float:
         """Peak-rate replay with the prefill lane at ``setting``: TTFT p99 (s) after the warm-up."""
-        r = simulate(self.pair, self.peak, static_policy(setting, LaneSetting()))
+        r = simulate(self.pair, self.peak, static_policy(setting, LaneSetting()),
+                     progress=self._obs(f"prefill gate {setting.label}"))
         return float(np.percentile(r.ttft_s[r.arrival_s >= self.warmup_s], 99))
 
     def prefill_point(self, clock_mhz: int) -> PrefillPoint:
@@ -152,7 +168,8 @@ class TwinBench:
         times_a = np.asarray(times) * nt
         # energy as the meter sees it: the lane replaying the peak segment, idle gaps included
         lock = LaneSetting(clock_window_mhz=(int(clock_mhz), int(clock_mhz)))
-        po = simulate_prefill(self.pair, self.peak, static_policy(lock, LaneSetting()))
+        po = simulate_prefill(self.pair, self.peak, static_policy(lock, LaneSetting()),
+                              progress=self._obs(f"prefill lock {int(clock_mhz)} MHz"))
         lane_j = po.energy.total_j + sum(
             _idle_copy(fw, max(0.0, self.warmup_s + self.gate_s - t)) * cost.tp
             for fw, t in zip(po.firmwares, po.free_at_s, strict=True))

@@ -33,6 +33,8 @@ __all__ = ["LanePair", "SimResult", "PrefillOutcome", "simulate", "simulate_pref
            "prefix_new_tokens"]
 
 PolicyFn = Callable[[Lane, LaneSignals], LaneSetting]
+#: ``progress(sim_s, sim_total_s)``: simulated seconds done of the run's expected length
+ProgressFn = Callable[[float, float], None]
 FAST_S, SLOW_S = 30.0, 300.0
 
 
@@ -197,7 +199,8 @@ def prefix_new_tokens(w: Workload, eng) -> np.ndarray:
     return new_tok
 
 
-def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy, log):
+def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy, log,
+                  progress: ProgressFn | None = None):
     cost, eng = pair.prefill, pair.prefill.engine
     n_inst = pair.prefill_gpus // cost.tp
     fws = [Firmware(cost.gpu) for _ in range(n_inst)]
@@ -211,9 +214,12 @@ def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy
     ttft_end: list[float] = []
     ttft_val: list[float] = []
     floor_viol = 0.0
+    total = float(w.arrival_s[-1]) if n else 0.0
     while head < n:
         k = min(range(n_inst), key=free_at.__getitem__)
         t = max(free_at[k], float(w.arrival_s[head]))
+        if progress is not None and next_tick <= t:
+            progress(min(next_tick, total), total)
         while next_tick <= t:  # control ticks up to now
             q = int(np.searchsorted(w.arrival_s, next_tick, side="right")) - head
             sig = LaneSignals(now_s=next_tick) if static else \
@@ -251,6 +257,8 @@ def _prefill_lane(pair: LanePair, w: Workload, policy: PolicyFn, energy: _Energy
             handoff[r] = free_at[k] + cost.kv_transfer_s(float(w.input_tokens[r]))
             ttft_end.append(free_at[k])
             ttft_val.append(handoff[r] - float(w.arrival_s[r]))
+    if progress is not None:
+        progress(total, total)
     return handoff, floor_viol, (fws, free_at)
 
 
@@ -266,15 +274,22 @@ class PrefillOutcome:
     settings: list
 
 
-def simulate_prefill(pair: LanePair, w: Workload, policy: PolicyFn, *, window_s: float = 30.0) -> PrefillOutcome:
-    """Run only the prefill lane (its result does not depend on the decode lane)."""
+def simulate_prefill(pair: LanePair, w: Workload, policy: PolicyFn, *, window_s: float = 30.0,
+                     progress: ProgressFn | None = None) -> PrefillOutcome:
+    """Run only the prefill lane (its result does not depend on the decode lane).
+
+    ``progress(sim_s, sim_total_s)``, if given, is called at control ticks with the simulated time
+    reached (capped at the last arrival, ``sim_total_s``) and once with ``(sim_total_s, sim_total_s)``
+    at the end; it only observes the run.
+    """
     energy, log = _Energy(window_s), []
-    handoff, floor_viol, (fws, free) = _prefill_lane(pair, w, policy, energy, log)
+    handoff, floor_viol, (fws, free) = _prefill_lane(pair, w, policy, energy, log, progress)
     return PrefillOutcome(handoff, floor_viol, energy, fws, free, log)
 
 
 def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float | None = None,
-             window_s: float = 30.0, seed: int = 0, prefill: PrefillOutcome | None = None) -> SimResult:
+             window_s: float = 30.0, seed: int = 0, prefill: PrefillOutcome | None = None,
+             progress: ProgressFn | None = None) -> SimResult:
     """Run the lane pair on a workload under a policy.
 
     Args:
@@ -286,6 +301,10 @@ def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float 
         seed: seed of the ITL jitter.
         prefill: a prefill-lane outcome to reuse (from :func:`simulate_prefill` on the same ``w``);
             its policy then does not matter for the prefill lane.
+        progress: optional ``progress(sim_s, sim_total_s)`` observer (no effect on the result), called
+            at the decode lane's control ticks with the simulated time reached, capped at
+            ``sim_total_s`` (``horizon_s`` for a closed loop, else the last arrival), and once with
+            ``(sim_total_s, sim_total_s)`` at the end. A prefill lane simulated here is not reported.
 
     Returns:
         A :class:`SimResult`.
@@ -320,7 +339,11 @@ def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float 
     stop = horizon_s if horizon_s is not None else math.inf
     static = getattr(policy, "static", False)  # static policies need no signals
     jitter = np.exp(rng.normal(0.0, pair.itl_jitter, 1 << 16)) if pair.itl_jitter else np.ones(1 << 16)
+    total = (horizon_s if closed and horizon_s is not None else
+             max(float(w.arrival_s[-1]) if n else 0.0, horizon_s or 0.0))
     while True:
+        if progress is not None and next_tick <= t:
+            progress(min(next_tick, total), total)
         while next_tick <= t:
             waiting = int(np.searchsorted(handoff[order], next_tick, side="right")) - nxt
             sig = LaneSignals(now_s=next_tick) if static else \
@@ -379,6 +402,8 @@ def simulate(pair: LanePair, w: Workload, policy: PolicyFn, *, horizon_s: float 
         if closed and t >= stop:
             break
     end = max(t, pre_end, horizon_s or 0.0)
+    if progress is not None:
+        progress(total, total)
     if end > t:
         e_dec.add(t, end - t, fw.idle(end - t) * pair.decode_gpus)
     # prefill lane idles until the end of the run as well
