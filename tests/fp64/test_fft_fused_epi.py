@@ -18,22 +18,13 @@ if not torch.cuda.is_available():  # before the first import of triton in this p
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
+from test_fft_launch import DEV, _same, _wide  # noqa: E402  (shared inputs and bit-identity check)
+
 from gpufield.errors import InputError, NumericsError  # noqa: E402
 from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated  # noqa: E402
 from gpufield.fp64.fft.reference import dft_longdouble, rel_l2, stage_exact_python  # noqa: E402
 from gpufield.fp64.fft.sixstep import _dft_idx, _fused_idx  # noqa: E402
 from gpufield.fp64.fft.stage import dft_stage  # noqa: E402
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _wide(shape, seed):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * np.exp(3 * rng.standard_normal(shape))
-
-
-def _same(a, b) -> bool:
-    return np.array_equal(np.ascontiguousarray(a).view(np.float64), np.ascontiguousarray(b).view(np.float64))
 
 
 def _plan(variant, group=8, chunk=None):
