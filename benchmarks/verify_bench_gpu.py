@@ -102,7 +102,12 @@ def main() -> int:
     ap.add_argument("--mip-layers", type=int, default=2, help="root MIP refinement of ReLU-input layers 1..L (0: off)")
     ap.add_argument("--mip-workers", type=int, default=None,
                     help="MIP solver processes (default: CPU cores, divided by N with --shard K/N)")
-    ap.add_argument("--mip-neuron-s", type=float, default=10.0, help="HiGHS time limit per neuron and sense (s)")
+    ap.add_argument("--mip-neuron-s", type=float, default=10.0, help="MIP time limit per neuron and sense (s)")
+    ap.add_argument("--mip-solver", default="highs", choices=["highs", "gurobi"],
+                    help="MIP solver of the root refinement (gurobi needs gurobipy)")
+    ap.add_argument("--mip-gap", type=float, default=1e-2, help="relative gap at which one neuron's MIP stops")
+    ap.add_argument("--mip-after-s", type=float, default=20.0,
+                    help="plain branch and bound this long before the MIP refinement (0: MIP first)")
     ap.add_argument("--mip-total-s", type=float, default=90.0, help="cap on the root MIP refinement per instance (s)")
     ap.add_argument("--shard", default=None, help="K/N: run the K-th of N disjoint, time-balanced shards")
     a = ap.parse_args()
@@ -146,7 +151,9 @@ def main() -> int:
                                              alpha=AlphaConfig(iterations=a.bab_iterations),
                                              memory_budget_bytes=int(mem_gb * 2**30),
                                              mip_refine_layers=a.mip_layers, mip_workers=a.mip_workers,
-                                             mip_neuron_time_s=a.mip_neuron_s, mip_total_s=a.mip_total_s)
+                                             mip_neuron_time_s=a.mip_neuron_s, mip_total_s=a.mip_total_s,
+                                             mip_solver=a.mip_solver, mip_gap=a.mip_gap,
+                                             mip_after_s=a.mip_after_s)
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
                        attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
@@ -173,7 +180,8 @@ def main() -> int:
                                                        "opt_interm": a.opt_interm,
                                                        "memory_gb": mem_gb, "mip_layers": a.mip_layers,
                                                        "mip_workers": a.mip_workers, "mip_neuron_s": a.mip_neuron_s,
-                                                       "mip_total_s": a.mip_total_s}},
+                                                       "mip_total_s": a.mip_total_s, "mip_solver": a.mip_solver,
+                                                       "mip_gap": a.mip_gap, "mip_after_s": a.mip_after_s}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,

@@ -6,6 +6,8 @@ LP must lie between MIP and CROWN; branch and bound with refinement still return
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -40,10 +42,18 @@ def _forward_pre(layers, X):
     return out
 
 
+SOLVERS = ["highs", pytest.param("gurobi", marks=pytest.mark.skipif(
+    importlib.util.find_spec("gurobipy") is None, reason="gurobipy not installed"))]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("stop", [False, True])
 @pytest.mark.parametrize("seed", range(4))
-def test_mip_bounds_are_exact_sound_and_tighter_than_crown(tmp_path, seed):
+def test_mip_bounds_are_exact_sound_and_tighter_than_crown(tmp_path, seed, stop, solver):
+    """Exact where re-solved; with ``stop_at_stable`` a neuron the oracle finds stable may keep
+    its other side, but is then proven stable, and an unstable one is still exact on both sides."""
     g64, layers, lo, hi, lo64, hi64, ref = _net(tmp_path, seed)
-    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, solver=solver, stop_at_stable=stop)
     names = [r.inputs[0] for r in g64.relu_nodes()]
     X = np.random.default_rng(seed).uniform(lo, hi, (4000, len(lo)))
     pre = _forward_pre(layers, X)
@@ -62,7 +72,10 @@ def test_mip_bounds_are_exact_sound_and_tighter_than_crown(tmp_path, seed):
             mn = nets.milp_min(layers[:t + 1], lo, hi, c)
             mx = -nets.milp_min(layers[:t + 1], lo, hi, -c)
             assert l1[j] <= mn + 1e-9 and u1[j] >= mx - 1e-9  # sound (the oracle is a primal value)
-            if l0[j] < 0 < u0[j]:  # re-solved: exact up to the safety slack and the oracle's gap
+            if stop and l0[j] < 0 < u0[j] and (mn > 0.01 or mx < -0.01):
+                assert l1[j] >= 0 or u1[j] <= 0  # proven stable, the other side maybe skipped
+                tightened += 1
+            elif l0[j] < 0 < u0[j]:  # re-solved: exact up to the safety slack and the oracle's gap
                 slack = 1e-3 * (u0[j] - l0[j])  # milp_refine's range_slack
                 assert abs(l1[j] - mn) < 1e-3 * (1 + abs(mn)) + slack and abs(u1[j] - mx) < 1e-3 * (1 + abs(mx)) + slack
                 tightened += (l1[j] > l0[j] + 1e-6) + (u1[j] < u0[j] - 1e-6)
@@ -71,8 +84,8 @@ def test_mip_bounds_are_exact_sound_and_tighter_than_crown(tmp_path, seed):
 
 def test_triangle_lp_lies_between_mip_and_crown(tmp_path):
     g64, layers, lo, hi, lo64, hi64, ref = _net(tmp_path, 11)
-    mip, _ = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
-    lp, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, binary=False)
+    mip, _ = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, stop_at_stable=False)
+    lp, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, binary=False, stop_at_stable=False)
     assert st.status.get("optimal", 0) > 0
     for name in [r.inputs[0] for r in g64.relu_nodes()][1:3]:
         (lm, um), (ll, ul), (lc, uc) = mip[name], lp[name], ref[name]
@@ -123,3 +136,21 @@ def test_bab_with_root_mip_returns_the_milp_verdict(tmp_path, after_s):
         elif verdict != "unknown":
             wrong.append(seed)
     assert wrong == [] and agree == len(seeds) and ran == (0 if after_s == 20.0 else len(seeds))
+
+
+def test_layer_by_layer_calls_give_the_bounds_of_one_call(tmp_path):
+    """``first`` (the refinement's layer-by-layer loop with a root check in between) changes
+    nothing: layers 1 then 2 in two calls equal layers 1-2 in one; the stats merge."""
+    g64, _, _, _, lo64, hi64, ref = _net(tmp_path, 6)
+    both, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    one, s1 = milp_refine(g64, lo64, hi64, ref, layers=1, workers=1)
+    two, s2 = milp_refine(g64, lo64, hi64, one, layers=2, first=2, workers=1)
+    for k in both:
+        assert torch.allclose(both[k][0], two[k][0], atol=1e-9) and torch.allclose(both[k][1], two[k][1], atol=1e-9)
+    merged = s1.merge(s2)
+    assert merged.solved == st.solved and merged.tightened == st.tightened and sum(st.tightened.values()) > 0
+    assert sum(merged.status.values()) == sum(st.status.values())
+    with pytest.raises(ValueError, match="first >= 1"):
+        milp_refine(g64, lo64, hi64, ref, layers=2, first=0, workers=1)
+    with pytest.raises(ValueError, match="not in"):
+        milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, solver="cplex")

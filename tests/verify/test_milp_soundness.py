@@ -5,6 +5,8 @@ bounds missed real pre-activation values by up to 40 % of their range (CROWN's d
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -27,8 +29,10 @@ def _mlp(rng, sizes, scale, x0, noise):
     return nets.gemm_relu(weights, [sizes[0]])
 
 
+@pytest.mark.parametrize("solver", ["highs", pytest.param("gurobi", marks=pytest.mark.skipif(
+    importlib.util.find_spec("gurobipy") is None, reason="gurobipy not installed"))])
 @pytest.mark.parametrize("seed", [200, 201])
-def test_refined_bounds_hold_on_a_tiny_box_with_large_weights(tmp_path, seed):
+def test_refined_bounds_hold_on_a_tiny_box_with_large_weights(tmp_path, seed, solver):
     rng = np.random.default_rng(seed)
     radius, sizes = 1e-6, [3, 8, 8, 8, 2]
     x0 = rng.uniform(-1, 1, sizes[0])
@@ -38,7 +42,7 @@ def test_refined_bounds_hold_on_a_tiny_box_with_large_weights(tmp_path, seed):
     lo64, hi64 = torch.tensor(lo).reshape(1, -1), torch.tensor(hi).reshape(1, -1)
     ib = ibp(g64, lo64, hi64)
     ref = {**ib, **crown_intermediate(g64, lo64, hi64, ref=ib)}
-    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1)
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, solver=solver)
     assert st.status.get("optimal", 0) > 0
     X = np.vstack([rng.uniform(lo, hi, (20000, len(lo))), np.array(np.meshgrid(*zip(lo, hi, strict=True))).reshape(len(lo), -1).T])
     a = X

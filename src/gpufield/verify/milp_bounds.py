@@ -5,8 +5,9 @@ pre-activation bounds of the first layers by mixed-integer programming before br
 (Wang et al. 2021, arXiv:2103.06624; MIP encoding of Tjeng et al. 2019, arXiv:1711.07356). Here:
 for ReLU-input layers ``1 .. layers`` (layer 0 is an affine image of the box, already exact) and
 every neuron still unstable (``l < 0 < u``), ``min`` and ``max`` of ``z_j`` over the exact network
-are solved with scipy's HiGHS (:func:`scipy.optimize.milp`), one problem per neuron and sense,
-in parallel worker processes, layer by layer (a layer's model uses the refined bounds of the
+are solved with HiGHS or Gurobi (:mod:`gpufield.verify.mip_solvers`), one task per neuron (the
+side nearer zero first, the other skipped once the neuron is proven stable), in parallel worker
+processes, layer by layer (a layer's model uses the refined bounds of the
 layers before it). Earlier unstable ReLUs are encoded big-M style (``a ≥ z``, ``a ≥ 0``,
 ``a ≤ z − l(1 − d)``, ``a ≤ u d``) with ``d`` binary, or ``d ∈ [0, 1]`` with ``binary=False``,
 which is exactly the triangle relaxation (the LP). Stable ReLUs are exact (``a = z`` / ``a = 0``);
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
@@ -91,7 +91,8 @@ def build(W, b, lo, hi, L, U, t: int, binary: bool):
 
     Returns:
         ``(A, row_lo, row_hi, var_lo, var_hi, integrality, a_prev)``: sparse CSR constraints,
-        variable bounds and the column indices of ``a_{t-1}``.
+        variable bounds and the column index of each neuron of ``a_{t-1}`` (its ``z`` column
+        when active, -1 when dead: ``a = 0``).
     """
     from scipy.sparse import coo_matrix
 
@@ -116,27 +117,30 @@ def build(W, b, lo, hi, L, U, t: int, binary: bool):
         z = nvar + np.arange(len(keep))
         zi = np.full(n, -1)
         zi[keep] = z
-        a = nvar + len(keep) + np.arange(n)
         us = np.nonzero(uns)[0]
-        d = nvar + len(keep) + n + np.arange(len(us))
-        nvar += len(keep) + n + len(d)
-        vlo += [lk[keep], np.maximum(lk, 0) * ~dead, np.zeros(len(d))]
-        vhi += [uk[keep], np.maximum(uk, 0) * ~dead, np.ones(len(d))]
-        integ += [np.zeros(len(keep) + n), np.full(len(d), 1.0 if binary else 0.0)]
+        # a = z for active neurons (no column of its own), a = 0 for dead ones (none): only the
+        # unstable get a post-activation column and a binary d (keeps models under solver size caps)
+        a = np.where(act, zi, -1)
+        a[us] = nvar + len(keep) + np.arange(len(us))
+        d = nvar + len(keep) + len(us) + np.arange(len(us))
+        nvar += len(keep) + 2 * len(us)
+        vlo += [lk[keep], np.zeros(len(us)), np.zeros(len(d))]
+        vhi += [uk[keep], uk[us], np.ones(len(d))]
+        integ += [np.zeros(len(keep) + len(us)), np.full(len(d), 1.0 if binary else 0.0)]
         # z - W a_prev = b (one row per kept neuron; l <= z <= u as variable bounds)
-        rr, cc = np.nonzero(Wk[keep])
-        add(nrow + rr, prev[cc], -Wk[keep][rr, cc])
+        live = np.nonzero(prev >= 0)[0]
+        rr, cc = np.nonzero(Wk[keep][:, live])
+        add(nrow + rr, prev[live][cc], -Wk[keep][:, live][rr, cc])
         add(nrow + np.arange(len(keep)), z, np.ones(len(keep)))
         rlo.append(bk[keep])
         rhi.append(bk[keep])
         nrow += len(keep)
-        # a - z = 0 (active), a - z >= 0 (unstable)
-        sel = np.nonzero(act | uns)[0]
-        add(nrow + np.arange(len(sel)), a[sel], np.ones(len(sel)))
-        add(nrow + np.arange(len(sel)), zi[sel], -np.ones(len(sel)))
-        rlo.append(np.zeros(len(sel)))
-        rhi.append(np.where(act[sel], 0.0, np.inf))
-        nrow += len(sel)
+        # a - z >= 0 (unstable)
+        add(nrow + np.arange(len(us)), a[us], np.ones(len(us)))
+        add(nrow + np.arange(len(us)), zi[us], -np.ones(len(us)))
+        rlo.append(np.zeros(len(us)))
+        rhi.append(np.full(len(us), np.inf))
+        nrow += len(us)
         # a - z - l d <= -l and a - u d <= 0 (unstable)
         for cz, cd, rh in ((-1.0, -lk[us], -lk[us]), (0.0, -uk[us], np.zeros(len(us)))):
             add(nrow + np.arange(len(us)), a[us], np.ones(len(us)))
@@ -154,38 +158,51 @@ def build(W, b, lo, hi, L, U, t: int, binary: bool):
 
 
 _NET: dict = {}
-# only the dual bound is used: primal heuristics (sub-MIPs) cost ~2/3 of the time and give nothing
-_HIGHS = {"disp": False, "presolve": True, "mip_heuristic_effort": 0.0, "mip_heuristic_run_rins": False,
-          "mip_heuristic_run_rens": False, "mip_heuristic_run_root_reduced_cost": False}
 
 
-def _init(W, b, lo, hi):
-    _NET.update(W=W, b=b, lo=lo, hi=hi, key=None)
+def _init(W, b, lo, hi, solver):
+    from gpufield.verify.mip_solvers import backend
+
+    _NET.update(W=W, b=b, lo=lo, hi=hi, key=None, solver=backend(solver))
 
 
-def _solve(t, j, sense, L, U, binary, version, deadline_wall, neuron_s, abs_slack, rel_slack):
-    """One neuron, one sense, in a worker: ``(t, j, sense, bound or None, status)``."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
+def _solve(t, j, L, U, binary, version, deadline_wall, neuron_s, slack, gap, stop):
+    """One neuron in a worker, both senses: ``[(t, j, sense, bound or None, status), ...]``.
 
-    limit = min(neuron_s, deadline_wall - time.time())
-    if limit < 0.05:
-        return t, j, sense, None, "skipped"
+    The side nearer zero goes first (α,β-CROWN's order); with ``stop`` the solver ends as soon as
+    that side is proven stable with room for the safety slack, and the other side is then skipped.
+    ``slack = (abs, rel, range)`` as in :func:`milp_refine`.
+    """
+    abs_slack, rel_slack, range_slack = slack
     if _NET.get("key") != (t, version, binary):
         _NET["model"] = build(_NET["W"], _NET["b"], _NET["lo"], _NET["hi"], L, U, t, binary)
         _NET["key"] = (t, version, binary)
-    A, rlo, rhi, vlo, vhi, integ, prev = _NET["model"]
-    c = np.zeros(A.shape[1])
-    c[prev] = sense * _NET["W"][t][j]
-    mip = binary and bool(integ.any())  # no unstable ReLU before layer t: HiGHS solves an LP
-    with warnings.catch_warnings():  # scipy warns about HiGHS options it does not list itself
-        warnings.simplefilter("ignore")
-        r = milp(c, integrality=integ if mip else None, bounds=Bounds(vlo, vhi),
-                 constraints=[LinearConstraint(A, rlo, rhi)], options={"time_limit": limit, **_HIGHS})
-    v = r.mip_dual_bound if mip else (r.fun if r.status == 0 else None)
-    if r.status not in (0, 1) or v is None or not np.isfinite(v):
-        return t, j, sense, None, f"status {r.status}"
-    v = float(v) - abs_slack - rel_slack * abs(float(v))  # sound lower bound of sense·(z_j − b_j)
-    return t, j, sense, sense * v + _NET["b"][t][j], "optimal" if r.status == 0 else "time limit"
+    model = _NET["model"]
+    prev, w, bj = model[-1], _NET["W"][t][j], _NET["b"][t][j]
+    live = prev >= 0
+    width = U[t][j] - L[t][j]
+    margin = 2 * (abs_slack + range_slack * width + rel_slack * (abs(bj) + width))
+    first = 1.0 if -L[t][j] < U[t][j] else -1.0
+    out = []
+    for sense in (first, -first):
+        limit = min(neuron_s, deadline_wall - time.time())
+        if limit < 0.05:
+            out.append((t, j, sense, None, "skipped"))
+            continue
+        c = np.zeros(model[0].shape[1])
+        c[prev[live]] = sense * w[live]
+        # objective v = min sense·(z_j − b_j); this side is stable once v ≥ margin − sense·b_j
+        v, status = _NET["solver"].solve((t, version, binary), model, c, time_limit_s=limit,
+                                         stop_at=margin - sense * bj if stop else None, gap=gap)
+        if v is None:
+            out.append((t, j, sense, None, status))
+            continue
+        v = v - abs_slack - rel_slack * abs(v)  # sound lower bound of sense·(z_j − b_j)
+        z = sense * v + bj - sense * range_slack * width  # outward by a fraction of the old interval
+        out.append((t, j, sense, z, status))
+        if stop and sense * z >= 0:  # stable on this side: the other bound cannot matter
+            break
+    return out
 
 
 @dataclass
@@ -205,11 +222,23 @@ class MilpStats:
     seconds: float = 0.0
     status: dict[str, int] = field(default_factory=dict)
 
+    def merge(self, other: MilpStats) -> MilpStats:
+        """These counts and ``other``'s (a later call on other layers), added up."""
+        out = MilpStats({**self.solved, **other.solved}, {**self.tightened, **other.tightened},
+                        {**self.unstable_before, **other.unstable_before},
+                        {**self.unstable_after, **other.unstable_after}, self.seconds + other.seconds,
+                        dict(self.status))
+        for k, v in other.status.items():
+            out.status[k] = out.status.get(k, 0) + v
+        return out
 
-def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neuron_time_s: float = 5.0,
+
+def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, first: int = 1,
+                neuron_time_s: float = 5.0,
                 total_s: float = 60.0, workers: int | None = None, binary: bool = True,
-                abs_slack: float = 1e-5, rel_slack: float = 1e-6,
-                range_slack: float = 1e-3) -> tuple[dict, MilpStats]:
+                abs_slack: float = 1e-5, rel_slack: float = 1e-6, range_slack: float = 1e-3,
+                solver: str = "highs", gap: float = 1e-4,
+                stop_at_stable: bool = True) -> tuple[dict, MilpStats]:
     """Tighten the bounds of ReLU-input layers ``1 .. layers`` by per-neuron MIP (or LP).
 
     Args:
@@ -217,6 +246,8 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
         lo64, hi64: input box ``[1, *input]`` float64.
         bounds64: name -> ``(l, u)`` ``[1, *node]`` float64 sound bounds of every ReLU input.
         layers: deepest ReLU-input layer to refine (0-based; layer 0 is never re-solved).
+        first: shallowest layer to refine (default 1; a larger value keeps the given bounds of
+            the layers before it, e.g. when they were refined by an earlier call).
         neuron_time_s: HiGHS time limit of one problem (s).
         total_s: wall budget of the whole refinement (s); problems not started are dropped.
         workers: worker processes (default ``os.cpu_count()``; 1 solves in this process).
@@ -225,6 +256,11 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
         range_slack: further outward slack, a fraction of the neuron's interval before refinement
             (deep layers with values ~1e3-1e6 missed real values by 2-4e-5 of that interval after
             the absolute and relative slack, tests/verify/test_milp_soundness.py).
+        solver: ``highs`` (scipy) or ``gurobi`` (gurobipy, :mod:`gpufield.verify.mip_solvers`).
+        gap: relative MIP gap at which a solve stops (α,β-CROWN uses 1e-2; only the dual bound
+            is used, so a gap costs at most that fraction of tightness).
+        stop_at_stable: stop a solve once it proves the neuron stable on its side, and skip the
+            other side then (α,β-CROWN's ``BestBdStop``); False solves both sides to the gap.
 
     Returns:
         ``(bounds, stats)``: a copy of ``bounds64`` with refined layers intersected, and
@@ -237,8 +273,13 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
     ch = chain(g64)
     if ch is None:
         raise ValueError(f"{g64.source or 'network'}: MIP refinement needs a chain of affine layers and ReLUs")
-    if layers < 0 or neuron_time_s <= 0 or total_s < 0 or min(abs_slack, rel_slack, range_slack) < 0:
-        raise ValueError("layers >= 0, neuron_time_s > 0, total_s, abs_slack, rel_slack, range_slack >= 0 required")
+    if (layers < 0 or first < 1 or neuron_time_s <= 0 or total_s < 0 or gap < 0
+            or min(abs_slack, rel_slack, range_slack) < 0):
+        raise ValueError("layers >= 0, first >= 1, neuron_time_s > 0, total_s, gap, abs_slack, rel_slack, "
+                         "range_slack >= 0 required")
+    from gpufield.verify.mip_solvers import backend
+
+    backend(solver)  # a clear error here, not in a worker
     names, W, b = ch
     out = dict(bounds64)
     L = [bounds64[n][0].flatten().cpu().numpy().astype(np.float64).copy() for n in names]
@@ -256,21 +297,22 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
         import multiprocessing as mp
 
         pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                   initargs=(W, b, lo, hi))
+                                   initargs=(W, b, lo, hi, solver))
     else:
-        _init(W, b, lo, hi)
+        _init(W, b, lo, hi, solver)
     try:
-        for t in range(1, min(layers, len(names) - 1) + 1):
+        for t in range(first, min(layers, len(names) - 1) + 1):
             uns = np.nonzero((L[t] < 0) & (U[t] > 0))[0]
             stats.unstable_before[t] = len(uns)
             # largest triangles first: they matter most and go first when the budget runs out
             order = uns[np.argsort(-(-L[t][uns] * U[t][uns] / (U[t][uns] - L[t][uns])))]
-            args = [(t, int(j), s, L[:t], U[:t], binary, t, deadline, neuron_time_s, abs_slack, rel_slack)
-                    for j in order for s in (1.0, -1.0)]
+            slack = (abs_slack, rel_slack, range_slack)
+            args = [(t, int(j), L[:t + 1], U[:t + 1], binary, t, deadline, neuron_time_s, slack, gap, stop_at_stable)
+                    for j in order]
             if pool is None:
-                results = [_solve(*a) for a in args]
+                results = [r for a in args for r in _solve(*a)]
             else:
-                results = [f.result() for f in as_completed([pool.submit(_solve, *a) for a in args])]
+                results = [r for f in as_completed([pool.submit(_solve, *a) for a in args]) for r in f.result()]
             stats.solved[t] = stats.tightened[t] = 0
             newL, newU = L[t].copy(), U[t].copy()
             for _, j, s, v, st in results:
@@ -278,7 +320,6 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, neur
                 if v is None:
                     continue
                 stats.solved[t] += 1
-                v -= s * range_slack * (U[t][j] - L[t][j])  # outward by a fraction of the old interval
                 if s > 0 and v > newL[j]:
                     newL[j], stats.tightened[t] = v, stats.tightened[t] + 1
                 elif s < 0 and v < newU[j]:
