@@ -108,6 +108,7 @@ def main() -> int:
     ap.add_argument("--mip-gap", type=float, default=1e-2, help="relative gap at which one neuron's MIP stops")
     ap.add_argument("--mip-after-s", type=float, default=20.0,
                     help="plain branch and bound this long before the MIP refinement (0: MIP first)")
+    ap.add_argument("--mip-fraction", type=float, default=0.5, help="share of the time left the MIP may take")
     ap.add_argument("--mip-total-s", type=float, default=90.0, help="cap on the root MIP refinement per instance (s)")
     ap.add_argument("--shard", default=None, help="K/N: run the K-th of N disjoint, time-balanced shards")
     a = ap.parse_args()
@@ -153,7 +154,7 @@ def main() -> int:
                                              mip_refine_layers=a.mip_layers, mip_workers=a.mip_workers,
                                              mip_neuron_time_s=a.mip_neuron_s, mip_total_s=a.mip_total_s,
                                              mip_solver=a.mip_solver, mip_gap=a.mip_gap,
-                                             mip_after_s=a.mip_after_s)
+                                             mip_after_s=a.mip_after_s, mip_fraction=a.mip_fraction)
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
                        attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
@@ -181,7 +182,8 @@ def main() -> int:
                                                        "memory_gb": mem_gb, "mip_layers": a.mip_layers,
                                                        "mip_workers": a.mip_workers, "mip_neuron_s": a.mip_neuron_s,
                                                        "mip_total_s": a.mip_total_s, "mip_solver": a.mip_solver,
-                                                       "mip_gap": a.mip_gap, "mip_after_s": a.mip_after_s}},
+                                                       "mip_gap": a.mip_gap, "mip_after_s": a.mip_after_s,
+                                                       "mip_fraction": a.mip_fraction}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,

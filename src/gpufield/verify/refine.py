@@ -55,8 +55,10 @@ class RefineConfig:
         mip_min_relu_layers: only for chain networks with at least this many ReLU layers (the
             default 3 leaves 2-layer nets, where plain BaB is fast, and the tiny test nets alone).
         mip_neuron_time_s: HiGHS time limit per neuron and sense (s).
-        mip_total_s: cap on the refinement's wall time (s); it also takes at most half of the
-            time left before the deadline.
+        mip_total_s: cap on the refinement's wall time (s); it also takes at most
+            ``mip_fraction`` of the time left before the deadline.
+        mip_fraction: share of the time left that the refinement may take (α,β-CROWN: 0.8 of
+            the timeout, ``refine_neuron_time_percentage``).
         mip_workers: solver processes (None: ``os.cpu_count()``; 1: in this process).
         mip_solver: ``highs`` (scipy, default) or ``gurobi`` (gurobipy with a licence; α,β-CROWN's
             solver; 3-4x faster on mnist_fc 256x4), :mod:`gpufield.verify.mip_solvers`.
@@ -84,6 +86,7 @@ class RefineConfig:
     mip_min_relu_layers: int = 3
     mip_neuron_time_s: float = 10.0
     mip_total_s: float = 90.0
+    mip_fraction: float = 0.5
     mip_workers: int | None = None
     mip_solver: str = "highs"
     mip_gap: float = 1e-2
@@ -100,11 +103,11 @@ class RefineConfig:
             raise ValueError("lr_beta and memory_budget_bytes must be positive")
         if (self.mip_refine_layers < 0 or self.mip_neuron_time_s <= 0 or self.mip_total_s < 0
                 or (self.mip_workers is not None and self.mip_workers < 1) or self.mip_after_s < 0
-                or self.mip_gap < 0 or self.mip_solver not in SOLVERS):
+                or self.mip_gap < 0 or self.mip_solver not in SOLVERS or not 0 < self.mip_fraction <= 1):
             raise ValueError(f"mip_refine_layers={self.mip_refine_layers} >= 0, mip_neuron_time_s="
                              f"{self.mip_neuron_time_s} > 0, mip_total_s={self.mip_total_s} >= 0, "
                              f"mip_workers={self.mip_workers} >= 1 or None, mip_gap={self.mip_gap} >= 0, "
-                             f"mip_solver={self.mip_solver!r} in {SOLVERS} required")
+                             f"mip_solver={self.mip_solver!r} in {SOLVERS}, 0 < mip_fraction={self.mip_fraction} <= 1 required")
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def _mip_root(graph64: Graph, lo64, hi64, ref64, cfg: RefineConfig, deadline_s: 
     (the root bound with the refined bounds, True when it proves the property) may end it early.
     Returns ``(bounds, stats, proven)``.
     """
-    t_end = time.monotonic() + min(cfg.mip_total_s, 0.5 * (deadline_s - time.monotonic()))
+    t_end = time.monotonic() + min(cfg.mip_total_s, cfg.mip_fraction * (deadline_s - time.monotonic()))
     if t_end - time.monotonic() < 1.0 or not _mip_applies(graph64, cfg):
         return ref64, None, False
     stats = None

@@ -186,6 +186,8 @@ class _Case:
         if r.mip is not None:
             self.margins["mip_s"] = r.mip.seconds
             self.margins["mip_tightened"] = float(sum(r.mip.tightened.values()))
+            self.margins["mip_layers"] = float(max(r.mip.solved, default=0))  # deepest layer refined
+            self.margins["mip_unstable_left"] = float(sum(r.mip.unstable_after.values()))
         self.margins["bab_lb"] = float(r.global_lb)
         return r
 
