@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--bab-iterations", type=int, default=20, help="Adam steps per BaB batch")
     ap.add_argument("--bab-memory-gb", type=float, default=None,
                     help="BaB memory budget (batch size and queue); default 16 on cuda, 2 on cpu")
-    ap.add_argument("--mip-layers", type=int, default=2, help="root MIP refinement of ReLU-input layers 1..L (0: off)")
+    ap.add_argument("--mip-layers", type=int, default=3, help="root MIP refinement of ReLU-input layers 1..L (0: off)")
     ap.add_argument("--mip-workers", type=int, default=None,
                     help="MIP solver processes (default: CPU cores, divided by N with --shard K/N)")
     ap.add_argument("--mip-neuron-s", type=float, default=10.0, help="MIP time limit per neuron and sense (s)")
@@ -108,7 +108,7 @@ def main() -> int:
     ap.add_argument("--mip-gap", type=float, default=1e-2, help="relative gap at which one neuron's MIP stops")
     ap.add_argument("--mip-after-s", type=float, default=20.0,
                     help="plain branch and bound this long before the MIP refinement (0: MIP first)")
-    ap.add_argument("--mip-fraction", type=float, default=0.5, help="share of the time left the MIP may take")
+    ap.add_argument("--mip-fraction", type=float, default=0.8, help="share of the time left the MIP may take")
     ap.add_argument("--mip-total-s", type=float, default=90.0, help="cap on the root MIP refinement per instance (s)")
     ap.add_argument("--shard", default=None, help="K/N: run the K-th of N disjoint, time-balanced shards")
     a = ap.parse_args()

@@ -65,6 +65,7 @@ def test_the_cli_choices_are_the_library_ones():
     from gpufield.cli import power as power_cli
     from gpufield.cli import verify as verify_cli
     from gpufield.power import Mode
+    from gpufield.verify.mip_solvers import SOLVERS
     from gpufield.verify.refine import BRANCHING
     from gpufield.verify.runner import _DTYPES, METHODS
 
@@ -74,6 +75,7 @@ def test_the_cli_choices_are_the_library_ones():
     assert choices(verify_cli.Method) == tuple(METHODS)
     assert choices(verify_cli.Dtype) == tuple(_DTYPES)
     assert set(choices(verify_cli.Branching)) == set(BRANCHING)
+    assert choices(verify_cli.MipSolver) == SOLVERS
     mode = typing.get_type_hints(power_cli.calibrate)["mode"]
     assert set(typing.get_args(mode)) <= {m.value for m in Mode}
 

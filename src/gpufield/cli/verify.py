@@ -43,15 +43,21 @@ def _regex(value: str | None, param: typer.CallbackParam) -> str | None:
 
 Branching = Annotated[Literal["fsb", "babsr"], typer.Option(help="beta-CROWN BaB branching: fsb | babsr")]
 NoBab = Annotated[bool, typer.Option("--no-bab", help="no branch and bound (incomplete v1 pipeline)")]
+MipSolver = Annotated[Literal["highs", "gurobi"], typer.Option(
+    help="solver of the root MIP refinement of deep ReLU chains: highs (scipy) | gurobi (needs gurobipy)")]
 
 
 def _config(method: str, device: str, dtype: str, alpha_iterations: int, branching: str = "fsb",
-            no_bab: bool = False, progress: bool = False):
+            no_bab: bool = False, progress: bool = False, mip_solver: str = "highs"):
     from gpufield.verify import AlphaConfig, RefineConfig, VerifyConfig
 
+    if mip_solver != "highs":
+        from gpufield.verify.mip_solvers import backend
+
+        backend(mip_solver)  # gurobipy missing: a one-line error before any work
     return VerifyConfig(method=method, device=device, dtype=dtype,
                         alpha=AlphaConfig(iterations=alpha_iterations), progress=progress,
-                        refine=None if no_bab else RefineConfig(branching=branching))
+                        refine=None if no_bab else RefineConfig(branching=branching, mip_solver=mip_solver))
 
 
 #: results that decide nothing: a retry may replace them (see ``run``'s help)
@@ -133,6 +139,7 @@ def run(
     alpha_iterations: AlphaIters = 100,
     branching: Branching = "fsb",
     no_bab: NoBab = False,
+    mip_solver: MipSolver = "highs",
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
@@ -168,7 +175,7 @@ def run(
     try:
         res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
                            config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                          progress=True))
+                                          progress=True, mip_solver=mip_solver))
     finally:  # also after a bad input or Ctrl-C, which write error / unknown
         _record(out, model, prop, before)
     typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
@@ -194,6 +201,7 @@ def bench(
     alpha_iterations: AlphaIters = 100,
     branching: Branching = "fsb",
     no_bab: NoBab = False,
+    mip_solver: MipSolver = "highs",
     select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'", callback=_regex)] = None,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
@@ -205,7 +213,8 @@ def bench(
 
     s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
                   total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
-                  config=_config(method, device, dtype, alpha_iterations, branching, no_bab))
+                  config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
+                                 mip_solver=mip_solver))
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:
         typer.echo(f"reference: {s.reference_counts}  agree {s.agree}  wrong {s.wrong} {s.wrong_instances}")

@@ -82,11 +82,11 @@ class RefineConfig:
     fsb_k: int = 4
     memory_budget_bytes: int = 2 << 30
     input_split_max_dims: int = 0
-    mip_refine_layers: int = 2
+    mip_refine_layers: int = 3
     mip_min_relu_layers: int = 3
     mip_neuron_time_s: float = 10.0
     mip_total_s: float = 90.0
-    mip_fraction: float = 0.5
+    mip_fraction: float = 0.8
     mip_workers: int | None = None
     mip_solver: str = "highs"
     mip_gap: float = 1e-2
