@@ -84,6 +84,10 @@ def test_disjunction_of_boxes_gives_cases_and_linear_terms():
     # a duplicate declaration is named where it happens, not as a later 'never declared' use
     ("(declare-const X_0 Real)\n(declare-const X_1 Real)\n  (declare-const X_1 Real)\n(declare-const Y_0 Real)"
      "\n(assert (<= X_2 1))", 3, 18, "X_1 declared twice (first at line 2)"),
+    # a gap in the numbering names the missing index and where the higher one was declared
+    ("(declare-const X_0 Real)\n(declare-const X_2 Real)\n(declare-const Y_0 Real)", 2, 16,
+     "X_1 is not declared but X_2 is"),
+    ("(declare-const X_0 Real)\n(declare-const Y_1 Real)", 2, 16, "Y_0 is not declared but Y_1 is"),
 ])
 def test_errors_name_line_and_column(text, line, col, what):
     with pytest.raises(SpecFormatError) as e:

@@ -220,10 +220,12 @@ class _Parser:
                 raise self.err(f"unknown command {kw.text!r}", kw)
         nx = sum(1 for v in self.decl if v[0] == "X")
         ny = sum(1 for v in self.decl if v[0] == "Y")
-        for kind, n in (("X", nx), ("Y", ny)):
-            for i in range(n):
-                if f"{kind}_{i}" not in self.decl:
-                    raise SpecFormatError(f"{kind}_{i} is not declared but {kind}_{n - 1} is", path=self.path)
+        for kind in ("X", "Y"):  # indices 0..n-1 without a gap
+            names = sorted((v for v in self.decl if v[0] == kind), key=lambda v: int(v[2:]))
+            for i, v in enumerate(names):
+                if int(v[2:]) != i:
+                    top = names[-1]
+                    raise self.err(f"{kind}_{i} is not declared but {top} is", self.decl[top])
         return Property(nx, ny, self.cases(dnf, nx, ny), self.path)
 
     def cases(self, dnf, nx, ny) -> tuple[Case, ...]:
