@@ -167,7 +167,8 @@ def _init(W, b, lo, hi, solver):
 
 
 def _solve(t, j, L, U, binary, version, deadline_wall, neuron_s, slack, gap, stop):
-    """One neuron in a worker, both senses: ``[(t, j, sense, bound or None, status), ...]``.
+    """One neuron in a worker, both senses: ``[(t, j, sense, bound or None, status, input or None)]``
+    (the input: the solver's primal point, box coordinates in ``[-1, 1]``).
 
     The side nearer zero goes first (α,β-CROWN's order); with ``stop`` the solver ends as soon as
     that side is proven stable with room for the safety slack, and the other side is then skipped.
@@ -187,22 +188,41 @@ def _solve(t, j, L, U, binary, version, deadline_wall, neuron_s, slack, gap, sto
     for sense in (first, -first):
         limit = min(neuron_s, deadline_wall - time.time())
         if limit < 0.05:
-            out.append((t, j, sense, None, "skipped"))
+            out.append((t, j, sense, None, "skipped", None))
             continue
         c = np.zeros(model[0].shape[1])
         c[prev[live]] = sense * w[live]
         # objective v = min sense·(z_j − b_j); this side is stable once v ≥ margin − sense·b_j
-        v, status = _NET["solver"].solve((t, version, binary), model, c, time_limit_s=limit,
-                                         stop_at=margin - sense * bj if stop else None, gap=gap)
+        v, status, xs = _NET["solver"].solve((t, version, binary), model, c, time_limit_s=limit,
+                                             stop_at=margin - sense * bj if stop else None, gap=gap)
+        xs = None if xs is None else np.clip(xs[:len(_NET["lo"])], -1.0, 1.0)
         if v is None:
-            out.append((t, j, sense, None, status))
+            out.append((t, j, sense, None, status, xs))
             continue
         v = v - abs_slack - rel_slack * abs(v)  # sound lower bound of sense·(z_j − b_j)
         z = sense * v + bj - sense * range_slack * width  # outward by a fraction of the old interval
-        out.append((t, j, sense, z, status))
+        out.append((t, j, sense, z, status, xs))
         if stop and sense * z >= 0:  # stable on this side: the other bound cannot matter
             break
     return out
+
+
+def _probe_points(n: int, count: int = 2048, seed: int = 0) -> np.ndarray:
+    """Points of the box ``[-1, 1]^n`` for the consistency check: its centre, every corner when
+    ``n <= 10`` (else ``count // 4`` random ones), and ``count`` uniform points. ``[P, n]``."""
+    rng = np.random.default_rng(seed)
+    corners = (np.array(np.meshgrid(*[[-1.0, 1.0]] * n)).reshape(n, -1).T if n <= 10
+               else rng.choice([-1.0, 1.0], (count // 4, n)))
+    return np.vstack([np.zeros((1, n)), corners, rng.uniform(-1.0, 1.0, (count, n))])
+
+
+def _real_range(W, b, t: int, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest real pre-activation ``z_t`` over the points ``X [P, n]`` (float64)."""
+    a = X
+    for k in range(t + 1):
+        z = a @ W[k].T + b[k]
+        a = np.maximum(z, 0.0)
+    return z.min(0), z.max(0)
 
 
 @dataclass
@@ -213,6 +233,8 @@ class MilpStats:
         solved: problems with a usable bound, per layer; tightened: bounds that got tighter.
         unstable_before / unstable_after: unstable neurons per refined layer.
         seconds: wall time; status: solver outcome -> count.
+        discarded: layers whose solver bounds excluded a real network value (found by the
+            consistency check of :func:`milp_refine`) and were therefore not used.
     """
 
     solved: dict[int, int] = field(default_factory=dict)
@@ -221,13 +243,14 @@ class MilpStats:
     unstable_after: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
     status: dict[str, int] = field(default_factory=dict)
+    discarded: list[int] = field(default_factory=list)
 
     def merge(self, other: MilpStats) -> MilpStats:
         """These counts and ``other``'s (a later call on other layers), added up."""
         out = MilpStats({**self.solved, **other.solved}, {**self.tightened, **other.tightened},
                         {**self.unstable_before, **other.unstable_before},
                         {**self.unstable_after, **other.unstable_after}, self.seconds + other.seconds,
-                        dict(self.status))
+                        dict(self.status), [*self.discarded, *other.discarded])
         for k, v in other.status.items():
             out.status[k] = out.status.get(k, 0) + v
         return out
@@ -291,6 +314,7 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
     W, b = [W[0] * rad, *W[1:]], [b[0] + W[0] @ cen, *b[1:]]
     lo, hi = -np.ones_like(lo), np.ones_like(hi)
     stats = MilpStats()
+    probe = _probe_points(len(lo))
     workers = max(1, workers or os.cpu_count() or 1)
     pool = None
     if workers > 1:
@@ -315,7 +339,8 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
                 results = [r for f in as_completed([pool.submit(_solve, *a) for a in args]) for r in f.result()]
             stats.solved[t] = stats.tightened[t] = 0
             newL, newU = L[t].copy(), U[t].copy()
-            for _, j, s, v, st in results:
+            found = [x for *_, x in results if x is not None]
+            for _, j, s, v, st, _x in results:
                 stats.status[st] = stats.status.get(st, 0) + 1
                 if v is None:
                     continue
@@ -325,7 +350,17 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
                 elif s < 0 and v < newU[j]:
                     newU[j], stats.tightened[t] = v, stats.tightened[t] + 1
             bad = newL > newU
-            L[t], U[t] = np.where(bad, L[t], newL), np.where(bad, U[t], newU)
+            newL, newU = np.where(bad, L[t], newL), np.where(bad, U[t], newU)
+            zmin, zmax = _real_range(W, b, t, np.vstack([probe, *found]) if found else probe)
+            tol = 1e-9 * (1 + np.abs(zmin) + np.abs(zmax))
+            if (newL > zmin + tol).any() or (newU < zmax - tol).any():
+                # a real network value outside a "proven" bound: the solver's floating point
+                # failed on this model (badly scaled weights/box); keep the bounds we were given
+                stats.status["discarded"] = stats.status.get("discarded", 0) + 1
+                stats.discarded.append(t)
+                stats.tightened[t] = 0
+                newL, newU = L[t], U[t]
+            L[t], U[t] = newL, newU
             stats.unstable_after[t] = int(((L[t] < 0) & (U[t] > 0)).sum())
             ref_l, ref_u = bounds64[names[t]]
             out[names[t]] = (torch.as_tensor(L[t], dtype=ref_l.dtype, device=ref_l.device).reshape(ref_l.shape),

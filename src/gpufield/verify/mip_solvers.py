@@ -1,10 +1,13 @@
 """MIP backends of the root refinement (:mod:`gpufield.verify.milp_bounds`): HiGHS and Gurobi.
 
 One :class:`MipBackend` per solver; a backend answers ``min c·x`` over one refinement model and
-returns its **dual bound** (valid at a time limit, unlike the primal value) or None. Each may stop
-early once the dual bound reaches ``stop_at`` (the neuron is then proven stable on that side):
-HiGHS through ``objective_bound`` (a cutoff: "infeasible" then means no point below it),
-Gurobi through ``BestBdStop`` (α,β-CROWN's setting in its ``bab-refine``, Wang et al. 2021).
+returns its **dual bound** (valid at a time limit, unlike the primal value) or None, and the
+primal point it found (the caller re-evaluates it in the real network as a consistency check).
+Gurobi may stop early once the dual bound reaches ``stop_at`` (the neuron is then proven stable
+on that side; ``BestBdStop``, α,β-CROWN's setting in its ``bab-refine``, Wang et al. 2021).
+HiGHS ignores ``stop_at``: with ``objective_bound`` as a cutoff and RENS off, HiGHS 1.12 answered
+"infeasible" for models whose minimum lay below the cutoff, which read as "stable" made a live
+neuron dead (tests/verify/test_mip_stop_soundness.py).
 
 - ``highs``: scipy's :func:`scipy.optimize.milp` (HiGHS), always available.
 - ``gurobi``: ``gurobipy`` when installed with a licence (the pip wheel's own licence solves
@@ -31,10 +34,11 @@ class MipBackend(Protocol):
     """A MIP solver for :func:`~gpufield.verify.milp_bounds.milp_refine` (extension point)."""
 
     def solve(self, key, model, c: np.ndarray, *, time_limit_s: float, stop_at: float | None,
-              gap: float) -> tuple[float | None, str]:
+              gap: float) -> tuple[float | None, str, np.ndarray | None]:
         """Dual bound of ``min c·x`` over ``model`` (``(A, row_lo, row_hi, var_lo, var_hi,
-        integrality, _)``, cached under ``key``), and a status: ``optimal``, ``time limit``,
-        ``stopped`` (dual bound ≥ ``stop_at``) or why there is no bound (value None)."""
+        integrality, _)``, cached under ``key``), a status: ``optimal``, ``time limit``,
+        ``stopped`` (dual bound ≥ ``stop_at``) or why there is no bound (value None), and the
+        solver's primal point ``[cols]`` (None when it has none)."""
 
 
 class HighsBackend:
@@ -44,25 +48,18 @@ class HighsBackend:
         from scipy.optimize import Bounds, LinearConstraint, milp
 
         A, rlo, rhi, vlo, vhi, integ, _ = model
-        mip = bool(integ.any())  # no binary: an LP (no cutoff: LPs are quick)
-        opts = {"time_limit": time_limit_s, **_HIGHS}
+        mip = bool(integ.any())  # no binary: an LP
+        opts = {"time_limit": time_limit_s, **_HIGHS}  # no objective_bound cutoff: see the module doc
         if mip:
             opts["mip_rel_gap"] = gap
-            if stop_at is not None:
-                opts["objective_bound"] = stop_at
         with warnings.catch_warnings():  # scipy warns about HiGHS options it does not list itself
             warnings.simplefilter("ignore")
             r = milp(c, integrality=integ if mip else None, bounds=Bounds(vlo, vhi),
                      constraints=[LinearConstraint(A, rlo, rhi)], options=opts)
-        if mip and stop_at is not None and r.status == 2:  # infeasible under the cutoff: min ≥ stop_at
-            return float(stop_at), "stopped"
         v = r.mip_dual_bound if mip else (r.fun if r.status == 0 else None)
         if r.status not in (0, 1) or v is None or not np.isfinite(v):
-            return None, f"status {r.status}"
-        v = float(v)
-        if mip and stop_at is not None:
-            v = min(v, float(stop_at))  # subtrees cut off had bounds ≥ stop_at
-        return v, "optimal" if r.status == 0 else "time limit"
+            return None, f"status {r.status}", None
+        return float(v), "optimal" if r.status == 0 else "time limit", r.x
 
 
 class GurobiBackend:
@@ -103,14 +100,15 @@ class GurobiBackend:
             m.optimize()
         except gp.GurobiError as e:  # e.g. the pip licence's size cap
             self._key = None
-            return None, f"gurobi error {e.errno}"
+            return None, f"gurobi error {e.errno}", None
         st = m.Status
         if st not in (gp.GRB.OPTIMAL, gp.GRB.TIME_LIMIT, gp.GRB.USER_OBJ_LIMIT):
-            return None, f"status {st}"
+            return None, f"status {st}", None
         v = float(m.ObjBound) if m.IsMIP else (float(m.ObjVal) if st == gp.GRB.OPTIMAL else None)
         if v is None or not np.isfinite(v):
-            return None, f"status {st}"
-        return v, {gp.GRB.OPTIMAL: "optimal", gp.GRB.TIME_LIMIT: "time limit"}.get(st, "stopped")
+            return None, f"status {st}", None
+        x = np.asarray(self._x.X, dtype=np.float64) if m.SolCount > 0 else None
+        return v, {gp.GRB.OPTIMAL: "optimal", gp.GRB.TIME_LIMIT: "time limit"}.get(st, "stopped"), x
 
 
 def backend(name: str) -> MipBackend:
