@@ -152,3 +152,31 @@ def test_a_retry_with_the_path_fixed_replaces_our_bad_input_error(capsys, inst, 
     assert rc == 2 and "property file not found" in err and out.read_text() == "error\n"
     rc, err = verify(capsys, model, prop, out)
     assert rc == 0 and out.read_text() == "unsat\n", err
+
+
+def test_an_out_that_is_a_folder_is_named_as_such(capsys, inst, tmp_path):
+    model, prop, _ = inst
+    _model(model)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for extra in ((), ("--force",)):
+        rc, err = verify(capsys, model, prop, folder, *extra)
+        assert rc == 2 and "is a folder; --out names the result file" in err and str(folder) in err, err
+        assert list(folder.iterdir()) == []
+
+
+def test_gurobi_without_gurobipy_is_one_line_naming_the_extra(capsys, inst, monkeypatch):
+    import builtins
+
+    model, prop, out = inst
+    _model(model)
+    real = builtins.__import__
+
+    def no_gurobi(name, *a, **k):
+        if name == "gurobipy":
+            raise ImportError("No module named 'gurobipy'")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_gurobi)
+    rc, err = verify(capsys, model, prop, out, "--mip-solver", "gurobi")
+    assert rc == 2 and 'pip install "gpufield[mip]"' in err and len(err.strip().splitlines()) == 1, err

@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, click.exceptions.ClickException):
             e.show()
             return e.exit_code
-        if isinstance(e, typer.Abort):
+        if isinstance(e, typer.Abort):  # Ctrl-C as click reports it
+            print("gpufield: interrupted", file=sys.stderr)
             return 130
         raise
     return rv if isinstance(rv, int) else 0

@@ -170,6 +170,8 @@ def run(
         raise
     if not out.parent.is_dir():
         raise InputError("the folder of the result file does not exist", path=str(out))
+    if out.is_dir():
+        raise InputError("is a folder; --out names the result file to write", path=str(out))
     if refusal is not None:
         raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
     try:

@@ -123,6 +123,7 @@ def backend(name: str) -> MipBackend:
         try:
             import gurobipy  # noqa: F401
         except ImportError as e:
-            raise ValueError("mip solver 'gurobi' needs gurobipy (pip install gurobipy)") from e
+            raise ValueError("mip solver 'gurobi' needs gurobipy: pip install \"gpufield[mip]\" "
+                             "(or gurobipy with your own licence)") from e
         return GurobiBackend()
     raise ValueError(f"mip solver {name!r} not in {SOLVERS}")
