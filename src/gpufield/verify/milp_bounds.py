@@ -271,7 +271,7 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
         layers: deepest ReLU-input layer to refine (0-based; layer 0 is never re-solved).
         first: shallowest layer to refine (default 1; a larger value keeps the given bounds of
             the layers before it, e.g. when they were refined by an earlier call).
-        neuron_time_s: HiGHS time limit of one problem (s).
+        neuron_time_s: solver time limit of one problem (one neuron, one side; s).
         total_s: wall budget of the whole refinement (s); problems not started are dropped.
         workers: worker processes (default ``os.cpu_count()``; 1 solves in this process).
         binary: MIP with binary ReLU indicators, else the triangle LP.
