@@ -154,3 +154,42 @@ def test_layer_by_layer_calls_give_the_bounds_of_one_call(tmp_path):
         milp_refine(g64, lo64, hi64, ref, layers=2, first=0, workers=1)
     with pytest.raises(ValueError, match="not in"):
         milp_refine(g64, lo64, hi64, ref, layers=2, workers=1, solver="cplex")
+
+
+def test_solver_workers_exit_when_their_parent_is_killed(tmp_path):
+    """A harness that SIGKILLs the verifier at its timeout must not leave MIP workers running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    code = ("import os, sys, time, multiprocessing as mp\n"
+            "from concurrent.futures import ProcessPoolExecutor\n"
+            "import numpy as np\n"
+            "from gpufield.verify.milp_bounds import _init\n"
+            "if __name__ == '__main__':\n"
+            "    pool = ProcessPoolExecutor(1, mp_context=mp.get_context('spawn'), initializer=_init,\n"
+            "        initargs=([np.eye(2)], [np.zeros(2)], -np.ones(2), np.ones(2), 'highs', os.getpid()))\n"
+            "    print(pool.submit(os.getpid).result(), flush=True)\n"
+            "    time.sleep(600)\n")
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    worker = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                return "\tZ" not in next(ln for ln in f if ln.startswith("State:"))
+        except FileNotFoundError:
+            return False
+
+    t0 = time.monotonic()
+    while alive(worker) and time.monotonic() - t0 < 20:
+        time.sleep(0.2)
+    assert not alive(worker), f"worker {worker} outlived its killed parent"

@@ -160,10 +160,22 @@ def build(W, b, lo, hi, L, U, t: int, binary: bool):
 _NET: dict = {}
 
 
-def _init(W, b, lo, hi, solver):
+def _init(W, b, lo, hi, solver, parent_pid: int | None = None):
+    """Load the network into this process; in a worker (``parent_pid`` given) also exit as soon as
+    that parent is gone: a verifier killed by its harness (SIGTERM/SIGKILL at a timeout) must not
+    leave solver processes behind (spawned pool workers never see their queue close)."""
     from gpufield.verify.mip_solvers import backend
 
     _NET.update(W=W, b=b, lo=lo, hi=hi, key=None, solver=backend(solver))
+    if parent_pid is not None:
+        import threading
+
+        def watch():
+            while os.getppid() == parent_pid:
+                time.sleep(0.5)
+            os._exit(0)
+
+        threading.Thread(target=watch, name="gpufield-parent-watch", daemon=True).start()
 
 
 def _solve(t, j, L, U, binary, version, deadline_wall, neuron_s, slack, gap, stop):
@@ -321,7 +333,7 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
         import multiprocessing as mp
 
         pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                   initargs=(W, b, lo, hi, solver))
+                                   initargs=(W, b, lo, hi, solver, os.getpid()))
     else:
         _init(W, b, lo, hi, solver)
     try:
