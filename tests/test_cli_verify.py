@@ -180,3 +180,25 @@ def test_gurobi_without_gurobipy_is_one_line_naming_the_extra(capsys, inst, monk
     monkeypatch.setattr(builtins, "__import__", no_gurobi)
     rc, err = verify(capsys, model, prop, out, "--mip-solver", "gurobi")
     assert rc == 2 and 'pip install "gpufield[mip]"' in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_timeout_while_attacking_reports_the_bound_reached(tmp_path, monkeypatch):
+    """y = x on [0, 1]^2 does reach y_0 >= 0.5 (the property is sat), but with the attack made to
+    run past the deadline the answer is an honest timeout that names the float64 bound (-0.5)."""
+    import time as _time
+
+    from gpufield.verify import runner
+
+    model, prop = _model(tmp_path / "net.onnx"), tmp_path / "sat.vnnlib"
+    prop.write_text(UNSAT.replace("(>= Y_0 5.0)", "(>= Y_0 0.5)"))
+    calls = []
+
+    def slow_attack(*a, deadline_s, **k):
+        calls.append(1)
+        if len(calls) > 1:  # the cheap first round passes; a later one runs out the clock
+            _time.sleep(max(0.0, deadline_s - _time.monotonic()) + 0.05)
+        return None
+
+    monkeypatch.setattr(runner, "pgd_attack", slow_attack)
+    res = runner.verify_instance(model, prop, timeout_s=3.0, config=runner.VerifyConfig(refine=None))
+    assert res.verdict == "timeout" and "while attacking (best lower bound -0.5)" in res.message, res.message

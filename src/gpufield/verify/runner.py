@@ -300,11 +300,15 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
             open_states.append(s)
     if not open_states:
         return done("unsat", msg=f"all clauses proven ({cfg.method}), float64 re-check passed")
+    def open_bound() -> str:  # the best sound float64 bound of the open clauses so far
+        lb = min(max(s.margins.get("float64", -np.inf), s.margins.get("bab_lb", -np.inf)) for s in open_states)
+        return f"best lower bound {lb:.4g}" if np.isfinite(lb) else "no float64 bound yet"
+
     def attack_rounds(first: int, last: int):
         for r in range(first, last + 1):
             for s in open_states:
                 if time.monotonic() > deadline:
-                    return done("timeout", msg="deadline reached while attacking")
+                    return done("timeout", msg=f"deadline reached while attacking ({open_bound()})")
                 a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
                                  step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
                 cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
@@ -319,7 +323,7 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         still = []
         for s in open_states:
             if time.monotonic() > deadline:
-                return done("timeout", msg="deadline reached while refining")
+                return done("timeout", msg=f"deadline reached while refining ({open_bound()})")
             r = s.refine(deadline, ort_model)
             if r is not None and r.counterexample is not None:
                 return done("sat", r.counterexample, "counterexample found in branch and bound, validated by onnxruntime")
