@@ -193,3 +193,29 @@ def test_solver_workers_exit_when_their_parent_is_killed(tmp_path):
     while alive(worker) and time.monotonic() - t0 < 20:
         time.sleep(0.2)
     assert not alive(worker), f"worker {worker} outlived its killed parent"
+
+
+def test_the_live_line_is_told_which_layer_the_mip_refines(tmp_path):
+    """A progress callback with a ``note`` attribute (the CLI's status line) hears of each layer."""
+    import time
+
+    from gpufield.verify.io.vnnlib import Case, Clause
+    from gpufield.verify.refine import refine
+    from gpufield.verify.spec import Spec
+
+    g, g64, ort, lo, hi, c, exact, ref64 = _problem(tmp_path, 3000, sizes=(2, 6, 6, 6, 2))
+    case = Case(lo, hi, (Clause(c.reshape(1, -1), np.array([exact - 0.02 * (1 + abs(exact))])),))
+    notes, rounds = [], []
+
+    def progress(left, glb, rate):
+        rounds.append(left)
+
+    progress.note = notes.append
+    cfg = RefineConfig(mip_refine_layers=2, mip_min_relu_layers=1, mip_workers=1, mip_after_s=0.0, **FAST)
+    box32 = [torch.tensor(v, dtype=torch.float32).reshape(1, len(lo)) for v in (lo, hi)]
+    box64 = [torch.tensor(v).reshape(1, len(lo)) for v in (lo, hi)]
+    r = refine(g, g64, Spec.from_case(case, len(c)), *box32, *box64, None, ref64, cfg, margin_tol=1e-7,
+               deadline_s=time.monotonic() + 20, case=case, ort_model=ort, progress=progress)
+    assert r.proven and r.mip is not None
+    assert notes and notes[0].startswith("MIP refinement of layer 1 (") and "highs" in notes[0], notes
+    assert rounds  # the branch-and-bound rounds still report as before

@@ -139,21 +139,29 @@ def _mip_applies(graph64: Graph, cfg: RefineConfig) -> bool:
             and chain(graph64) is not None)
 
 
-def _mip_root(graph64: Graph, lo64, hi64, ref64, cfg: RefineConfig, deadline_s: float, root_check=None):
+def _mip_root(graph64: Graph, lo64, hi64, ref64, cfg: RefineConfig, deadline_s: float, root_check=None,
+              note=None):
     """Root MIP refinement when ``cfg`` asks for it and the network fits; else ``(ref64, None)``.
 
     Layer by layer (α,β-CROWN's ``bab-refine`` order): after each refined layer ``root_check``
     (the root bound with the refined bounds, True when it proves the property) may end it early.
+    ``note(str)``, when given, is told which layer is being refined (the live status line).
     Returns ``(bounds, stats, proven)``.
     """
     t_end = time.monotonic() + min(cfg.mip_total_s, cfg.mip_fraction * (deadline_s - time.monotonic()))
     if t_end - time.monotonic() < 1.0 or not _mip_applies(graph64, cfg):
         return ref64, None, False
     stats = None
-    for t in range(1, min(cfg.mip_refine_layers, len(chain(graph64)[0]) - 1) + 1):
+    names = chain(graph64)[0]
+    for t in range(1, min(cfg.mip_refine_layers, len(names) - 1) + 1):
         left = t_end - time.monotonic()
         if left < 1.0:
             break
+        if note is not None:
+            lo_t, hi_t = ref64[names[t]]
+            uns = int(((lo_t < 0) & (hi_t > 0)).sum())
+            note(f"MIP refinement of layer {t} ({uns} unstable neurons, {cfg.mip_solver}, "
+                 f"{left:.0f} s left of its budget)")
         ref64, st = milp_refine(graph64, lo64, hi64, ref64, layers=t, first=t,
                                 neuron_time_s=cfg.mip_neuron_time_s, total_s=left, workers=cfg.mip_workers,
                                 solver=cfg.mip_solver, gap=cfg.mip_gap)
@@ -178,7 +186,8 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
         margin_tol: float64 margin a leaf needs.
         deadline_s: ``time.monotonic()`` deadline.
         case, ort_model: VNN-LIB case and onnxruntime model for in-loop counterexamples.
-        progress: optional ``(domains_left, global_lb, rounds_per_s)`` callback.
+        progress: optional ``(domains_left, global_lb, rounds_per_s)`` callback; if it has a
+            ``note(str)`` attribute, the root MIP refinement reports its layer there.
         interm_alphas: the root α-CROWN's slopes per intermediate start node, the warm start of
             ``cfg.opt_interm``.
 
@@ -206,7 +215,7 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
             return one.proven
 
         ref64, mip, _ = _mip_root(  # a proven root: bab's first round proves it again
-            graph64, lo64, hi64, ref64, cfg, deadline_s, root_check)
+            graph64, lo64, hi64, ref64, cfg, deadline_s, root_check, note=getattr(progress, "note", None))
         r = bab(graph, graph64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=margin_tol,
                 deadline_s=deadline_s, case=case, ort_model=ort_model, progress=progress,
                 interm_alphas=interm_alphas)

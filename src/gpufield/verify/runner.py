@@ -222,6 +222,7 @@ class _live:
 
         def cb(left, glb, rate):
             self.status.update(f"BaB: {left} domains left, global lower bound {glb:.4g}, {rate:.1f} rounds/s")
+        cb.note = self.status.update  # other phases (the root MIP) say what they do
         return cb
 
     def __exit__(self, *exc):
