@@ -35,7 +35,8 @@ def milp(layers, lo, hi, t, c=None, splits=(), rows=None):
     (``splits[k]``: -1/0/+1 per neuron of hidden layer ``k``), or with ``rows=(C, b)`` of the
     last layer ``min max_i (C_i y - b_i)``. Big-M from interval bounds; the input is rescaled to
     [-1, 1]. None when the domain is empty."""
-    from scipy.optimize import LinearConstraint, milp as solve
+    from scipy.optimize import LinearConstraint
+    from scipy.optimize import milp as solve
 
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     cen, rad = (lo + hi) / 2, (hi - lo) / 2

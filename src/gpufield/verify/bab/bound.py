@@ -119,7 +119,8 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
         ``(alpha, beta, best_B)``: the parameters of each domain's best iterate (the worst clause
         margin is the criterion; iteration 0 is the warm start) and that margin in working precision.
     """
-    from gpufield.verify.bab.interm import interm_bounds, leaves as interm_leaves
+    from gpufield.verify.bab.interm import interm_bounds
+    from gpufield.verify.bab.interm import leaves as interm_leaves
 
     alpha = {k: v.clone().requires_grad_() for k, v in alpha0.items()}
     beta = {k: v.clone().requires_grad_() for k, v in beta0.items()} if use_beta else {}
