@@ -219,3 +219,23 @@ def test_the_live_line_is_told_which_layer_the_mip_refines(tmp_path):
     assert r.proven and r.mip is not None
     assert notes and notes[0].startswith("MIP refinement of layer 1 (") and "highs" in notes[0], notes
     assert rounds  # the branch-and-bound rounds still report as before
+
+
+def test_a_gurobi_failure_is_a_warning_and_changes_no_bound(tmp_path):
+    """A model over the pip licence's 2,000-variable cap (2,100 inputs): Gurobi refuses it; the
+    user is told and every bound stays as given (sound)."""
+    gp = pytest.importorskip("gurobipy")
+    g64, _, _, _, lo64, hi64, ref = _net(tmp_path, 7, sizes=(2100, 6, 6, 2), radius=0.05)
+    try:  # a full licence solves it: nothing to test then
+        m = gp.Model()
+        m.Params.OutputFlag = 0
+        x = m.addMVar(2100)
+        m.addConstr(x.sum() <= 1)
+        m.optimize()
+        pytest.skip("this Gurobi licence has no size cap")
+    except gp.GurobiError:
+        pass
+    with pytest.warns(RuntimeWarning, match="Gurobi failed on .* problems of layer 1"):
+        out, st = milp_refine(g64, lo64, hi64, ref, layers=1, workers=1, solver="gurobi")
+    assert all(torch.equal(out[k][0], ref[k][0]) and torch.equal(out[k][1], ref[k][1]) for k in ref)
+    assert any(k.startswith("gurobi error") for k in st.status)

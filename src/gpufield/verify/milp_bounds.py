@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
@@ -351,6 +352,11 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
                 results = [r for f in as_completed([pool.submit(_solve, *a) for a in args]) for r in f.result()]
             stats.solved[t] = stats.tightened[t] = 0
             newL, newU = L[t].copy(), U[t].copy()
+            failed = [st for *_, st, _x in results if st.startswith("gurobi error")]
+            if failed:  # e.g. the pip licence's size cap: say so, the neurons keep their bounds
+                warnings.warn(f"Gurobi failed on {len(failed)} problems of layer {t} ({failed[0]}; the pip "
+                              "licence caps models at 2,000 variables/constraints): their bounds stay as given",
+                              RuntimeWarning, stacklevel=2)
             found = [x for *_, x in results if x is not None]
             for _, j, s, v, st, _x in results:
                 stats.status[st] = stats.status.get(st, 0) + 1
