@@ -94,7 +94,7 @@ def _value(layers, x, lo, hi, t, j):
                                          pytest.param("gurobi", True, marks=GUROBI),
                                          pytest.param("gurobi", False, marks=GUROBI)])
 def test_stop_mode_does_not_report_an_unstable_neuron_dead(tmp_path, solver, stop):
-    """Defect 1: fails for ``("highs", True)`` only (u = -0.00198 < z = 0.00254)."""
+    """Defect 1: failed, before the fix, for ``("highs", True)`` only (u = -0.00198 < z = 0.00254)."""
     g64, layers, lo64, hi64, ref, names = _setup(tmp_path, _WA, _LOA, _HIA)
     z = _value(layers, _XA, _LOA, _HIA, 2, 4)
     assert z > 2e-3  # the neuron is really active somewhere in the box
@@ -140,7 +140,7 @@ def test_the_consistency_check_discards_a_layer_the_solver_got_wrong(tmp_path):
 @pytest.mark.parametrize("solver,stop", [("highs", False), ("highs", True),
                                          pytest.param("gurobi", False, marks=GUROBI)])
 def test_highs_dual_bound_on_large_values_stays_sound(tmp_path, solver, stop):
-    """Defect 2: fails for ``("highs", False)`` (u = -1.2e11 < z = 2.4e10)."""
+    """Defect 2: failed, before the fix, for ``("highs", False)`` (u = -1.2e11 < z = 2.4e10)."""
     g64, layers, lo64, hi64, ref, names = _setup(tmp_path, _WB, _LOB, _HIB)
     z = _value(layers, _XB, _LOB, _HIB, 3, 0)
     assert z > 1e10
@@ -181,7 +181,7 @@ _XD = [-4.580125510102106, -5.891603758220789, -5.412773528872275, -4.1896074287
 def test_dual_bound_on_a_tiny_box_with_large_weights_stays_sound(tmp_path, solver, stop):
     """Defect 2 at moderate values (net C, |z| <= ~1.5e3): neuron (layer 2, 1) has a real value
     +0.622; HiGHS gives u = -265.9 without stop mode and u = -1.97 with it (Gurobi: 0.637).
-    Fails for both HiGHS variants."""
+    Failed for both HiGHS variants before the consistency check."""
     g64, layers, lo64, hi64, ref, names = _setup(tmp_path, _WC, _LOC, _HIC)
     z = _value(layers, _XC, _LOC, _HIC, 2, 1)
     assert z > 0.6
