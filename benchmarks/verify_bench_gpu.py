@@ -109,7 +109,10 @@ def main() -> int:
     ap.add_argument("--mip-after-s", type=float, default=20.0,
                     help="plain branch and bound this long before the MIP refinement (0: MIP first)")
     ap.add_argument("--mip-fraction", type=float, default=0.8, help="share of the time left the MIP may take")
-    ap.add_argument("--mip-total-s", type=float, default=90.0, help="cap on the root MIP refinement per instance (s)")
+    ap.add_argument("--mip-total-s", type=float, default=float("inf"),
+                    help="cap on the root MIP refinement per instance (s; default none: --mip-fraction of the time left)")
+    ap.add_argument("--mip-rebound-iterations", type=int, default=100,
+                    help="alpha-CROWN steps re-bounding the deeper layers after each MIP layer (0: CROWN only)")
     ap.add_argument("--shard", default=None, help="K/N: run the K-th of N disjoint, time-balanced shards")
     a = ap.parse_args()
     shard = None
@@ -154,7 +157,8 @@ def main() -> int:
                                              mip_refine_layers=a.mip_layers, mip_workers=a.mip_workers,
                                              mip_neuron_time_s=a.mip_neuron_s, mip_total_s=a.mip_total_s,
                                              mip_solver=a.mip_solver, mip_gap=a.mip_gap,
-                                             mip_after_s=a.mip_after_s, mip_fraction=a.mip_fraction)
+                                             mip_after_s=a.mip_after_s, mip_fraction=a.mip_fraction,
+                                             mip_rebound_iterations=a.mip_rebound_iterations)
     cfg = VerifyConfig(device=a.device, dtype=a.dtype, alpha=AlphaConfig(iterations=a.alpha_iterations),
                        attack_rounds=a.attack_rounds, refine=rcfg)
     if a.device.startswith("cuda"):  # warm up CUDA/cuBLAS outside the timed instances
@@ -181,9 +185,10 @@ def main() -> int:
                                                        "opt_interm": a.opt_interm,
                                                        "memory_gb": mem_gb, "mip_layers": a.mip_layers,
                                                        "mip_workers": a.mip_workers, "mip_neuron_s": a.mip_neuron_s,
-                                                       "mip_total_s": a.mip_total_s, "mip_solver": a.mip_solver,
+                                                       "mip_total_s": a.mip_total_s if a.mip_total_s < float("inf") else None, "mip_solver": a.mip_solver,
                                                        "mip_gap": a.mip_gap, "mip_after_s": a.mip_after_s,
-                                                       "mip_fraction": a.mip_fraction}},
+                                                       "mip_fraction": a.mip_fraction,
+                                                       "mip_rebound_iterations": a.mip_rebound_iterations}},
         "counts": s.counts,
         "reference_abcrown_2022_counts": s.reference_counts,
         "agree": s.agree,
