@@ -109,11 +109,13 @@ class RefineConfig:
             raise ValueError("lr_beta and memory_budget_bytes must be positive")
         if (self.mip_refine_layers < 0 or self.mip_neuron_time_s <= 0 or self.mip_total_s < 0
                 or (self.mip_workers is not None and self.mip_workers < 1) or self.mip_after_s < 0
-                or self.mip_gap < 0 or self.mip_rebound_iterations < 0 or self.mip_solver not in SOLVERS or not 0 < self.mip_fraction <= 1):
+                or self.mip_gap < 0 or self.mip_rebound_iterations < 0 or self.mip_solver not in SOLVERS
+                or not 0 < self.mip_fraction <= 1):
             raise ValueError(f"mip_refine_layers={self.mip_refine_layers} >= 0, mip_neuron_time_s="
                              f"{self.mip_neuron_time_s} > 0, mip_total_s={self.mip_total_s} >= 0, "
                              f"mip_workers={self.mip_workers} >= 1 or None, mip_gap={self.mip_gap} >= 0, "
-                             f"mip_solver={self.mip_solver!r} in {SOLVERS}, 0 < mip_fraction={self.mip_fraction} <= 1 required")
+                             f"mip_solver={self.mip_solver!r} in {SOLVERS}, 0 < mip_fraction={self.mip_fraction} <= 1, "
+                             f"mip_rebound_iterations={self.mip_rebound_iterations} >= 0 required")
 
 
 @dataclass(frozen=True)
