@@ -195,6 +195,71 @@ def test_solver_workers_exit_when_their_parent_is_killed(tmp_path):
     assert not alive(worker), f"worker {worker} outlived its killed parent"
 
 
+def test_ctrl_c_during_the_mip_stops_the_solvers_at_once(tmp_path):
+    """Ctrl-C in the parent while workers solve: milp_refine raises KeyboardInterrupt within
+    seconds and leaves no worker. Before, ``shutdown(wait=True)`` waited for every running solve
+    (here up to 60 s each) and a new user's ``verify bench`` hung for good after a Ctrl-C."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import signal, sys\n"
+            "import numpy as np, torch\n"
+            "from tests.verify import nets\n"
+            "from gpufield.verify import crown_intermediate, ibp, load_onnx\n"
+            "from gpufield.verify.milp_bounds import milp_refine\n"
+            "if __name__ == '__main__':\n"
+            "    signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "    rng = np.random.default_rng(0)\n"
+            "    model, _ = nets.mlp(rng, [20, 60, 60, 60, 2])\n"
+            f"    g = load_onnx(nets.save(model, {str(tmp_path / 'slow.onnx')!r})).cast(torch.float64)\n"
+            "    x0 = rng.uniform(-1, 1, 20)\n"
+            "    lo, hi = torch.tensor(x0 - 1).reshape(1, -1), torch.tensor(x0 + 1).reshape(1, -1)\n"
+            "    ib = ibp(g, lo, hi)\n"
+            "    ref = {**ib, **crown_intermediate(g, lo, hi, ref=ib)}\n"
+            "    try:\n"
+            "        milp_refine(g, lo, hi, ref, layers=3, workers=2, neuron_time_s=60)\n"
+            "    except KeyboardInterrupt:\n"
+            "        print('interrupted', flush=True)\n")
+    script = tmp_path / "slow_mip.py"
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+
+    def children(pid):
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                            out.append(int(d))
+                except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                    pass
+        return out
+
+    t0 = time.monotonic()
+    while len(children(parent.pid)) < 3 and parent.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(0.2)  # two solvers and the resource tracker
+    workers = children(parent.pid)
+    time.sleep(3.0)  # let the solves start
+    parent.send_signal(signal.SIGINT)
+    try:
+        out, _ = parent.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        parent.kill()
+        parent.communicate()
+        raise AssertionError("milp_refine did not stop within 15 s of Ctrl-C") from None
+    assert "interrupted" in out
+    time.sleep(1.0)
+    left = [w for w in workers if os.path.exists(f"/proc/{w}") and "\tZ" not in open(f"/proc/{w}/status").read()]
+    assert len(workers) >= 2 and not left, (workers, left)
+
+
 def test_the_live_line_is_told_which_layer_the_mip_refines(tmp_path):
     """A progress callback with a ``note`` attribute (the CLI's status line) hears of each layer."""
     import time

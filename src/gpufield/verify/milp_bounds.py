@@ -179,6 +179,18 @@ def _init(W, b, lo, hi, solver, parent_pid: int | None = None):
         threading.Thread(target=watch, name="gpufield-parent-watch", daemon=True).start()
 
 
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's workers and drop the pool without waiting. ``shutdown(wait=True)`` after a
+    Ctrl-C in the parent waited for running solves and could hang for good (a worker blocked on
+    the pool's queue lock); Python 3.14 has ``kill_workers``, older ones only the private map."""
+    if hasattr(pool, "kill_workers"):
+        pool.kill_workers()
+    else:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _solve(t, j, L, U, binary, version, deadline_wall, neuron_s, slack, gap, stop):
     """One neuron in a worker, both senses: ``[(t, j, sense, bound or None, status, input or None)]``
     (the input: the solver's primal point, box coordinates in ``[-1, 1]``).
@@ -385,6 +397,11 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
                              torch.as_tensor(U[t], dtype=ref_u.dtype, device=ref_u.device).reshape(ref_u.shape))
             if time.time() > deadline:
                 break
+    except BaseException:  # Ctrl-C or an error: stop the solvers now, do not wait for their solves
+        if pool is not None:
+            _kill(pool)
+            pool = None
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
