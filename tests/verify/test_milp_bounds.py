@@ -344,3 +344,44 @@ def test_rebound_after_mip_is_sound_and_tightens_the_deeper_layers(tmp_path):
                 assert u1[j] >= -nets.milp_min(layers[:t + 1], lo, hi, -e) - 1e-9
             gained += int((l1 > l0 + 1e-9).sum() + (u1 < u0 - 1e-9).sum())
     assert gained > 0
+
+
+def test_rebound_survives_a_float32_overflow_in_its_alpha_pass(tmp_path):
+    """Weights ~1e18-1e19 (a soundness hunt's case): the float32 α-CROWN pass of the re-bounding
+    overflows and leaves NaN slopes. Before, they went into the float64 CROWN pass as they were:
+    NaN bounds made unstable neurons look dead and one layer deeper a finite lower bound missed
+    real values (−1.05e38 against a real −1.45e38). Now NaN slopes count as 0 and a NaN bound
+    falls back to the reference: every bound is finite and holds the real values (numpy float64
+    forward passes on random points and the box corners)."""
+    from gpufield.verify.io.vnnlib import Case, Clause
+    from gpufield.verify.refine import rebound_after_mip
+    from gpufield.verify.runner import outward_box
+    from gpufield.verify.spec import Spec
+
+    rng = np.random.default_rng(3)
+    sizes, scales = (2, 5, 5, 5, 5, 2), [1e18, 1e19, 1, 1, 1]
+    ws = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        W = rng.normal(0, 1, (b, a)) * scales[i]
+        ws.append((W.astype(np.float32), (rng.normal(0, 0.3, b) * min(np.prod(scales[:i + 1]), 1e30)).astype(np.float32)))
+    model, layers = nets.gemm_relu(ws, [2])
+    g = load_onnx(nets.save(model, tmp_path / "overflow.onnx"))
+    g64 = g.cast(torch.float64)
+    x0 = rng.uniform(-1, 1, 2)
+    lo, hi = x0 - 1, x0 + 1
+    case = Case(lo, hi, (Clause(rng.normal(0, 1, 2).reshape(1, -1), np.array([0.0])),))
+    lo32, hi32 = outward_box(case, g.input_shape, torch.float32, "cpu")
+    lo64, hi64 = outward_box(case, g.input_shape, torch.float64, "cpu")
+    ib = ibp(g64, lo64, hi64)
+    ref = {**ib, **crown_intermediate(g64, lo64, hi64, ref=ib)}
+    names = [r.inputs[0] for r in g64.relu_nodes()]
+    out, slopes = rebound_after_mip(g, g64, Spec.from_case(case, 2), lo32, hi32, lo64, hi64, ref, set(names[:2]),
+                                    None, iterations=20, memory_budget_bytes=1 << 28, deadline_s=float("inf"))
+    assert not any(torch.isnan(a).any() for t in slopes.values() for a in t.values())
+    X = np.vstack([rng.uniform(lo, hi, (3000, 2)), [[lo[0], lo[1]], [lo[0], hi[1]], [hi[0], lo[1]], [hi[0], hi[1]]]])
+    pre = _forward_pre(layers, X)
+    for t, name in enumerate(names):
+        lb, ub = (v.flatten().numpy() for v in out[name])
+        assert np.isfinite(lb).all() and np.isfinite(ub).all(), (t, lb, ub)
+        tol = 1e-9 * (1 + np.abs(pre[t]).max(0))
+        assert (lb <= pre[t].min(0) + tol).all() and (ub >= pre[t].max(0) - tol).all(), t

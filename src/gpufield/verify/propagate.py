@@ -228,8 +228,10 @@ def crown_intermediate(
             lo, hi = lo_BR.reshape(B, *shape), hi_BR.reshape(B, *shape)
         else:
             l_ref, u_ref = r[0].flatten(1), r[1].flatten(1)
-            lo_BR = torch.maximum(lo_BR, l_ref[:, rows])
-            hi_BR = torch.minimum(hi_BR, u_ref[:, rows])
+            # fmax/fmin: a NaN bound (float32 overflow into the slopes, or slopes left NaN by an
+            # optimiser) falls back to the reference instead of making the neuron look stable
+            lo_BR = torch.fmax(lo_BR, l_ref[:, rows])
+            hi_BR = torch.fmin(hi_BR, u_ref[:, rows])
             lo = l_ref.index_copy(1, rows, lo_BR).reshape(B, *shape)
             hi = u_ref.index_copy(1, rows, hi_BR).reshape(B, *shape)
         inter[start] = (lo, hi)

@@ -177,8 +177,10 @@ def rebound_after_mip(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi
     """
     fixed = frozenset(refined)
 
-    def in64(al):
-        return None if al is None else {m: {r: a.to(torch.float64) for r, a in t.items()} for m, t in al.items()}
+    def in64(al):  # slopes are an optimiser's iterate: a NaN (float32 overflow) becomes 0, as in bab.interm
+        return None if al is None else {
+            m: {r: torch.nan_to_num(a.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+                for r, a in t.items()} for m, t in al.items()}
 
     with torch.no_grad():
         out = {**ref64, **crown_intermediate(graph64, lo64, hi64, ref=ref64, alphas=in64(interm_alphas),
@@ -188,7 +190,8 @@ def rebound_after_mip(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi
     ref = {k: (a.to(graph.dtype), b.to(graph.dtype)) for k, (a, b) in out.items()}
     res = alpha_crown(graph, spec, lo, hi, ref, ref,
                       AlphaConfig(iterations=iterations, memory_budget_bytes=memory_budget_bytes), deadline_s)
-    new = {m: t for m, t in tables(res.snapshots[max(res.snapshots)]).items() if m != graph.output_name}
+    new = {m: {r: torch.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0) for r, a in t.items()}
+           for m, t in tables(res.snapshots[max(res.snapshots)]).items() if m != graph.output_name}
     with torch.no_grad():
         out = {**out, **crown_intermediate(graph64, lo64, hi64, ref=out, alphas=in64(new), fixed=fixed,
                                            memory_budget_bytes=memory_budget_bytes)}

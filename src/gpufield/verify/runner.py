@@ -11,6 +11,7 @@ Shape legend: B batch (1 here: one box at a time), * node shape, N input size.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,9 @@ class _Case:
         proven = self._proven64(res.snapshots)
         if not proven:  # root bounds for refinement: the latest slopes' intermediate bounds
             last = {k: v.to(g.dtype) for k, v in res.snapshots[max(res.snapshots)].items()}
+            # an optimiser's iterate: a NaN slope (float32 overflow) becomes 0, as in bab.interm
+            last = {k: v if k.startswith("lambda|") else torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+                    for k, v in last.items()}
             with torch.no_grad():
                 self.ref = crown_intermediate(g, self.lo, self.hi, ref=ref, alphas=tables(last))
                 last64 = {k: v.to(torch.float64) for k, v in last.items()}
@@ -207,14 +211,26 @@ class _Case:
 
 
 class _live:
-    """Context giving a BaB progress callback: a rich status line (domains left, bound, rounds/s)."""
+    """Context giving a BaB progress callback: a rich status line (domains left, bound, rounds/s)
+    on a terminal; elsewhere (a log file, a pipe) plain lines on stderr: each phase as it starts
+    and the branch-and-bound line every ``every_s`` seconds."""
 
-    def __init__(self, on: bool):
-        self.on, self.status = on, None
+    def __init__(self, on: bool, every_s: float = 10.0):
+        self.on, self.status, self.every_s = on, None, every_s
 
     def __enter__(self):
         if not self.on:
             return None
+        if not sys.stderr.isatty():
+            last = [time.monotonic()]
+
+            def line(left, glb, rate):
+                if time.monotonic() - last[0] >= self.every_s:
+                    last[0] = time.monotonic()
+                    print(f"BaB: {left} domains left, global lower bound {glb:.4g}, {rate:.1f} rounds/s",
+                          file=sys.stderr, flush=True)
+            line.note = lambda msg: print(msg, file=sys.stderr, flush=True)
+            return line
         from rich.console import Console
 
         self.status = Console(stderr=True).status("branch and bound")
