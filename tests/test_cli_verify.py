@@ -137,8 +137,10 @@ def test_a_retry_replaces_our_own_unknown_result_after_ctrl_c(capsys, inst, monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr(runner, "verify_instance", interrupted)
-    rc, _ = verify(capsys, model, prop, out)
+    rc, err = verify(capsys, model, prop, out)
     assert rc == 130 and out.read_text() == "unknown\n" and sidecar(out).is_file()
+    # typer alone exits 130 without a word; the message says what was left behind
+    assert "verify run interrupted after" in err and f"wrote 'unknown' to {out}" in err, err
     monkeypatch.setattr(runner, "verify_instance", real)
     rc, err = verify(capsys, model, prop, out)
     assert rc == 0 and out.read_text() == "unsat\n", err
@@ -202,3 +204,39 @@ def test_a_timeout_while_attacking_reports_the_bound_reached(tmp_path, monkeypat
     monkeypatch.setattr(runner, "pgd_attack", slow_attack)
     res = runner.verify_instance(model, prop, timeout_s=3.0, config=runner.VerifyConfig(refine=None))
     assert res.verdict == "timeout" and "while attacking (best lower bound -0.5)" in res.message, res.message
+
+
+def test_ctrl_c_anywhere_says_so(capsys, inst, monkeypatch):
+    """Ctrl-C before the command's own handler (loading the model) and in ``bench``: one line on
+    stderr and exit 130, where typer alone exits 130 silently."""
+    import gpufield.verify as v
+    import gpufield.verify.runner as runner
+
+    model, prop, out = inst
+    _model(model)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "load_instance", interrupted)
+    rc, err = verify(capsys, model, prop, out)
+    assert rc == 130 and err.strip() == "gpufield: interrupted", err
+    monkeypatch.setattr(v, "bench", interrupted)
+    rc = main(["verify", "bench", str(model.parent), "--out", str(out.parent / "b.csv")])
+    err = capsys.readouterr().err
+    assert rc == 130 and "verify bench interrupted" in err and "--resume" in err, err
+
+
+def test_progress_off_a_terminal_is_plain_lines_on_stderr(capsys):
+    """Piped to a log, a run was silent for minutes (rich draws its status line only on a
+    terminal): off a terminal each phase is one line and the BaB line comes every ``every_s``."""
+    from gpufield.verify.runner import _live
+
+    with _live(True, every_s=0.0) as cb:
+        cb.note("MIP refinement of layer 1 (54 unstable neurons, gurobi, 80 s left of its budget)")
+        cb(12, -0.25, 3.0)
+    with _live(True, every_s=3600.0) as cb:
+        cb(7, -0.5, 1.0)  # within the interval: nothing
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["MIP refinement of layer 1 (54 unstable neurons, gurobi, 80 s left of its budget)",
+                   "BaB: 12 domains left, global lower bound -0.25, 3.0 rounds/s"], err

@@ -105,7 +105,10 @@ def _describe(e: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map gpufield errors to exit codes with a one-line message on stderr."""
+    from gpufield.cli import _interrupt
+
     click = _click()
+    _interrupt.reported = False
     try:
         rv = app(args=argv, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" at interpreter exit
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             return _stdout_closed()
         return int(e.code or 0)
     except typer.Exit as e:
-        return int(e.exit_code or 0)
+        rv = int(e.exit_code or 0)
     except InputError as e:
         print(f"gpufield: error: {e}", file=sys.stderr)
         return 2
@@ -142,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             print("gpufield: interrupted", file=sys.stderr)
             return 130
         raise
-    return rv if isinstance(rv, int) else 0
+    rv = rv if isinstance(rv, int) else 0
+    if rv == _interrupt.EXIT_INTERRUPTED and not _interrupt.reported:  # typer's silent exit after Ctrl-C
+        print("gpufield: interrupted", file=sys.stderr)
+    return rv
 
 
 #: exit status after stdout was closed by the reader: 128 + SIGPIPE, as the shell reports for coreutils

@@ -19,6 +19,8 @@ from typing import Literal
 
 import typer
 
+from gpufield.cli._interrupt import interrupted
+
 app = typer.Typer(help="Phase-decoupled power control for disaggregated LLM serving (see gpufield.power).",
                   no_args_is_help=True)
 
@@ -39,7 +41,6 @@ def _positive(value: float | None, option: str) -> float | None:
     return value
 
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what the shell reports for a command ended by Ctrl-C
 
 
 def _stderr_is_terminal() -> bool:
@@ -93,9 +94,8 @@ def _progress(quiet: bool, command: str) -> Iterator[_Tracker]:
     except KeyboardInterrupt:
         p = tracker.last
         where = "" if p is None else f" during {p.stage} ({p.done}/{p.total} steps done)"
-        typer.echo(f"gpufield: {command} interrupted{where}; nothing was printed or written "
-                   "(results come only from a finished run)", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        interrupted(f"gpufield: {command} interrupted{where}; nothing was printed or written "
+                    "(results come only from a finished run)")
 
 
 _QUIET_HELP = "no progress bar on stderr (it is also off when stderr is not a terminal)"

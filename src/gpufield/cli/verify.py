@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 
 import typer
 
+from gpufield.cli._interrupt import interrupted
+
 app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, beta-CROWN BaB, PGD.",
                   no_args_is_help=True)
 
@@ -178,6 +180,10 @@ def run(
         res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
                            config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
                                           progress=True, mip_solver=mip_solver))
+    except KeyboardInterrupt:  # typer would exit 130 silently
+        fp = _fingerprint(out)
+        wrote = f"; wrote '{fp['verdict']}' to {out}" if fp is not None and fp != before else ""
+        interrupted(f"gpufield: verify run interrupted after {time.monotonic() - t0:.1f} s{wrote}")
     finally:  # also after a bad input or Ctrl-C, which write error / unknown
         _record(out, model, prop, before)
     typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
@@ -213,10 +219,14 @@ def bench(
     """
     from gpufield.verify import bench as run_bench
 
-    s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
-                  total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
-                  config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                 mip_solver=mip_solver))
+    try:
+        s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
+                      total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
+                      config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
+                                     mip_solver=mip_solver))
+    except KeyboardInterrupt:  # typer would exit 130 silently
+        interrupted(f"gpufield: verify bench interrupted; the instances finished so far are in {out} "
+                    "(run again with --resume to continue)")
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:
         typer.echo(f"reference: {s.reference_counts}  agree {s.agree}  wrong {s.wrong} {s.wrong_instances}")
