@@ -187,3 +187,26 @@ def test_optimised_intermediate_bounds_are_sound_and_tighter(tmp_path, seed):
             z = acts[n].flatten(1)[keep]
             assert (z >= tight[n][0][b].flatten() - 1e-9).all() and (z <= tight[n][1][b].flatten() + 1e-9).all(), (b, n)
     assert checked > 100  # some domains may be empty; most points must land in one
+
+
+def test_branch_and_bound_does_not_start_a_round_it_cannot_finish_by_the_deadline(tmp_path, monkeypatch):
+    """A round's re-bounding and branching cannot stop at the deadline (only the optimiser can):
+    with them slowed to 1 s a round, a 1.6 s budget ends after the root round instead of
+    starting a second one that ends ~0.6 s late (the overshoot a new user saw: 127 s for
+    ``--timeout 120`` on a busy 2-core CPU, where a VNN-COMP harness kills the run first)."""
+    import gpufield.verify.bab.search as search
+
+    real = search.intermediate64
+
+    def slow(*a, **k):
+        time.sleep(1.0)
+        return real(*a, **k)
+
+    monkeypatch.setattr(search, "intermediate64", slow)
+    prob = _problem(tmp_path, 7, sizes=(2, 16, 16, 2))
+    exact = prob[6]
+    t0 = time.monotonic()
+    r, _ = _decide(prob, exact - 1e-3 * (1 + abs(exact)), RefineConfig(**FAST), deadline_s=1.6)
+    wall = time.monotonic() - t0
+    assert r.reason == "deadline" and not r.proven and r.domains == 1, r
+    assert wall < 1.6 + 0.3, wall

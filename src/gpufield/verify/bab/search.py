@@ -183,9 +183,11 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         res.global_lb = float("inf") if proven else min(open_lbs, default=res.global_lb)
         return res
 
+    rigid_s = 0.0  # the last round's time outside the optimiser, which cannot stop at the deadline
     try:
         while True:
-            if time.monotonic() > deadline_s:
+            t_round = time.monotonic()
+            if t_round + rigid_s > deadline_s:  # the next round would end after the deadline
                 return finish(False, "deadline")
             # children of the popped parents (or the root in round 0)
             children = []
@@ -211,10 +213,12 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
             interm = None
             if deep:
                 interm = init_interm(graph, [m for m in deep if m not in fixed], inter, splits, root_slopes)
+            t_opt = time.monotonic()
             alpha, beta, _ = optimise(graph, spec, loB, hiB, inter, splits, alpha, beta,
                                       iterations=cfg.alpha.iterations if rounds > 1 else cfg.root_iterations,
                                       lr_alpha=cfg.alpha.lr, lr_beta=cfg.lr_beta, use_beta=cfg.beta,
                                       deadline_s=deadline_s, interm=interm)
+            opt_s = time.monotonic() - t_opt
             if interm:  # the optimised intermediate bounds, re-evaluated in float64 (sound)
                 inter64 = tighten64(graph64, lo64B, hi64B, inter64, splits, interm)
                 inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
@@ -264,6 +268,7 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
             res.history.append((time.monotonic() - t0, len(heap), glb))
             if progress is not None:
                 progress(len(heap), glb, rate)
+            rigid_s = time.monotonic() - t_round - opt_s
             if not heap:
                 return finish(True, "all domains proven")
             if count >= cfg.max_domains:
