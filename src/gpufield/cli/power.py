@@ -41,8 +41,6 @@ def _positive(value: float | None, option: str) -> float | None:
     return value
 
 
-
-
 def _stderr_is_terminal() -> bool:
     """Whether stderr is a terminal (rich's test, so FORCE_COLOR / TTY_COMPATIBLE are honoured)."""
     from rich.console import Console
