@@ -240,3 +240,16 @@ def test_progress_off_a_terminal_is_plain_lines_on_stderr(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err == ["MIP refinement of layer 1 (54 unstable neurons, gurobi, 80 s left of its budget)",
                    "BaB: 12 domains left, global lower bound -0.25, 3.0 rounds/s"], err
+
+
+def test_verify_run_names_each_phase_before_branch_and_bound(capsys, inst):
+    """Before, nothing showed until branch and bound (attack and alpha-CROWN can take minutes on a
+    busy CPU): off a terminal each phase is a line on stderr, the result line stays on stdout."""
+    model, prop, out = inst
+    _model(model)
+    rc, err = verify(capsys, model, prop, out)
+    assert rc == 0 and out.read_text() == "unsat\n", err
+    lines = err.splitlines()
+    assert lines[:3] == ["loading the model and checking it against onnxruntime", "PGD attack", "bounds: IBP"], lines
+    rc, err = verify(capsys, model, prop, out, "--method", "alpha", "--force")
+    assert rc == 0 and "bounds: IBP, CROWN, alpha-CROWN (100 iterations)" in err.splitlines(), err

@@ -50,7 +50,8 @@ class VerifyConfig:
         margin_tol: a clause counts as proven only if its float64 margin exceeds this.
         ort_atol: tolerance of the load-time differential check against onnxruntime.
         memory_budget_bytes: cap on the A-matrices of one spec chunk.
-        progress: show a live branch-and-bound line on stderr (rich).
+        progress: name each phase on stderr, with a live branch-and-bound line (rich on a terminal,
+            plain lines elsewhere).
     """
 
     method: str = "alpha"
@@ -169,7 +170,7 @@ class _Case:
                                                 alphas=tables(last64))
         return proven
 
-    def refine(self, deadline_s: float, ort_model=None):
+    def refine(self, deadline_s: float, ort_model=None, progress=None):
         """β-CROWN branch and bound on the clauses still open after α-CROWN (see :mod:`.refine`).
 
         Returns:
@@ -180,11 +181,10 @@ class _Case:
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
         if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return None
-        with _live(self.cfg.progress) as progress:
-            r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
-                       self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
-                       deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress,
-                       interm_alphas=getattr(self, "interm_alphas", None))
+        r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
+                   self.ref, self.ref64, self.cfg.refine, margin_tol=self.cfg.margin_tol,
+                   deadline_s=deadline_s, case=self.case, ort_model=ort_model, progress=progress,
+                   interm_alphas=getattr(self, "interm_alphas", None))
         self.margins["bab_domains"] = float(r.domains)
         self.margins["bab_s"] = r.seconds  # branch and bound wall time, the MIP's included
         if r.mip is not None:
@@ -233,7 +233,7 @@ class _live:
             return line
         from rich.console import Console
 
-        self.status = Console(stderr=True).status("branch and bound")
+        self.status = Console(stderr=True).status("verify")
         self.status.start()
 
         def cb(left, glb, rate):
@@ -288,8 +288,16 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         ModelFormatError, SpecFormatError: bad inputs (see :func:`load_instance`).
     """
     cfg = config or VerifyConfig()
+    with _live(cfg.progress) as live:  # the status line (or plain lines off a terminal) names each phase
+        return _verify(onnx_path, vnnlib_path, timeout_s, cfg, live)
+
+
+def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live) -> VerifyResult:
+    """:func:`verify_instance`'s body; ``live`` is the progress callback (None: silent)."""
+    note = getattr(live, "note", None) or (lambda msg: None)
     t0 = time.monotonic()
     deadline = t0 + timeout_s
+    note("loading the model and checking it against onnxruntime")
     graph, ort_model, prop = load_instance(onnx_path, vnnlib_path, cfg.ort_atol)
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelFormatError(f"device {cfg.device} requested but CUDA is not available")
@@ -305,6 +313,7 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
                 margins[k] = min(margins.get(k, np.inf), v)
         return VerifyResult(verdict, cex, time.monotonic() - t0, margins, msg)
 
+    note("PGD attack")
     for s in states:  # cheap falsification first
         cex = pgd_attack(g_attack, ort_model, s.case, cfg.attack, deadline_s=deadline, rounds=1)
         if cex is not None:
@@ -313,6 +322,8 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
     for s in states:
         if time.monotonic() > deadline:
             return done("timeout", msg="deadline reached while bounding")
+        note("bounds: " + {"ibp": "IBP", "crown": "IBP, CROWN"}.get(
+            cfg.method, f"IBP, CROWN, alpha-CROWN ({cfg.alpha.iterations} iterations)"))
         if not s.prove(deadline):
             open_states.append(s)
     if not open_states:
@@ -326,6 +337,7 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
             for s in open_states:
                 if time.monotonic() > deadline:
                     return done("timeout", msg=f"deadline reached while attacking ({open_bound()})")
+                note(f"PGD attack, round {r} ({open_bound()})")
                 a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
                                  step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
                 cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
@@ -341,7 +353,8 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         for s in open_states:
             if time.monotonic() > deadline:
                 return done("timeout", msg=f"deadline reached while refining ({open_bound()})")
-            r = s.refine(deadline, ort_model)
+            note(f"branch and bound ({open_bound()})")
+            r = s.refine(deadline, ort_model, progress=live)
             if r is not None and r.counterexample is not None:
                 return done("sat", r.counterexample, "counterexample found in branch and bound, validated by onnxruntime")
             if r is not None and r.reason == "interrupted":
