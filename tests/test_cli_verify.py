@@ -242,14 +242,20 @@ def test_progress_off_a_terminal_is_plain_lines_on_stderr(capsys):
                    "BaB: 12 domains left, global lower bound -0.25, 3.0 rounds/s"], err
 
 
-def test_verify_run_names_each_phase_before_branch_and_bound(capsys, inst):
+def test_verify_run_names_each_phase_before_branch_and_bound_and_loads_once(capsys, inst, monkeypatch):
     """Before, nothing showed until branch and bound (attack and alpha-CROWN can take minutes on a
-    busy CPU): off a terminal each phase is a line on stderr, the result line stays on stdout."""
+    busy CPU): off a terminal each phase is a line on stderr, the result line stays on stdout. The
+    inputs are loaded (and checked against onnxruntime) once, not once to check and once to run."""
+    import gpufield.verify.runner as runner
+
     model, prop, out = inst
     _model(model)
+    calls = []
+    real = runner.load_instance
+    monkeypatch.setattr(runner, "load_instance", lambda *a, **k: calls.append(a) or real(*a, **k))
     rc, err = verify(capsys, model, prop, out)
     assert rc == 0 and out.read_text() == "unsat\n", err
-    lines = err.splitlines()
-    assert lines[:3] == ["loading the model and checking it against onnxruntime", "PGD attack", "bounds: IBP"], lines
+    assert len(calls) == 1, calls
+    assert err.splitlines()[:2] == ["PGD attack", "bounds: IBP"], err
     rc, err = verify(capsys, model, prop, out, "--method", "alpha", "--force")
     assert rc == 0 and "bounds: IBP, CROWN, alpha-CROWN (100 iterations)" in err.splitlines(), err

@@ -160,7 +160,7 @@ def run(
     before = _fingerprint(out)
     refusal = None if force else _overwrite_refusal(out, model, prop)
     try:  # inputs first: a bad model or property is the error to report, whatever --out holds
-        load_instance(model, prop)
+        loaded = load_instance(model, prop)
     except InputError:
         try:
             if refusal is not None:
@@ -178,6 +178,7 @@ def run(
         raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
     try:
         res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
+                           loaded=loaded,
                            config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
                                           progress=True, mip_solver=mip_solver))
     except KeyboardInterrupt:  # typer would exit 130 silently

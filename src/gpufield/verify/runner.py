@@ -272,7 +272,7 @@ def load_instance(onnx_path: str | Path, vnnlib_path: str | Path, atol: float = 
 
 
 def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s: float,
-                    config: VerifyConfig | None = None) -> VerifyResult:
+                    config: VerifyConfig | None = None, loaded: tuple | None = None) -> VerifyResult:
     """Decide one VNN-COMP instance.
 
     Args:
@@ -280,6 +280,9 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         vnnlib_path: property (``.vnnlib`` or ``.vnnlib.gz``).
         timeout_s: wall-clock budget in seconds (loading included).
         config: settings (defaults: α-CROWN, float32, CPU).
+        loaded: :func:`load_instance`'s ``(graph, ort_model, property)`` for these two files when
+            the caller already loaded them (``gpufield verify run`` checks its inputs first), so
+            the budget is not spent loading twice.
 
     Returns:
         :class:`VerifyResult` (``sat``/``unsat``/``unknown``/``timeout``).
@@ -289,16 +292,18 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
     """
     cfg = config or VerifyConfig()
     with _live(cfg.progress) as live:  # the status line (or plain lines off a terminal) names each phase
-        return _verify(onnx_path, vnnlib_path, timeout_s, cfg, live)
+        return _verify(onnx_path, vnnlib_path, timeout_s, cfg, live, loaded)
 
 
-def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live) -> VerifyResult:
+def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, loaded=None) -> VerifyResult:
     """:func:`verify_instance`'s body; ``live`` is the progress callback (None: silent)."""
     note = getattr(live, "note", None) or (lambda msg: None)
     t0 = time.monotonic()
     deadline = t0 + timeout_s
-    note("loading the model and checking it against onnxruntime")
-    graph, ort_model, prop = load_instance(onnx_path, vnnlib_path, cfg.ort_atol)
+    if loaded is None:
+        note("loading the model and checking it against onnxruntime")
+        loaded = load_instance(onnx_path, vnnlib_path, cfg.ort_atol)
+    graph, ort_model, prop = loaded
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelFormatError(f"device {cfg.device} requested but CUDA is not available")
     g = graph.cast(_DTYPES[cfg.dtype], cfg.device)
@@ -374,12 +379,13 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live) -
 
 def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: str | Path, *,
                  timeout_s: float, config: VerifyConfig | None = None,
-                 force: bool = False) -> VerifyResult:
+                 force: bool = False, loaded: tuple | None = None) -> VerifyResult:
     """:func:`verify_instance` and write the VNN-COMP result file (what ``gpufield verify run`` does).
 
     The result file is checked before any work (never overwritten without ``force``). Bad inputs
     write ``error`` to the result file and re-raise; Ctrl-C writes ``unknown`` (inside branch and
     bound it ends the search and ``unknown`` is returned with the bound reached in the message).
+    ``loaded``: as in :func:`verify_instance`.
 
     Raises:
         InputError: the result file exists and ``force`` is False.
@@ -392,7 +398,7 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
     if rp.exists() and not force:
         raise InputError("result file exists; pass --force to overwrite it", path=str(rp))
     try:
-        res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=config)
+        res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=config, loaded=loaded)
     except InputError:
         write_result_file(rp, "error", force=True)
         raise
