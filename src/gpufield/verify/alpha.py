@@ -109,6 +109,13 @@ def _spec_rows(spec: Spec, params, like):
     return torch.cat(rows), torch.cat(rhs), torch.cat(cl).numpy()
 
 
+def valid_slopes(a: torch.Tensor) -> torch.Tensor:
+    """An optimiser's slopes made valid: non-finite entries (a float32 overflow) become 0, then
+    clamped to [0, 1] (NaN passes ``clamp``, and a NaN bound makes an unstable ReLU look dead).
+    Same shape and dtype; detached."""
+    return torch.nan_to_num(a.detach(), nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+
+
 def tables(params: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]]:
     """Group slopes by start node: ``{start: {relu: [2|1, S, B, *]}}`` (λ entries dropped)."""
     out: dict[str, dict[str, torch.Tensor]] = {}

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gpufield.verify.alpha import AlphaConfig, alpha_crown, tables
+from gpufield.verify.alpha import AlphaConfig, alpha_crown, tables, valid_slopes
 from gpufield.verify.attack import Counterexample
 from gpufield.verify.bab import BRANCHING, bab
 from gpufield.verify.bab.input_split import input_bab
@@ -177,10 +177,9 @@ def rebound_after_mip(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi
     """
     fixed = frozenset(refined)
 
-    def in64(al):  # slopes are an optimiser's iterate: a NaN (float32 overflow) becomes 0, as in bab.interm
-        return None if al is None else {
-            m: {r: torch.nan_to_num(a.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
-                for r, a in t.items()} for m, t in al.items()}
+    def in64(al):  # an optimiser's slopes, made valid (a NaN from a float32 overflow becomes 0)
+        return None if al is None else {m: {r: valid_slopes(a.to(torch.float64)) for r, a in t.items()}
+                                        for m, t in al.items()}
 
     with torch.no_grad():
         out = {**ref64, **crown_intermediate(graph64, lo64, hi64, ref=ref64, alphas=in64(interm_alphas),
@@ -190,7 +189,7 @@ def rebound_after_mip(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi
     ref = {k: (a.to(graph.dtype), b.to(graph.dtype)) for k, (a, b) in out.items()}
     res = alpha_crown(graph, spec, lo, hi, ref, ref,
                       AlphaConfig(iterations=iterations, memory_budget_bytes=memory_budget_bytes), deadline_s)
-    new = {m: {r: torch.nan_to_num(a, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0) for r, a in t.items()}
+    new = {m: {r: valid_slopes(a) for r, a in t.items()}
            for m, t in tables(res.snapshots[max(res.snapshots)]).items() if m != graph.output_name}
     with torch.no_grad():
         out = {**out, **crown_intermediate(graph64, lo64, hi64, ref=out, alphas=in64(new), fixed=fixed,

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from gpufield.errors import ModelFormatError, SpecFormatError
-from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck, tables
+from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck, tables, valid_slopes
 from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
 from gpufield.verify.graph import Graph
 from gpufield.verify.io.onnx_load import load_onnx
@@ -159,9 +159,8 @@ class _Case:
         proven = self._proven64(res.snapshots)
         if not proven:  # root bounds for refinement: the latest slopes' intermediate bounds
             last = {k: v.to(g.dtype) for k, v in res.snapshots[max(res.snapshots)].items()}
-            # an optimiser's iterate: a NaN slope (float32 overflow) becomes 0, as in bab.interm
-            last = {k: v if k.startswith("lambda|") else torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
-                    for k, v in last.items()}
+            # an optimiser's iterate: a NaN slope (float32 overflow) becomes 0
+            last = {k: v if k.startswith("lambda|") else valid_slopes(v) for k, v in last.items()}
             with torch.no_grad():
                 self.ref = crown_intermediate(g, self.lo, self.hi, ref=ref, alphas=tables(last))
                 last64 = {k: v.to(torch.float64) for k, v in last.items()}
@@ -211,8 +210,8 @@ class _Case:
 
 
 class _live:
-    """Context giving a BaB progress callback: a rich status line (domains left, bound, rounds/s)
-    on a terminal; elsewhere (a log file, a pipe) plain lines on stderr: each phase as it starts
+    """Context giving a progress callback (``note(str)`` for phases, a call per BaB round): a rich
+    status line (domains left, bound, rounds/s) on a terminal; elsewhere (a log file, a pipe) plain lines on stderr: each phase as it starts
     and the branch-and-bound line every ``every_s`` seconds."""
 
     def __init__(self, on: bool, every_s: float = 10.0):
@@ -333,6 +332,7 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
             open_states.append(s)
     if not open_states:
         return done("unsat", msg=f"all clauses proven ({cfg.method}), float64 re-check passed")
+
     def open_bound() -> str:  # the best sound float64 bound of the open clauses so far
         lb = min(max(s.margins.get("float64", -np.inf), s.margins.get("bab_lb", -np.inf)) for s in open_states)
         return f"best lower bound {lb:.4g}" if np.isfinite(lb) else "no float64 bound yet"

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 import torch
 
+from gpufield.verify.alpha import valid_slopes
 from gpufield.verify.bab.bound import clamp_splits
 from gpufield.verify.graph import Graph
 from gpufield.verify.ops.activation import adaptive_lower_slope
@@ -125,7 +126,7 @@ def tighten64(g64: Graph, lo64, hi64, inter64: Mapping[str, Interval], splits, p
             NaN bound would make an unstable ReLU look dead (an unsound final bound).
     """
     def a64(a):
-        return torch.nan_to_num(a.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+        return valid_slopes(a.to(torch.float64))
 
     def b64(b):
         return torch.nan_to_num(b.detach().to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0.0)
