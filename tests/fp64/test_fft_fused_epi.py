@@ -18,13 +18,17 @@ if not torch.cuda.is_available():  # before the first import of triton in this p
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from test_fft_launch import DEV, _same, _wide  # noqa: E402  (shared inputs and bit-identity check)
 
 from gpufield.errors import InputError, NumericsError  # noqa: E402
 from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated  # noqa: E402
+from gpufield.fp64.fft.gemm_fused_epi import _sym_res_rn  # noqa: E402
 from gpufield.fp64.fft.reference import dft_longdouble, rel_l2, stage_exact_python  # noqa: E402
 from gpufield.fp64.fft.sixstep import _dft_idx, _fused_idx  # noqa: E402
 from gpufield.fp64.fft.stage import dft_stage  # noqa: E402
+from gpufield.fp64.ozaki.moduli import moduli_table  # noqa: E402
 
 
 def _plan(variant, group=8, chunk=None):
@@ -91,3 +95,79 @@ def test_non_finite_detected_and_garner_refused():
         fftn_fp64_emulated(torch.from_numpy(x), _plan("crt"))
     with pytest.raises(InputError, match="fused_epi"):
         _plan("garner")
+
+
+@triton.jit
+def _res(v_ptr, out_ptr, p, invp, c29, n, PI: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    v = tl.load(v_ptr + o, mask=o < n, other=0)
+    hv = v >> 29
+    r = _sym_res_rn(hv.to(tl.float64), (v - (hv << 29)).to(tl.float64), p, invp, c29, PI)
+    tl.store(out_ptr + o, r, mask=o < n)
+
+
+def test_residue_without_rounding_instructions_on_every_half_integer_boundary():
+    """``_sym_res_rn`` (rn quotient through 1.5 * 2^52, no floor or float-to-int conversion) against Python's
+    exact symmetric residue, for every INT8 modulus: the values whose w / p lies closest to a half-integer
+    (residues +-(p - 1) / 2 and, for p = 256, the tie +-128) at the largest magnitudes the stage produces
+    (|v| just below 2^60, so |w| near 2^40), every residue of a few large v, and random v of every size."""
+    rng = np.random.default_rng(7)
+    top = (1 << 60) - 1
+    for p in moduli_table("int8", 16).moduli:
+        half = (p - 1) // 2
+        base = [top - top % p - p * k for k in range(4)]
+        vals = {b + d for b in base for d in (half, half + 1, p - half, 0, p - 1)}
+        vals |= {base[0] - p + d for d in range(p)}  # every residue at |v| ~ 2^60
+        vals |= {int(x) for x in rng.integers(-top, top, 200)} | {int(x) for x in rng.integers(-2**20, 2**20, 50)}
+        vals |= {-x for x in vals}
+        vals = sorted(x for x in vals if abs(x) <= top)
+        v = torch.tensor(vals, dtype=torch.int64, device=DEV)
+        out = torch.empty(len(vals), dtype=torch.int32, device=DEV)
+        block = 1 << (len(vals) - 1).bit_length()
+        _res[(1,)](v, out, float(p), 1.0 / p, float((1 << 29) % p), len(vals), PI=p, BLOCK=block)
+        lo = -(p // 2)  # symmetric range [-(p - 1) / 2, (p - 1) / 2], for p = 256 [-128, 127]
+        want = [(x - lo) % p + lo for x in vals]
+        assert out.cpu().tolist() == want, p
+
+
+def test_strided_rows_read_like_contiguous_ones():
+    """The kernel reads each row's 2 N float64 contiguously; rows with an element stride (a column-sliced
+    view) are copied first and give the same bits as the contiguous rows and the exact oracle."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 6, 32), 6).reshape(1, 24, 32)
+    wide = torch.from_numpy(x[0]).to(DEV)
+    strided = wide[:, ::2]  # [24, 16], element stride 2
+    idx = np.stack([_dft_idx(16)[0]])
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    got, _, _ = fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
+    ref, _, _ = fused_epi_stage_triton(strided.contiguous(), plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
+    assert _same(got.cpu().numpy(), ref.cpu().numpy())
+    want = stage_exact_python(x[:, :, ::2], idx, plan.input_bits, plan.twiddle_bits)
+    assert _same(got.cpu().numpy(), want[0])
+
+
+def test_outputs_split_over_programs_give_the_same_bits():
+    """``block_k = 16`` on an N = K = 32 stage (each row's outputs in two programs, each recomputing the row's
+    residues) equals one program per row and the exact oracle, also with rows of two twiddle groups."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 6, 32), 8).reshape(2, 12, 32)
+    idx = _fused_idx(1024)[:2]
+    plan = _plan("kulisch")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    xt = torch.from_numpy(x.reshape(24, 32)).to(DEV)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "kulisch", ops, 0, 12)
+    split, s1, _ = fused_epi_stage_triton(xt, *args, block_k=16)
+    whole, s2, _ = fused_epi_stage_triton(xt, *args)
+    assert torch.equal(s1, s2)
+    assert _same(split.cpu().numpy(), whole.cpu().numpy())
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
+    assert _same(split.cpu().numpy(), want.reshape(24, 32))

@@ -2,13 +2,14 @@
 dots of every modulus (re and im), and the 32-bit epilogue in ONE Triton launch; only the complex128
 outputs reach memory (16 B per output instead of 192 B of int32 products written and read back).
 
-One program owns a tile of BR chunk rows x BK outputs per row. It reads its rows once (complex128
-[BR, N]), computes the row shifts and the exact integers X' = trunc(x 2^s) (as in
+One program owns a tile of BR chunk rows x BK outputs per row. It reads its rows once, as float64
+[BR, 2 NP] (column 2 j + h: real / imaginary part of x_j, contiguous in memory), computes the row shifts
+and the exact integers X' = trunc(x 2^s) (as in
 :func:`gpufield.fp64.fft.gemm_triton.fused_stage_gemm_triton`), split once into float64 hi/lo halves.
 Then, one modulus p_i at a time (the outer loop, unrolled):
 
-1. symmetric residues of X'_re and X'_im (float64 arithmetic, exact), joined into one int8 operand
-   [BR, 2 NP] (column 2 j + h: real / imaginary part of x_j);
+1. symmetric residues of X' (:func:`_sym_res_rn`: float64 arithmetic, exact, with no rounding or
+   conversion instruction), which in that column order are already the int8 operand [BR, 2 NP];
 2. two int8 dots with the 4M twiddle operand (:func:`operand_4m`, rows [wr; -wi] and [wi; wr]):
    Re = xr wr - xi wi and Im = xr wi + xi wr exactly in int32 (|.| < 2^20). These are congruent mod p_i
    to the 3M combinations T1 - T2 and T3 - T1 - T2 that the standalone epilogue forms, and the epilogue
@@ -38,7 +39,14 @@ import triton
 import triton.language as tl
 
 from gpufield.fp64.fft.epilogue import EpilogueTables
-from gpufield.fp64.fft.gemm_triton import _block, _fused_tables, _pow2_at_least, _row_scaled
+from gpufield.fp64.fft.gemm_triton import (
+    _abs_inf,
+    _block,
+    _fmax,
+    _fused_tables,
+    _pow2_at_least,
+    _row_scale,
+)
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_c, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
@@ -46,27 +54,39 @@ COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled fused kernel (``asm`` holds PTX/cubin)."""
 
 
+MAGIC = tl.constexpr(6755399441055744.0)
+"""1.5 * 2^52: adding it to a float64 |t| < 2^51 rounds t to the nearest integer (ties to even), which
+then sits in the low 32 bits of the sum's bit pattern as a two's complement int32."""
+
+
 @triton.jit
-def _sym_res_hl(hf, lf, p, invp, c29, pi):
-    """Symmetric residue (int32) mod p of v = hi 2^29 + lo given hf = float(hi), lf = float(lo): as
-    ``gemm_triton._sym_res``, w = hi (2^29 mod p) + lo exact (|w| < 2^42), q = floor(w / p) off by at most
-    one, so w - q p is an exact integer in (-p, 2p); the corrections then run on int32 (pi = p)."""
+def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
+    """Symmetric residue (int32) mod p of v = hi 2^29 + lo from hf = float(hi), lf = float(lo), on the
+    FP64 pipe with no rounding or conversion instruction (FRND/F2I issue at a quarter of the rate):
+
+    1. w = hi (2^29 mod p) + lo, exact (|w| < 2^40);
+    2. q = (w fl(1/p) + 1.5 2^52) - 1.5 2^52 = rn(w / p): |w fl(1/p) - w / p| <= 2^-18 (also with the
+       product rounded before the addition, when no FMA is formed), while for odd p w / p is at least
+       1 / (2 p) >= 2^-9 from any half-integer, so the rounding is the exact one; for p = 256 fl(1/p) is
+       exact and ties round to even;
+    3. r = w - q p is exact with |r| <= p / 2: for odd p already the symmetric residue in
+       [-(p - 1) / 2, (p - 1) / 2]; r + 1.5 2^52 holds r in its low word (the int32 returned);
+    4. even p (``PI``, the modulus at compile time): a tie gave r = +p / 2, mapped to -p / 2 (range
+       [-p/2, p/2 - 1]).
+
+    Same values as :func:`gpufield.fp64.fft.gemm_triton._sym_res` (tests/fp64/test_fft_fused_epi.py runs
+    both on every half-integer boundary of every modulus)."""
     w = hf * c29 + lf
-    r = (w - tl.floor(w * invp) * p).to(tl.int32)
-    r = tl.where(r < 0, r + pi, r)
-    r = tl.where(r >= pi, r - pi, r)
-    return tl.where(r >= (pi + 1) // 2, r - pi, r)
-
-
-@triton.jit
-def _split(v):
-    hi = v >> 29
-    return hi.to(tl.float64), (v - (hi << 29)).to(tl.float64)
+    q = (w * invp + MAGIC) - MAGIC
+    r = ((w - q * p) + MAGIC).to(tl.int64, bitcast=True).to(tl.int32)
+    if PI % 2 == 0:
+        r = tl.where(r >= PI // 2, r - PI, r)
+    return r
 
 
 @triton.jit
 def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
-                      Rc, RG, c0, G, N, K, S_xm, S_xn, S_bc, S_bg, S_bi, BITS, TW,
+                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
                       NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
@@ -76,13 +96,16 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
     pid = tl.program_id(0)
     rows = pid * BR + tl.arange(0, BR)
     rmask = rows < Rc
-    j = tl.arange(0, NP)
-    xm = rmask[:, None] & (j < N)[None, :]
-    xr, xi, s = _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr)
-    hr, lr = _split(xr)  # exact x 2^s (|.| < 2^60), truncated: [BR, NP]
-    hi_, li_ = _split(xi)
-    k = tl.arange(0, BK)
+    # the rows as real [BR, 2 NP] (column 2 j + h: re / im of x_j), the layout of the 4M operand's rows
     jj = tl.arange(0, 2 * NP)
+    xm = rmask[:, None] & (jj < 2 * N)[None, :]
+    x = tl.load(X_ptr + rows.to(tl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
+    f1, f2, s = _row_scale(tl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
+    v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
+    hv = v >> 29
+    hf = hv.to(tl.float64)
+    lf = (v - (hv << 29)).to(tl.float64)
+    k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
     boff = jj[:, None] * K + k[None, :]  # [2 NP, BK] tile of the 4M operand
     bmask = (jj < 2 * NP)[:, None] & (k < K)[None, :]
     g_lo = (c0 + pid * BR) // RG
@@ -91,13 +114,8 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
     sacc = _init_like(SI, L, zero)
     facc = _init_like(FI, NF, zero)
     for i in tl.static_range(R):
-        p = tl.load(p_ptr + i)
-        invp = tl.load(invp_ptr + i)
-        c29 = tl.load(c29_ptr + i)
-        pi = p.to(tl.int32)
-        rr = _sym_res_hl(hr, lr, p, invp, c29, pi).to(tl.int8)  # padding columns and rows hold x = 0: residue 0
-        ri = _sym_res_hl(hi_, li_, p, invp, c29, pi).to(tl.int8)
-        at = tl.reshape(tl.join(rr, ri), (BR, 2 * NP))  # columns 2 j + h: (re, im) of x_j side by side
+        at = _sym_res_rn(hf, lf, tl.load(p_ptr + i), tl.load(invp_ptr + i), tl.load(c29_ptr + i),
+                         PM[i]).to(tl.int8)
         t = ()
         for comp in tl.static_range(2):
             bc = B_ptr + comp * S_bc + i * S_bi
@@ -170,7 +188,7 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 
 def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
-                           num_warps: int | None = None, asm: bool | None = None
+                           num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
@@ -192,6 +210,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         block_m: largest rows per program (default :data:`DEFAULT_LAUNCH` on CUDA, 4096 on CPU).
         num_warps: warps per program (default :data:`DEFAULT_LAUNCH` on CUDA).
         asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
+        block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
+            tile splits the row's outputs over programs, each recomputing the row's residues (fewer
+            registers, more residue work). The environment variable ``GPUFIELD_FUSED_EPI_LAUNCH`` =
+            ``"rows,warps[,outputs]"`` overrides the CUDA defaults (benchmarks/fp64_fused_epi_shapes.py).
+            Every launch shape gives the same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs, int64 [Rc] row shifts, float64 [Rc] row maxima
@@ -221,7 +244,12 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     if ops.get("b4m") is None or ops["b4m"].shape[3] != 2 * NP:
         ops["b4m"] = operand_4m(wres, tab.moduli, NP)
     b4 = ops["b4m"]
-    BK = _pow2_at_least(K, 16)
+    env = os.environ.get("GPUFIELD_FUSED_EPI_LAUNCH") if cuda else None
+    if env:
+        shape = [int(v) for v in env.split(",")]
+        block_m, num_warps = block_m or shape[0], num_warps or shape[1]
+        block_k = block_k or (shape[2] if len(shape) > 2 else None)
+    BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
     if cuda:
         cap = block_m or DEFAULT_LAUNCH[0]
         bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
@@ -233,9 +261,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
     launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[1] if cuda else 4)}
+    if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
+        x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
-    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm),)](
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm), triton.cdiv(K, BK))](
         xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), xv.stride(1), b4.stride(0), b4.stride(1), b4.stride(2), bits,
+        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits,
         twiddle_bits, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, **kernel_constants(tab, variant), **launch)
     return torch.view_as_complex(y.view(Rc, K, 2)), s, amax

@@ -148,22 +148,10 @@ def _sym_res(v, p, invp, c29):
 
 
 @triton.jit
-def _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr):
-    """Rows ``[BR, NP]`` of complex input scaled by ``2^s`` and truncated to int64 (exact, |.| < 2^60).
-
-    ``s = BITS - e`` per row with ``e`` the frexp exponent of the row's largest |re|, |im| (subnormals
-    through an exact 2^64 scaling; zero rows: e = -2^20); stores ``s`` (int64) and the row maximum
-    (float64, Inf where the row holds Inf/NaN) at ``s_ptr``/``amax_ptr``. Returns ``(re, im, s)``.
-    """
-    xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
-    xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
-    xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
-    ar = tl.abs(xr)
-    ai = tl.abs(xi)
-    ar = tl.where(ar == ar, ar, float("inf"))  # NaN -> Inf before any max: the finiteness flag sees it
-    ai = tl.where(ai == ai, ai, float("inf"))
-    amax = tl.reduce(tl.maximum(ar, ai), 1, _fmax)
-    # frexp exponent of amax (subnormals through an exact 2^64 scaling); zero rows: e = -2^20
+def _row_scale(amax, rows, rmask, BITS, s_ptr, amax_ptr):
+    """Row shift s = BITS - e (e the frexp exponent of ``amax``, float64 [BR]; subnormals through an exact
+    2^64 scaling; zero rows: e = -2^20) and the two exact power-of-two factors 2^s1, 2^s2 (s1 + s2 = s,
+    each in [-1000, 1000]) as [BR, 1]; stores ``s`` (int64) and ``amax`` at ``s_ptr``/``amax_ptr``."""
     sub = amax < 2.2250738585072014e-308
     am = tl.where(sub, amax * 18446744073709551616.0, amax)
     e = ((am.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1022 - tl.where(sub, 64, 0)
@@ -173,8 +161,29 @@ def _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr):
     tl.store(amax_ptr + rows, amax, mask=rmask)
     s1 = tl.minimum(tl.maximum(s, -1000), 1000)
     s2 = tl.minimum(tl.maximum(s - s1, -1000), 1000)
-    f1 = _p2(s1)[:, None]
-    f2 = _p2(s2)[:, None]
+    return _p2(s1)[:, None], _p2(s2)[:, None], s
+
+
+@triton.jit
+def _abs_inf(x):
+    """|x| with NaN -> Inf (before any max, so the row's finiteness flag sees it)."""
+    a = tl.abs(x)
+    return tl.where(a == a, a, float("inf"))
+
+
+@triton.jit
+def _row_scaled(X_ptr, rows, rmask, j, xm, S_xm, S_xn, BITS, s_ptr, amax_ptr):
+    """Rows ``[BR, NP]`` of complex input scaled by ``2^s`` and truncated to int64 (exact, |.| < 2^60).
+
+    ``s = BITS - e`` per row with ``e`` the frexp exponent of the row's largest |re|, |im| (see
+    :func:`_row_scale`, which also stores ``s`` and the row maximum, Inf where the row holds Inf/NaN).
+    Returns ``(re, im, s)``.
+    """
+    xo = rows.to(tl.int64)[:, None] * S_xm + (j * S_xn)[None, :]
+    xr = tl.load(X_ptr + xo, mask=xm, other=0.0)
+    xi = tl.load(X_ptr + xo + 1, mask=xm, other=0.0)
+    amax = tl.reduce(tl.maximum(_abs_inf(xr), _abs_inf(xi)), 1, _fmax)
+    f1, f2, s = _row_scale(amax, rows, rmask, BITS, s_ptr, amax_ptr)
     return ((xr * f1) * f2).to(tl.int64), ((xi * f1) * f2).to(tl.int64), s
 
 

@@ -1,0 +1,115 @@
+"""Launch shapes of the fused DFT-GEMM stage kernel (``int8_gemm="fused_epi"``) on one GPU: time per stage,
+registers/occupancy proxy (time only) and bit-identity against the default shape.
+
+Run from the source tree on a machine with a CUDA GPU (torch >= 2.11, Triton):
+
+    PYTHONPATH=src python3 benchmarks/fp64_fused_epi_shapes.py --out DIR --budget-s 150
+
+Per stage length N (16: the 256^3 stages; 32: the 512^3 / 1024^3 stages): one chunk of 2^20 rows (2^24
+complex outputs at N = 16, 2^25 at N = 32) of random complex128 rows with magnitudes over 2^-40..2^40, the
+stage-2 twiddle groups of a 256 / 1024 point transform (R = 2^20 / G rows per group). For each shape
+(rows per program, warps, outputs per program): the first call (compile) is timed, its outputs must equal the
+default shape's bit for bit (else the shape is reported as WRONG), then the median of ``--reps`` calls timed
+with CUDA events. ``c_epi`` is the time-equivalent instructions per real output at 16.73 T INT32 instr/s (the
+floor model's definition, H200). Results go to DIR/fp64_fused_epi_shapes.json after every shape (an
+interrupted run keeps the finished shapes); shapes not started before ``--budget-s`` are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SHAPES = {16: [(64, 8, 16), (64, 16, 16), (128, 16, 16), (128, 8, 16), (32, 4, 16)],
+          32: [(64, 8, 32), (64, 8, 16), (32, 4, 16), (64, 16, 32), (128, 16, 32), (64, 4, 16)]}
+"""Per N: (rows per program, warps, outputs per program); the first is the default shape of N."""
+P_INT = 16.73e12
+
+
+def _stage(n: int, dev: torch.device, rows: int, seed: int = 0):
+    from gpufield.fp64.fft import EmulatedFftPlan
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.operands import stage_operands
+    from gpufield.fp64.fft.sixstep import _fused_idx
+    from gpufield.fp64.ozaki.moduli import moduli_table
+
+    idx = _fused_idx(n * n)  # [G = n, K = n, N = n]
+    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_gemm="fused_epi")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, dev)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    mag = torch.pow(2.0, torch.randint(-40, 41, (rows, n), generator=g).double())
+    x = torch.complex(torch.randn(rows, n, generator=g, dtype=torch.float64) * mag,
+                      torch.randn(rows, n, generator=g, dtype=torch.float64) * mag).to(dev)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, rows // idx.shape[0])
+    return x, args
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--budget-s", type=float, default=150.0)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--sizes", default="16,32")
+    ap.add_argument("--rows-log2", type=int, default=20, help="chunk rows (2^k)")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu with TRITON_INTERPRET=1 (a test of the script)")
+    a = ap.parse_args()
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+
+    t_start = time.time()
+    a.out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    res = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "shapes": []}
+    for n in (int(v) for v in a.sizes.split(",")):
+        x, args = _stage(n, dev, 1 << a.rows_log2)
+        ref = None
+        for bm, warps, bk in SHAPES[n]:
+            row = {"N": n, "rows": bm, "warps": warps, "outputs": bk}
+            if time.time() - t_start > a.budget_s:
+                row["skipped"] = "budget"
+                res["shapes"].append(row)
+                continue
+            call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk)
+            sync()
+            t0 = time.time()
+            y = call()[0]
+            sync()
+            row["first_call_s"] = round(time.time() - t0, 2)
+            if ref is None:
+                ref = y.clone()
+            row["bit_identical"] = bool(torch.equal(torch.view_as_real(y), torch.view_as_real(ref)))
+            times = []
+            for _ in range(a.reps if cuda else 1):
+                if cuda:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    call()
+                    e1.record()
+                    sync()
+                    times.append(e0.elapsed_time(e1))
+                else:
+                    t0 = time.time()
+                    call()
+                    times.append((time.time() - t0) * 1e3)
+            t = float(np.median(times))
+            row["ms"] = round(t, 4)
+            row["c_epi"] = round(t * 1e-3 * P_INT / (2 * x.shape[0] * n), 1)
+            res["shapes"].append(row)
+            print(json.dumps(row), flush=True)
+            (a.out / "fp64_fused_epi_shapes.json").write_text(json.dumps(res, indent=1))
+        del x, ref
+        if cuda:
+            torch.cuda.empty_cache()
+    (a.out / "fp64_fused_epi_shapes.json").write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
