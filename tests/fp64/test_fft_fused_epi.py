@@ -149,6 +149,12 @@ def test_strided_rows_read_like_contiguous_ones():
     assert _same(got.cpu().numpy(), ref.cpu().numpy())
     want = stage_exact_python(x[:, :, ::2], idx, plan.input_bits, plan.twiddle_bits)
     assert _same(got.cpu().numpy(), want[0])
+    dest = torch.zeros((16, 24), dtype=torch.complex128, device=DEV)  # written through a transposed view
+    ret, _, _ = fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24,
+                                       out=dest.t().unsqueeze(0))
+    assert ret.data_ptr() == dest.data_ptr() and _same(dest.t().cpu().numpy(), want[0])
+    with pytest.raises(ValueError, match="out must be"):
+        fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, out=dest)
 
 
 def test_outputs_split_over_programs_give_the_same_bits():

@@ -86,7 +86,7 @@ def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
 
 @triton.jit
 def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
-                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW,
+                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
                       NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
@@ -132,7 +132,11 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
         sacc, facc = _fold_c(sacc, facc, t[0], t[1], i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
     shift = (s + TW).to(tl.int32)
     y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
-    optr = Y_ptr + (rows.to(tl.int64)[:, None, None] * K + k[None, :, None]) * 2 + tl.arange(0, 2)[None, None, :]
+    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units)
+    m = (c0 + rows).to(tl.int64)
+    gm = m // RG
+    roff = gm * S_yg + (m - gm * RG) * S_yr - YOFF
+    optr = Y_ptr + roff[:, None, None] + (k.to(tl.int64) * S_yk)[None, :, None] + tl.arange(0, 2)[None, None, :]
     tl.store(optr, y, mask=rmask[:, None, None] & (k < K)[None, :, None])
 
 
@@ -146,18 +150,18 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
     return -(-(bm - 1) // R) + 1
 
 
-DEFAULT_LAUNCH = (64, 8)
-"""(largest rows per program, warps) on CUDA: tiles of 64 rows x 16 outputs, 4 complex outputs per thread.
-Static sm_90 count (int8 16 moduli, crt or kulisch, N = K = 16): 5986 SASS per thread = 748 per real
-output, 175 registers, no spills. Other shapes (before the int32 residue corrections, which took 787 to
-748 at (64, 8)): (32, 4) 1232 per real output, 255 registers, spills; (128, 8) 770, 255 registers, 72
-spill instructions; (32, 8) 2196 and (64, 16) 1399 (not analysed; likely the dot layout spreading fewer
-rows over more warps). Chunks not aligned to 64 rows keep (64, 8) with one masked dot per twiddle group
-touched: 940 per real output (2 groups), 201 registers, no spills. N = K = 32 stages (512^3, 1024^3):
-(64, 8) 761 per real output but 255 registers and 315 spill instructions; (32, 8) 2628 and (32, 4)
-1423, both spilling heavily (untuned: a narrower tile over K is the next thing to try). Counted with
-:func:`gpufield.fp64.kernels.sass_count.sass_histogram`'s pattern widened to 5-digit addresses (its
-4-digit pattern stops counting at instruction 4096)."""
+DEFAULT_LAUNCH = {16: (64, 8), 32: (64, 16)}
+"""Padded stage length NP -> (largest rows per program, warps) on CUDA, measured fastest in H200 run 20
+(benchmarks/fp64_fused_epi_shapes.py; one chunk of 2^20 rows, commit 7bc0226):
+
+* NP = 16 (256^3 stages; 2^24 outputs): (64, 8) 1.92 ms; (128, 16) 1.97; (128, 8) 2.24; (64, 16) 2.49;
+  (32, 4) 2.49. Static sm_90 count at (64, 8): 4533 SASS per thread = 567 per real output, 176 registers,
+  no spills (749 and 188 before the round-to-nearest residues; c_epi measured 1166 -> 955).
+* NP = 32 (512^3 and 1024^3 stages; 2^25 outputs): (64, 16) 4.32 ms; (64, 8) with 16 outputs per program
+  4.86; (64, 8) 5.12 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 10.5 /
+  12.4; (128, 16) 14.4.
+
+Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
 
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
@@ -188,8 +192,8 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 
 def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
-                           num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
+                           out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -207,18 +211,22 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
             in it under ``"b4m"``.
         c0: the chunk's first row in the flattened [G, R] row grid.
         R: rows per twiddle group.
-        block_m: largest rows per program (default :data:`DEFAULT_LAUNCH` on CUDA, 4096 on CPU).
-        num_warps: warps per program (default :data:`DEFAULT_LAUNCH` on CUDA).
+        block_m: largest rows per program (default :data:`DEFAULT_LAUNCH` of the padded N on CUDA, 4096 on
+            CPU).
+        num_warps: warps per program (default :data:`DEFAULT_LAUNCH` of the padded N on CUDA).
         asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
         block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
             tile splits the row's outputs over programs, each recomputing the row's residues (fewer
             registers, more residue work). The environment variable ``GPUFIELD_FUSED_EPI_LAUNCH`` =
             ``"rows,warps[,outputs]"`` overrides the CUDA defaults (benchmarks/fp64_fused_epi_shapes.py).
             Every launch shape gives the same bits.
+        out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the next
+            stage's input): the kernel writes the chunk's rows c0 .. c0 + Rc - 1 of the flattened [G, R]
+            grid straight into it (no [Rc, K] buffer, no copy).
 
     Returns:
-        ``(y, s, amax)``: complex128 [Rc, K] outputs, int64 [Rc] row shifts, float64 [Rc] row maxima
-        (Inf where a row has Inf/NaN).
+        ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
+        float64 [Rc] row maxima (Inf where a row has Inf/NaN).
 
     Raises:
         ValueError: shapes or dtypes do not match, or a variant other than crt/kulisch.
@@ -233,9 +241,16 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     dev = x_MN.device
     s = torch.empty(Rc, dtype=torch.int64, device=dev)
     amax = torch.empty(Rc, dtype=torch.float64, device=dev)
-    y = torch.empty(2 * Rc * K, dtype=torch.float64, device=dev)
+    if out is not None:
+        if out.dtype != torch.complex128 or tuple(out.shape) != (G, R, K) or out.device != dev:
+            raise ValueError(f"out must be complex128 [{G}, {R}, {K}] on {dev}, got {out.dtype} {tuple(out.shape)}")
+        y = torch.view_as_real(out)
+        ystr = (y.stride(0), y.stride(1), y.stride(2), 0)
+    else:
+        y = torch.empty(2 * Rc * K, dtype=torch.float64, device=dev)
+        ystr = (2 * K * R, 2 * K, 2, 2 * K * c0)  # [Rc, K] rows from c0
     if Rc == 0:
-        return torch.view_as_complex(y.view(0, K, 2)), s, amax
+        return (out if out is not None else torch.view_as_complex(y.view(0, K, 2))), s, amax
     if Rc * K >= 2**31:
         raise ValueError(f"fused_epi chunk of {Rc * K} outputs exceeds 2^31")
     tabs = _fused_tables(tab.moduli, tab.num_moduli, str(dev))
@@ -251,7 +266,7 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
     BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
     if cuda:
-        cap = block_m or DEFAULT_LAUNCH[0]
+        cap = block_m or DEFAULT_LAUNCH[NP][0]
         bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
     else:  # interpreter: few large programs (each costs ~1 s of Python); one masked dot per group spanned
         bm = min(block_m or 4096, _pow2_at_least(Rc, 16))
@@ -260,12 +275,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     if asm is None:
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
-    launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[1] if cuda else 4)}
+    launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[NP][1] if cuda else 4)}
     if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm), triton.cdiv(K, BK))](
         xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits,
-        twiddle_bits, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, **kernel_constants(tab, variant), **launch)
-    return torch.view_as_complex(y.view(Rc, K, 2)), s, amax
+        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, **kernel_constants(tab, variant), **launch)
+    return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

@@ -189,12 +189,11 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
 
             res, _, amax = fused_epi_stage_triton(xc, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
-                                                  ops, c0, R)
+                                                  ops, c0, R, out=y)  # rows written straight into y
             if flags is not None:
                 flags.append(amax.amax())
             if y is None:
                 return res.view(G, R, K)
-            place_rows(y, res, c0, c1)
             continue
         if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)

@@ -10,6 +10,9 @@ instructions/s, 132 SM x 64 lanes x 1.98 GHz; conversions and IMAD.WIDE/HI may i
 Usage (no GPU needed; the interpreter must be off)::
 
     TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count int8 16
+    TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count fused
+
+(``fused``: the fused stage kernel at its default launch shapes, N = 16 and 32.)
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def sass_histogram(cubin: bytes) -> Counter:
     ops = Counter()
     reg = re.search(r"REG:(\d+)", sass)
     for ln in sass.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
         if m and not m.group(2).startswith(("NOP", "BRA")):
             ops[m.group(2)] += 1
     if reg:
@@ -118,8 +121,58 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
             "sass_per_real_output": n * 32 * num_warps / (2 * block), "ops": dict(ops.most_common())}
 
 
+def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
+                       variant: str = "crt", kind: str = "int8", r: int = 16) -> dict:
+    """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
+
+    Args:
+        n: stage length N (the K outputs per row equal N, as in the six-step stages).
+        block_m, num_warps: rows per program and warps.
+        block_k: outputs of a row per program (None: all, padded to >= 16).
+        variant, kind, r: epilogue variant and moduli set.
+
+    Returns:
+        dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
+        ``spills`` = local-memory load/store instructions per thread.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from gpufield.fp64.fft import gemm_fused_epi
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
+
+    fn = gemm_fused_epi._fused_epi_kernel
+    np_ = max(16, 1 << (n - 1).bit_length())
+    bk = block_k or np_
+    const = dict(kernel_constants(epilogue_tables(kind, r), variant), NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True)
+    ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
+    sig = {a: "constexpr" if a in const else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32")
+           for a in fn.arg_names}
+    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xm", "S_bc", "S_bg", "S_bi")]
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
+    src = ASTSource(fn=fn, signature=sig, constexprs={a: v for a, v in const.items() if a in fn.arg_names},
+                    attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    ops = sass_histogram(k.asm["cubin"])
+    regs = ops.pop("REG", None)
+    total = sum(ops.values())
+    return {"sass_per_thread": total, "regs": regs, "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
+            "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
+
+
 def main(argv: list[str]) -> None:
     """Print old vs new counts and the predicted H200 epilogue time per 256^3 transform (2.0e8 real outputs)."""
+    if argv[:1] == ["fused"]:
+        from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH
+
+        for n in (16, 32):
+            c = fused_static_count(n, *DEFAULT_LAUNCH[n])
+            top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
+            print(f"fused N = {n} {DEFAULT_LAUNCH[n]}: SASS {c['sass_per_thread']}/thread, {c['regs']} regs, "
+                  f"{c['spills']} spill instr, {c['sass_per_real_output']:.0f}/real output; {top}")
+        return
     kind, r = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
     n_real = 6 * 2 * 256**3
     for impl, variant, block, warps, asm in (("int64", "crt", 32, 2, False), ("int64", "kulisch", 32, 2, False),
