@@ -177,3 +177,21 @@ def test_outputs_split_over_programs_give_the_same_bits():
     assert _same(split.cpu().numpy(), whole.cpu().numpy())
     want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
     assert _same(split.cpu().numpy(), want.reshape(24, 32))
+
+
+def test_barrett_constants_exact_on_the_whole_range():
+    """``barrett_constants`` (shift 0 for the fused stage's |x| <= 2^20, 4 for the standalone epilogue's
+    3 * 2^25) against Python's floor division for every u of the range's ends and a dense stride of it."""
+    from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants
+
+    ps = moduli_table("int8", 16).moduli
+    for bound, shift in ((1 << 20, 0), (3 << 25, 4)):
+        c = barrett_constants(ps, bound)
+        assert c["BSH"] == shift
+        for p, m, b in zip(ps, c["BM"], c["BB"], strict=True):
+            assert b % p == p // 2
+            u = np.unique(np.concatenate([np.arange(0, 4096), np.arange(bound + b - 4096, bound + b + 1),
+                                          np.arange(0, bound + b + 1, 997)])).astype(np.uint64)
+            assert np.array_equal((u * np.uint64(m)) >> np.uint64(32 + shift), u // np.uint64(p)), p
+    with pytest.raises(InputError):
+        barrett_constants(ps, 1 << 31)

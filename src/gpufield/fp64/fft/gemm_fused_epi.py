@@ -16,7 +16,8 @@ Then, one modulus p_i at a time (the outer loop, unrolled):
    only uses their residues mod p_i, so every later bit is the same; this needs no (re + im) residues and
    two dots instead of three. One tile column is one output; rows of a tile spanning twiddle groups take
    one masked dot per group;
-3. :func:`gpufield.fp64.kernels.fft_epilogue._fold_c`: Barrett mod p_i and the multiply-adds into the
+3. :func:`gpufield.fp64.kernels.fft_epilogue._fold_c`: Barrett mod p_i (constants for |x| <= 2^20,
+   :data:`DOT_BOUND`: one multiply-high and no shift) and the multiply-adds into the
    CRT limb and quotient-chunk sums. The CRT bulk is a linear combination of the per-modulus residues,
    so after step 3 the two accumulators are dead: 2 int32 dot accumulators per output plus the L + NF
    sums live at a time, never the 48 raw products.
@@ -48,7 +49,11 @@ from gpufield.fp64.fft.gemm_triton import (
     _row_scale,
 )
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_c, _init_like
-from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
+from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants
+
+DOT_BOUND = 1 << 20
+"""|Re|, |Im| <= 2 N 128^2 <= 2^20 for N <= 32 (int8 residues and twiddle residues, |.| <= 128): the Barrett
+range of the fold (:func:`gpufield.fp64.kernels.fft_epilogue_consts.barrett_constants`, shift 0)."""
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled fused kernel (``asm`` holds PTX/cubin)."""
@@ -281,5 +286,6 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     xv = torch.view_as_real(x_MN)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm), triton.cdiv(K, BK))](
         xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, **kernel_constants(tab, variant), **launch)
+        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
+        **{**kernel_constants(tab, variant), **barrett_constants(tab.moduli, DOT_BOUND)}, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

@@ -81,3 +81,31 @@ def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
     flat = lambda t: tuple(x for row in t for x in row)  # noqa: E731 - [R][N] row-major (cheap constexpr indexing)
     return dict(R=tab.num_moduli, PM=ps, BM=BM, BB=BB, CL=flat(CL), SI=SI, FL=flat(FL), FI=tuple(FI), ML=ML, W=w, L=L,
                 FW=fw, NF=nf, QSH=F - fw * (nf - 1), NW=-(-(tab.M.bit_length() + 1) // 32), BSH=BARRETT_SHIFT)
+
+
+def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
+    """Barrett constants of :func:`gpufield.fp64.kernels.fft_epilogue._mod` for int32 inputs |x| <= x_bound.
+
+    With the bias B_i = p_i ceil(x_bound / p_i) + floor(p_i / 2), u = x + B_i lies in [0, 2 x_bound + 2 p_i);
+    the smallest shift s >= 0 with m_i = ceil(2^(32 + s) / p_i) < 2^32 and u_max (m_i p_i - 2^(32 + s)) <
+    2^(32 + s) for every modulus makes umulhi(u, m_i) >> s = floor(u / p_i) exact (the standalone epilogue's
+    2^28 range needs s = 7; the fused stage's dot accumulators, |x| <= 2^20, need s = 0, one instruction
+    fewer per residue).
+
+    Returns:
+        dict ``BM``, ``BB``, ``BSH`` (kernel constexprs).
+
+    Raises:
+        InputError: no shift below 16 works, or u would not fit int32.
+    """
+    bb = tuple(p * -(-x_bound // p) + p // 2 for p in moduli)
+    umax = max(x_bound + b for b in bb)
+    if umax >= 1 << 31:
+        raise InputError(f"Barrett input bound {x_bound} too large for int32")
+    for sh in range(16):
+        e = 1 << (32 + sh)
+        bm = tuple(-(-e // p) for p in moduli)
+        if all(m < 1 << 32 and umax * (m * p - e) < e for m, p in zip(bm, moduli, strict=True)):
+            return dict(BM=bm, BB=bb, BSH=sh)
+    raise InputError(f"no Barrett shift below 16 is exact for moduli {moduli} and |x| <= {x_bound}")
+
