@@ -8,7 +8,7 @@ Run from the source tree on a machine with a CUDA GPU (torch >= 2.11, Triton):
 Per stage length N (16: the 256^3 stages; 32: the 512^3 / 1024^3 stages): one chunk of 2^20 rows (2^24
 complex outputs at N = 16, 2^25 at N = 32) of random complex128 rows with magnitudes over 2^-40..2^40, the
 stage-2 twiddle groups of a 256 / 1024 point transform (R = 2^20 / G rows per group). For each shape
-(rows per program, warps, outputs per program): the first call (compile) is timed, its outputs must equal the
+(rows per program, warps, outputs per program, register cap): the first call (compile) is timed, its outputs must equal the
 default shape's bit for bit (else the shape is reported as WRONG), then the median of ``--reps`` calls timed
 with CUDA events. ``c_epi`` is the time-equivalent instructions per real output at 16.73 T INT32 instr/s (the
 floor model's definition, H200). Results go to DIR/fp64_fused_epi_shapes.json after every shape (an
@@ -26,9 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-SHAPES = {16: [(64, 8, 16), (64, 16, 16), (128, 16, 16), (128, 8, 16), (32, 4, 16)],
-          32: [(64, 8, 32), (64, 8, 16), (32, 4, 16), (64, 16, 32), (128, 16, 32), (64, 4, 16)]}
-"""Per N: (rows per program, warps, outputs per program); the first is the default shape of N."""
+SHAPES = {16: [(64, 8, 16, 0), (64, 8, 16, 128), (128, 16, 16, 0), (64, 16, 16, 0), (128, 8, 16, 0), (32, 4, 16, 0)],
+          32: [(64, 16, 32, 0), (64, 8, 32, 0), (64, 8, 16, 0), (64, 8, 16, 128), (32, 4, 16, 0), (128, 16, 32, 0),
+               (64, 4, 16, 0)]}
+"""Per N: (rows per program, warps, outputs per program, register cap or 0 for none); the first is the
+reference shape whose outputs every other shape must equal."""
 P_INT = 16.73e12
 
 
@@ -71,13 +73,14 @@ def main() -> None:
     for n in (int(v) for v in a.sizes.split(",")):
         x, args = _stage(n, dev, 1 << a.rows_log2)
         ref = None
-        for bm, warps, bk in SHAPES[n]:
-            row = {"N": n, "rows": bm, "warps": warps, "outputs": bk}
+        for bm, warps, bk, reg in SHAPES[n]:
+            row = {"N": n, "rows": bm, "warps": warps, "outputs": bk, "maxnreg": reg}
             if time.time() - t_start > a.budget_s:
                 row["skipped"] = "budget"
                 res["shapes"].append(row)
                 continue
-            call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk)
+            call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk,
+                                     max_registers=reg or None)
             sync()
             t0 = time.time()
             y = call()[0]

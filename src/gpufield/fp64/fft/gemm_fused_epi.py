@@ -155,8 +155,8 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
     return -(-(bm - 1) // R) + 1
 
 
-DEFAULT_LAUNCH = {16: (64, 8), 32: (64, 16)}
-"""Padded stage length NP -> (largest rows per program, warps) on CUDA, measured fastest in H200 run 20
+DEFAULT_LAUNCH = {16: (64, 8, None), 32: (64, 16, None)}
+"""Padded stage length NP -> (largest rows per program, warps, register cap or None) on CUDA, measured fastest in H200 run 20
 (benchmarks/fp64_fused_epi_shapes.py; one chunk of 2^20 rows, commit 7bc0226):
 
 * NP = 16 (256^3 stages; 2^24 outputs): (64, 8) 1.92 ms; (128, 16) 1.97; (128, 8) 2.24; (64, 16) 2.49;
@@ -198,7 +198,8 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
-                           out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           out: torch.Tensor | None = None, max_registers: int | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -228,6 +229,9 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the next
             stage's input): the kernel writes the chunk's rows c0 .. c0 + Rc - 1 of the flattened [G, R]
             grid straight into it (no [Rc, K] buffer, no copy).
+        max_registers: registers per thread ptxas may use (Triton ``maxnreg``; CUDA only): at 128 two
+            programs of 8 warps fit an SM, at the price of some spills. None: :data:`DEFAULT_LAUNCH`; the
+            environment variable ``GPUFIELD_FUSED_EPI_MAXNREG`` overrides it (``0``: no cap). Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -281,6 +285,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
     launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[NP][1] if cuda else 4)}
+    if cuda:
+        env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")
+        reg = max_registers or (int(env_reg) if env_reg else DEFAULT_LAUNCH[NP][2])
+        if reg:
+            launch["maxnreg"] = reg
     if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)

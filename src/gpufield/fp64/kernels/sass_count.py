@@ -122,7 +122,8 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 
 
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
-                       variant: str = "crt", kind: str = "int8", r: int = 16) -> dict:
+                       variant: str = "crt", kind: str = "int8", r: int = 16,
+                       max_registers: int | None = None) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -130,6 +131,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         block_m, num_warps: rows per program and warps.
         block_k: outputs of a row per program (None: all, padded to >= 16).
         variant, kind, r: epilogue variant and moduli set.
+        max_registers: ptxas register cap (Triton ``maxnreg``), None for none.
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -156,7 +158,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
     src = ASTSource(fn=fn, signature=sig, constexprs={a: v for a, v in const.items() if a in fn.arg_names},
                     attrs=attrs)
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    opts = {"num_warps": num_warps} | ({"maxnreg": max_registers} if max_registers else {})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
     ops = sass_histogram(k.asm["cubin"])
     regs = ops.pop("REG", None)
     total = sum(ops.values())
@@ -170,7 +173,7 @@ def main(argv: list[str]) -> None:
         from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH
 
         for n in (16, 32):
-            c = fused_static_count(n, *DEFAULT_LAUNCH[n])
+            c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2])
             top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
             print(f"fused N = {n} {DEFAULT_LAUNCH[n]}: SASS {c['sass_per_thread']}/thread, {c['regs']} regs, "
                   f"{c['spills']} spill instr, {c['sass_per_real_output']:.0f}/real output; {top}")
