@@ -155,16 +155,19 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
     return -(-(bm - 1) // R) + 1
 
 
-DEFAULT_LAUNCH = {16: (64, 8, None), 32: (64, 16, None)}
-"""Padded stage length NP -> (largest rows per program, warps, register cap or None) on CUDA, measured fastest in H200 run 20
-(benchmarks/fp64_fused_epi_shapes.py; one chunk of 2^20 rows, commit 7bc0226):
+DEFAULT_LAUNCH = {16: (64, 8, 128), 32: (64, 16, None)}
+"""Padded stage length NP -> (largest rows per program, warps, register cap or None) on CUDA, measured
+fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows; runs 20 and 22, commits
+7bc0226 and 5af0188; bit-identical outputs for every shape):
 
-* NP = 16 (256^3 stages; 2^24 outputs): (64, 8) 1.92 ms; (128, 16) 1.97; (128, 8) 2.24; (64, 16) 2.49;
-  (32, 4) 2.49. Static sm_90 count at (64, 8): 4533 SASS per thread = 567 per real output, 176 registers,
-  no spills (749 and 188 before the round-to-nearest residues; c_epi measured 1166 -> 955).
-* NP = 32 (512^3 and 1024^3 stages; 2^25 outputs): (64, 16) 4.32 ms; (64, 8) with 16 outputs per program
-  4.86; (64, 8) 5.12 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 10.5 /
-  12.4; (128, 16) 14.4.
+* NP = 16 (256^3 and 512^3 stages; 2^24 outputs): (64, 8) capped at 128 registers 1.67 ms; (64, 8)
+  uncapped 1.93 (191 registers: one program of 8 warps per SM; at 128, two fit, for 76 spill
+  instructions); (128, 16) 1.93; (128, 8) 1.94; (32, 4) 2.16; (64, 16) 2.69. Static sm_90 count at
+  (64, 8, 128): 602 SASS per real output (run 10's kernel: 749, 188 registers).
+* NP = 32 (512^3 and 1024^3 stages; 2^25 outputs): (64, 16) 4.07 ms (128 registers, 82 spill
+  instructions, 636 per real output); (64, 8) with 16 outputs per program 4.99 (capped at 128: 7.05);
+  (64, 8) 5.08 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 9.05 / 9.48;
+  (128, 16) 15.4.
 
 Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
