@@ -195,3 +195,24 @@ def test_barrett_constants_exact_on_the_whole_range():
             assert np.array_equal((u * np.uint64(m)) >> np.uint64(32 + shift), u // np.uint64(p)), p
     with pytest.raises(InputError):
         barrett_constants(ps, 1 << 31)
+
+
+def test_group_interleaved_program_order_gives_the_same_bits():
+    """``swizzle=True`` (program t takes row block t // 4 of group t % 4) writing through a destination whose
+    group stride is one element, as six-step stage 2 does: same bits as the plain order and the oracle."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 32, 16), 9)
+    idx = _fused_idx(256)[:4]
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    xt = torch.from_numpy(x.reshape(128, 16)).to(DEV)
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
+    for swz in (True, False):
+        buf = torch.zeros((16, 32, 4), dtype=torch.complex128, device=DEV)
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 32, block_m=16,
+                               out=buf.permute(2, 1, 0), swizzle=swz)
+        assert _same(buf.permute(2, 1, 0).cpu().numpy(), want), swz

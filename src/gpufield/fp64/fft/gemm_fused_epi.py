@@ -91,7 +91,7 @@ def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
 
 @triton.jit
 def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
-                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF,
+                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
                       NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
@@ -99,7 +99,10 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
                       FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
                       BSH: tl.constexpr, ASM: tl.constexpr):
     pid = tl.program_id(0)
-    rows = pid * BR + tl.arange(0, BR)
+    # NGS > 1 (chunk of NGS whole twiddle groups): consecutive programs take the same row block of
+    # consecutive groups, whose outputs are neighbours when the destination's group stride is one element
+    t0 = (pid % NGS) * RG + (pid // NGS) * BR
+    rows = t0 + tl.arange(0, BR)
     rmask = rows < Rc
     # the rows as real [BR, 2 NP] (column 2 j + h: re / im of x_j), the layout of the 4M operand's rows
     jj = tl.arange(0, 2 * NP)
@@ -113,7 +116,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
     k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
     boff = jj[:, None] * K + k[None, :]  # [2 NP, BK] tile of the 4M operand
     bmask = (jj < 2 * NP)[:, None] & (k < K)[None, :]
-    g_lo = (c0 + pid * BR) // RG
+    g_lo = (c0 + t0) // RG
     grow = (c0 + rows) // RG
     zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
     sacc = _init_like(SI, L, zero)
@@ -201,8 +204,8 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
-                           out: torch.Tensor | None = None, max_registers: int | None = None
-                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           out: torch.Tensor | None = None, max_registers: int | None = None,
+                           swizzle: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -235,6 +238,9 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         max_registers: registers per thread ptxas may use (Triton ``maxnreg``; CUDA only): at 128 two
             programs of 8 warps fit an SM, at the price of some spills. None: :data:`DEFAULT_LAUNCH`; the
             environment variable ``GPUFIELD_FUSED_EPI_MAXNREG`` overrides it (``0``: no cap). Same bits.
+        swizzle: order the programs group-interleaved (program t takes row block t // n of group t % n
+            for a chunk of n whole groups) when ``out`` has a group stride of one element; None: on CUDA
+            when the chunk allows it, False: never, True: also in the interpreter. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -293,11 +299,15 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         reg = max_registers or (int(env_reg) if env_reg else DEFAULT_LAUNCH[NP][2])
         if reg:
             launch["maxnreg"] = reg
+    # group-interleaved program order when the destination's group stride is one complex element (a
+    # six-step stage 2): neighbouring programs then fill each 32-byte sector together
+    ngs = Rc // R if (out is not None and swizzle is not False and out.stride(0) == 1 and c0 % R == 0
+                      and Rc % R == 0 and R % bm == 0 and ngm == 1 and (swizzle or cuda)) else 1
     if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm), triton.cdiv(K, BK))](
         xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
+        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, ngs, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
         **{**kernel_constants(tab, variant), **barrett_constants(tab.moduli, DOT_BOUND)}, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax
