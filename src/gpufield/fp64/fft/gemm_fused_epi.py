@@ -70,17 +70,17 @@ def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
     FP64 pipe with no rounding or conversion instruction (FRND/F2I issue at a quarter of the rate):
 
     1. w = hi (2^29 mod p) + lo, exact (|w| < 2^40);
-    2. q = (w fl(1/p) + 1.5 2^52) - 1.5 2^52 = rn(w / p): |w fl(1/p) - w / p| <= 2^-18 (also with the
-       product rounded before the addition, when no FMA is formed), while for odd p w / p is at least
-       1 / (2 p) >= 2^-9 from any half-integer, so the rounding is the exact one; for p = 256 fl(1/p) is
-       exact and ties round to even;
+    2. q = (w fl(1/p) + 1.5 2^52) - 1.5 2^52 = rn(w / p): |w fl(1/p) - w / p| <= 2^-18, and rounding
+       the product before the addition (when no FMA is formed) adds at most 2^-20, while for odd p w / p
+       is at least 1 / (2 p) >= 2^-9 from any half-integer, so the rounding is the exact one; for p = 256
+       fl(1/p) is exact and ties round to even;
     3. r = w - q p is exact with |r| <= p / 2: for odd p already the symmetric residue in
        [-(p - 1) / 2, (p - 1) / 2]; r + 1.5 2^52 holds r in its low word (the int32 returned);
     4. even p (``PI``, the modulus at compile time): a tie gave r = +p / 2, mapped to -p / 2 (range
        [-p/2, p/2 - 1]).
 
-    Same values as :func:`gpufield.fp64.fft.gemm_triton._sym_res` (tests/fp64/test_fft_fused_epi.py runs
-    both on every half-integer boundary of every modulus)."""
+    Same values as :func:`gpufield.fp64.fft.gemm_triton._sym_res`; tests/fp64/test_fft_fused_epi.py checks
+    it against Python's exact residue at every half-integer boundary of every INT8 modulus."""
     w = hf * c29 + lf
     q = (w * invp + MAGIC) - MAGIC
     r = ((w - q * p) + MAGIC).to(tl.int64, bitcast=True).to(tl.int32)
@@ -306,8 +306,10 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
-    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[(triton.cdiv(Rc, bm), triton.cdiv(K, BK))](
+    grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
+    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
         xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, ngs, NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
-        **{**kernel_constants(tab, variant), **barrett_constants(tab.moduli, DOT_BOUND)}, **launch)
+        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, ngs,
+        NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
+        **(kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)), **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

@@ -83,6 +83,7 @@ def kernel_constants(tab: EpilogueTables, variant: str) -> dict:
                 FW=fw, NF=nf, QSH=F - fw * (nf - 1), NW=-(-(tab.M.bit_length() + 1) // 32), BSH=BARRETT_SHIFT)
 
 
+@functools.cache
 def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
     """Barrett constants of :func:`gpufield.fp64.kernels.fft_epilogue._mod` for int32 inputs |x| <= x_bound.
 
