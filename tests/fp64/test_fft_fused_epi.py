@@ -98,11 +98,12 @@ def test_non_finite_detected_and_garner_refused():
 
 
 @triton.jit
-def _res(v_ptr, out_ptr, p, invp, c29, n, PI: tl.constexpr, BLOCK: tl.constexpr):
+def _res(v_ptr, out_ptr, tab_ptr, n, PI: tl.constexpr, BLOCK: tl.constexpr):
     o = tl.arange(0, BLOCK)
     v = tl.load(v_ptr + o, mask=o < n, other=0)
     hv = v >> 29
-    r = _sym_res_rn(hv.to(tl.float64), (v - (hv << 29)).to(tl.float64), p, invp, c29, PI)
+    r = _sym_res_rn(hv.to(tl.float64), (v - (hv << 29)).to(tl.float64), tl.load(tab_ptr), tl.load(tab_ptr + 1),
+                    tl.load(tab_ptr + 2), PI)  # float64 p, fl(1/p), 2^29 mod p (as the stage kernel loads them)
     tl.store(out_ptr + o, r, mask=o < n)
 
 
@@ -124,7 +125,8 @@ def test_residue_without_rounding_instructions_on_every_half_integer_boundary():
         v = torch.tensor(vals, dtype=torch.int64, device=DEV)
         out = torch.empty(len(vals), dtype=torch.int32, device=DEV)
         block = 1 << (len(vals) - 1).bit_length()
-        _res[(1,)](v, out, float(p), 1.0 / p, float((1 << 29) % p), len(vals), PI=p, BLOCK=block)
+        tab = torch.tensor([p, 1.0 / p, (1 << 29) % p], dtype=torch.float64, device=DEV)
+        _res[(1,)](v, out, tab, len(vals), PI=p, BLOCK=block)
         lo = -(p // 2)  # symmetric range [-(p - 1) / 2, (p - 1) / 2], for p = 256 [-128, 127]
         want = [(x - lo) % p + lo for x in vals]
         assert out.cpu().tolist() == want, p
