@@ -55,12 +55,13 @@ def test_stage_with_chunks_cutting_groups_equals_the_oracle(variant, group):
     idx = _fused_idx(256)[:4]
     plan = _plan(variant, group, chunk=1500)
     want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
-    buf = torch.empty((16, 24, 4), dtype=torch.complex128)
-    got = dft_stage(torch.from_numpy(x), idx, plan, out=buf.permute(2, 1, 0))
+    buf = torch.empty((16, 24, 4), dtype=torch.complex128, device=DEV)
+    xt = torch.from_numpy(x).to(DEV)
+    got = dft_stage(xt, idx, plan, out=buf.permute(2, 1, 0))
     assert got.data_ptr() == buf.data_ptr()
-    assert _same(got.numpy(), want)
-    whole = dft_stage(torch.from_numpy(x), idx, _plan(variant, group))  # one chunk, own buffer
-    assert _same(whole.numpy(), want)
+    assert _same(got.cpu().numpy(), want)
+    whole = dft_stage(xt, idx, _plan(variant, group))  # one chunk, own buffer
+    assert _same(whole.cpu().numpy(), want)
 
 
 def test_stage_equals_unfused_paths_on_random_and_adversarial_rows():
@@ -70,11 +71,12 @@ def test_stage_equals_unfused_paths_on_random_and_adversarial_rows():
         x = _adversarial((4, 6, n), seed)
         idx = np.stack([_dft_idx(n)[0]] * 4)
         for variant in ("crt", "kulisch"):
-            got = dft_stage(torch.from_numpy(x), idx, _plan(variant)).numpy()
+            got = dft_stage(torch.from_numpy(x).to(DEV), idx, _plan(variant)).cpu().numpy()
             for gemm in ("fused",):
                 other = EmulatedFftPlan(backend="int8", variant=variant, epilogue="triton", int8_group=8,
                                         int8_gemm=gemm)
-                assert _same(got, dft_stage(torch.from_numpy(x), idx, other).numpy()), (n, variant, gemm)
+                ref = dft_stage(torch.from_numpy(x).to(DEV), idx, other).cpu().numpy()
+                assert _same(got, ref), (n, variant, gemm)
             assert _same(got, stage_exact_python(x, idx, 58, 56))
 
 
@@ -92,7 +94,7 @@ def test_non_finite_detected_and_garner_refused():
     x = _wide((4, 8, 8), 5)
     x[3, 7, 6] = np.nan
     with pytest.raises(NumericsError):
-        fftn_fp64_emulated(torch.from_numpy(x), _plan("crt"))
+        fftn_fp64_emulated(torch.from_numpy(x).to(DEV), _plan("crt"))
     with pytest.raises(InputError, match="fused_epi"):
         _plan("garner")
 

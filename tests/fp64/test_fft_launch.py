@@ -65,11 +65,13 @@ def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilog
     plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, int8_group=group, int8_gemm=gemm,
                            chunk_outputs=1500)
     want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
-    buf = torch.empty((16, 24, 4), dtype=torch.complex128)
-    got = dft_stage(torch.from_numpy(x), idx, plan, out=buf.permute(2, 1, 0))
+    dev = "cpu" if backend == "cpu" else DEV
+    buf = torch.empty((16, 24, 4), dtype=torch.complex128, device=dev)
+    xt = torch.from_numpy(x).to(dev)
+    got = dft_stage(xt, idx, plan, out=buf.permute(2, 1, 0))
     assert got.data_ptr() == buf.data_ptr()
-    assert _same(got.numpy(), want)
-    assert _same(dft_stage(torch.from_numpy(x), idx, plan).numpy(), want)  # own buffer, same chunks
+    assert _same(got.cpu().numpy(), want)
+    assert _same(dft_stage(xt, idx, plan).cpu().numpy(), want)  # own buffer, same chunks
 
 
 def _counting(monkeypatch, module, name, counts):
@@ -109,7 +111,7 @@ def test_one_residue_and_one_epilogue_launch_per_stage_and_one_check(monkeypatch
 
     monkeypatch.setattr(Int8Backend, "_int_mm", staticmethod(mm))
     plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_group=8, int8_gemm=gemm)
-    y = fftn_fp64_emulated(torch.from_numpy(x), plan).numpy()
+    y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
     assert _same(y, want)
     gemms = {"cublas": {"_int_mm": 6 * (1 + 1 + 16), "scale_residues_triton": 3},
              "triton": {"stage_gemm_triton": 3, "scale_residues_triton": 3},
