@@ -220,3 +220,31 @@ def test_group_interleaved_program_order_gives_the_same_bits():
         fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 32, block_m=16,
                                out=buf.permute(2, 1, 0), swizzle=swz)
         assert _same(buf.permute(2, 1, 0).cpu().numpy(), want), swz
+
+
+def test_out_of_grid_chunks_and_aliased_destinations_are_refused():
+    """Chunk rows outside the [G, R] grid would be stored outside ``out``, and a destination sharing memory
+    with the input rows lets programs overwrite rows that others still read: both raise ValueError, and
+    nothing around ``out`` is touched (found by a fuzzing helper, session 6)."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    idx = _fused_idx(256)[:2]
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops)
+    x = torch.randn(32, 16, dtype=torch.complex128, device=DEV)
+    base = torch.full((5, 16, 16), 7 - 7j, dtype=torch.complex128, device=DEV)
+    for c0, rows in ((20, 32), (-8, 8), (0, 33)):
+        with pytest.raises(ValueError, match="outside"):
+            fused_epi_stage_triton(x[:rows] if rows <= 32 else torch.randn(rows, 16, dtype=torch.complex128, device=DEV),
+                                   *args, c0, 16, out=base[1:3])
+    assert bool((base == 7 - 7j).all())
+    buf = torch.randn(2, 16, 16, dtype=torch.complex128, device=DEV)
+    for out in (buf, buf.transpose(1, 2), buf[1:].expand(2, 16, 16)):
+        with pytest.raises(ValueError, match="share memory"):
+            fused_epi_stage_triton(buf.view(32, 16), *args, 0, 16, out=out)
+    other = torch.empty(2, 16, 16, dtype=torch.complex128, device=DEV)
+    fused_epi_stage_triton(buf.view(32, 16), *args, 0, 16, out=other)  # separate memory: accepted

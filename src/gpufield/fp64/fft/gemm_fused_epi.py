@@ -201,6 +201,19 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
     return b
 
 
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the byte extents of two strided tensors on the same storage intersect (conservative)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.numel() == 0 or b.numel() == 0:
+        return False
+
+    def extent(t: torch.Tensor) -> tuple[int, int]:
+        lo = t.data_ptr()
+        return lo, lo + t.element_size() * (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True)))
+
+    (a0, a1), (b0, b1) = extent(a), extent(b)
+    return a0 < b1 and b0 < a1
+
+
 def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
@@ -247,7 +260,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         float64 [Rc] row maxima (Inf where a row has Inf/NaN).
 
     Raises:
-        ValueError: shapes or dtypes do not match, or a variant other than crt/kulisch.
+        ValueError: shapes or dtypes do not match, a variant other than crt/kulisch, chunk rows outside
+            the [G, R] grid, or ``out`` sharing memory with ``x_MN``.
     """
     Rc, N = x_MN.shape
     wres = ops["wres"]
@@ -256,6 +270,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
     if x_MN.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
         raise ValueError("fused_epi stage shapes/dtypes do not match")
+    if c0 < 0 or c0 + Rc > G * R:
+        raise ValueError(f"chunk rows [{c0}, {c0 + Rc}) outside the stage's {G} x {R} row grid")
+    if out is not None and _overlap(out, x_MN):
+        raise ValueError("out must not share memory with the input rows (programs would overwrite rows "
+                         "other programs still read)")
     dev = x_MN.device
     s = torch.empty(Rc, dtype=torch.int64, device=dev)
     amax = torch.empty(Rc, dtype=torch.float64, device=dev)
