@@ -248,3 +248,24 @@ def test_out_of_grid_chunks_and_aliased_destinations_are_refused():
             fused_epi_stage_triton(buf.view(32, 16), *args, 0, 16, out=out)
     other = torch.empty(2, 16, 16, dtype=torch.complex128, device=DEV)
     fused_epi_stage_triton(buf.view(32, 16), *args, 0, 16, out=other)  # separate memory: accepted
+
+
+def test_in_place_stage_goes_through_a_buffer_and_bad_tiles_are_refused():
+    """``dft_stage(x, ..., out=x)`` (same layout, N = K) still gives the oracle's bits: the fused kernel
+    writes a buffer, then the rows are placed (the kernel itself refuses an aliased ``out``); tile sizes that
+    are not powers of two >= 16 raise ValueError instead of a Triton error."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 6, 16), 10)
+    idx = _fused_idx(256)[:4]
+    want = stage_exact_python(x, idx, 58, 56)
+    xt = torch.from_numpy(x).to(DEV)
+    got = dft_stage(xt, idx, _plan("crt"), out=xt)
+    assert got.data_ptr() == xt.data_ptr() and _same(xt.cpu().numpy(), want)
+    tab = epilogue_tables("int8", 16)
+    ops = stage_operands(idx, 56, moduli_table("int8", 16).moduli, torch.int8, 8, DEV)
+    for kw in ({"block_m": 24}, {"block_k": 8}):
+        with pytest.raises(ValueError, match="power of two"):
+            fused_epi_stage_triton(xt.view(24, 16), 58, 56, tab, "crt", ops, 0, 6, **kw)

@@ -261,7 +261,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
 
     Raises:
         ValueError: shapes or dtypes do not match, a variant other than crt/kulisch, chunk rows outside
-            the [G, R] grid, or ``out`` sharing memory with ``x_MN``.
+            the [G, R] grid, ``out`` sharing memory with ``x_MN`` (:func:`gpufield.fp64.fft.stage.dft_stage`
+            then writes through a buffer), or ``block_m`` / ``block_k`` not a power of two >= 16.
     """
     Rc, N = x_MN.shape
     wres = ops["wres"]
@@ -270,6 +271,9 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
     if x_MN.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
         raise ValueError("fused_epi stage shapes/dtypes do not match")
+    for name, v in (("block_m", block_m), ("block_k", block_k)):
+        if v is not None and (v < 16 or v & (v - 1)):
+            raise ValueError(f"{name} must be a power of two >= 16, got {v}")
     if c0 < 0 or c0 + Rc > G * R:
         raise ValueError(f"chunk rows [{c0}, {c0 + Rc}) outside the stage's {G} x {R} row grid")
     if out is not None and _overlap(out, x_MN):

@@ -186,14 +186,17 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         Rc = c1 - c0
         xc = x_MN[c0:c1]
         if plan.int8_gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
-            from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+            from gpufield.fp64.fft.gemm_fused_epi import _overlap, fused_epi_stage_triton
 
+            direct = y is not None and not _overlap(y, xc)  # rows written straight into y, unless in place
             res, _, amax = fused_epi_stage_triton(xc, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
-                                                  ops, c0, R, out=y)  # rows written straight into y
+                                                  ops, c0, R, out=y if direct else None)
             if flags is not None:
                 flags.append(amax.amax())
             if y is None:
                 return res.view(G, R, K)
+            if not direct:
+                place_rows(y, res, c0, c1)
             continue
         if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
