@@ -89,9 +89,9 @@ def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
 
     With the bias B_i = p_i ceil(x_bound / p_i) + floor(p_i / 2), u = x + B_i lies in [0, 2 x_bound + 2 p_i);
     the smallest shift s >= 0 with m_i = ceil(2^(32 + s) / p_i) < 2^32 and u_max (m_i p_i - 2^(32 + s)) <
-    2^(32 + s) for every modulus makes umulhi(u, m_i) >> s = floor(u / p_i) exact (the standalone epilogue's
-    2^28 range needs s = 7; the fused stage's dot accumulators, |x| <= 2^20, need s = 0, one instruction
-    fewer per residue).
+    2^(32 + s) for every modulus makes umulhi(u, m_i) >> s = floor(u / p_i) exact. The fused stage's dot
+    accumulators, |x| <= 2^20, get s = 0 (one instruction fewer per residue); the standalone epilogue keeps
+    its own constants (:data:`BARRETT_SHIFT` = 7 for u < 2^28; this rule gives 4 for |x| < 3 2^25).
 
     Returns:
         dict ``BM``, ``BB``, ``BSH`` (kernel constexprs).
