@@ -183,7 +183,7 @@ def test_outputs_split_over_programs_give_the_same_bits():
     assert _same(split.cpu().numpy(), want.reshape(24, 32))
 
 
-def test_barrett_constants_exact_on_the_whole_range():
+def test_barrett_constants_exact_at_the_range_ends_and_on_a_stride():
     """``barrett_constants`` (shift 0 for the fused stage's |x| <= 2^20, 4 for the standalone epilogue's
     3 * 2^25) against Python's floor division for every u of the range's ends and a dense stride of it."""
     from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants
