@@ -44,12 +44,11 @@ from gpufield.fp64.fft.gemm_triton import (
     _abs_inf,
     _block,
     _fmax,
-    _fused_tables,
     _pow2_at_least,
     _row_scale,
 )
-from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_c, _init_like
-from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants
+from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
+from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants, residue_constants
 
 DOT_BOUND = 1 << 20
 """|Re|, |Im| <= 2 N 128^2 <= 2^20 for N <= 32 (int8 residues and twiddle residues, |.| <= 128): the Barrett
@@ -90,10 +89,23 @@ def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
 
 
 @triton.jit
-def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29_ptr,
-                      Rc, RG, c0, G, N, K, S_xm, S_bc, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
+def _f64(bits: tl.constexpr):
+    """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
+    operand in the SASS, no load)."""
+    return tl.full([], bits, tl.int64).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _b_tile(B_ptr, i: tl.constexpr, S_bg, S_bi, g, boff, bmask):
+    """Modulus i's 4M operand tile [2 NP, 2 BK] of twiddle group g (zero outside the group's K)."""
+    return tl.load(B_ptr + i * S_bi + g * S_bg + boff, mask=bmask, other=0)
+
+
+@triton.jit
+def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
+                      Rc, RG, c0, G, N, K, S_xm, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
-                      NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
+                      NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, FB: tl.constexpr, BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
                       FI: tl.constexpr, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
                       FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
@@ -114,30 +126,33 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr, p_ptr, invp_ptr, c29
     hf = hv.to(tl.float64)
     lf = (v - (hv << 29)).to(tl.float64)
     k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
-    boff = jj[:, None] * K + k[None, :]  # [2 NP, BK] tile of the 4M operand
-    bmask = (jj < 2 * NP)[:, None] & (k < K)[None, :]
+    # 4M operand tile [2 NP, 2 BK]: column 2 k + c is output k's real (c = 0) or imaginary (c = 1) part
+    kc = 2 * tl.program_id(1) * BK + tl.arange(0, 2 * BK)
+    boff = jj[:, None] * (2 * K) + kc[None, :]
+    bmask = (jj < 2 * NP)[:, None] & (kc < 2 * K)[None, :]
     g_lo = (c0 + t0) // RG
     grow = (c0 + rows) // RG
     zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
     sacc = _init_like(SI, L, zero)
     facc = _init_like(FI, NF, zero)
+    if NGM == 1:
+        b = _b_tile(B_ptr, 0, S_bg, S_bi, g_lo, boff, bmask)
     for i in tl.static_range(R):
-        at = _sym_res_rn(hf, lf, tl.load(p_ptr + i), tl.load(invp_ptr + i), tl.load(c29_ptr + i),
-                         PM[i]).to(tl.int8)
-        t = ()
-        for comp in tl.static_range(2):
-            bc = B_ptr + comp * S_bc + i * S_bi
-            if NGM == 1:
-                acc = tl.dot(at, tl.load(bc + g_lo * S_bg + boff, mask=bmask, other=0), out_dtype=tl.int32)
-            else:
-                acc = tl.zeros((BR, BK), dtype=tl.int32)
-                for jg in tl.static_range(NGM):
-                    gi = g_lo + jg
-                    b = tl.load(bc + gi * S_bg + boff, mask=bmask & (gi < G), other=0)
-                    am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
-                    acc += tl.dot(am_, b, out_dtype=tl.int32)
-            t = t + (acc,)
-        sacc, facc = _fold_c(sacc, facc, t[0], t[1], i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+        at = _sym_res_rn(hf, lf, _f64(FB[3 * i]), _f64(FB[3 * i + 1]), _f64(FB[3 * i + 2]), PM[i]).to(tl.int8)
+        if NGM == 1:
+            if i + 1 < R:  # the next modulus's tile is loaded while this one is folded
+                bn = _b_tile(B_ptr, i + 1, S_bg, S_bi, g_lo, boff, bmask)
+            acc = tl.dot(at, b, out_dtype=tl.int32)
+            if i + 1 < R:
+                b = bn
+        else:
+            acc = tl.zeros((BR, 2 * BK), dtype=tl.int32)
+            for jg in tl.static_range(NGM):
+                gi = g_lo + jg
+                bj = _b_tile(B_ptr, i, S_bg, S_bi, gi, boff, bmask & (gi < G))
+                am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
+                acc += tl.dot(am_, bj, out_dtype=tl.int32)
+        sacc, facc = _fold_j(sacc, facc, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
     shift = (s + TW).to(tl.int32)
     y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
     # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units)
@@ -178,9 +193,10 @@ Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
     """The 4M twiddle operand of the fused kernel from the per-modulus twiddle residues.
 
-    Row 2 j + h of the [2 NP, K] tile multiplies x_j's real (h = 0) or imaginary (h = 1) residue:
-    Re = [wr; -wi], Im = [wi; wr], so one dot gives xr wr - xi wi (= T1 - T2 mod p) and one
-    xr wi + xi wr (= T3 - T1 - T2 mod p); -wi is re-reduced to a symmetric residue (int8 for every p).
+    Row 2 j + h multiplies x_j's real (h = 0) or imaginary (h = 1) residue; column 2 k + c gives output
+    k's real (c = 0: rows [wr; -wi], so xr wr - xi wi = T1 - T2 mod p) or imaginary part (c = 1: rows
+    [wi; wr], xr wi + xi wr = T3 - T1 - T2 mod p). One dot per modulus then yields both parts of every
+    output side by side; -wi is re-reduced to a symmetric residue (int8 for every p).
 
     Args:
         wres: int8 [L, G, K, N] residues of wr, wi (and wr + wi, unused) from
@@ -189,16 +205,16 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
         NP: padded stage length (rows 2 N .. 2 NP - 1 are zero).
 
     Returns:
-        int8 [2, G, L, 2 NP, K], contiguous, on the residues' device.
+        int8 [G, L, 2 NP, 2 K], contiguous, on the residues' device.
     """
     wr, wi = (w.to(torch.int32) for w in wres[:2])
     p = torch.tensor(moduli, dtype=torch.int32, device=wr.device).view(-1, 1, 1, 1)
     nwi = torch.remainder(-wi + p // 2, p) - p // 2
     L, G, K, N = wr.shape
-    b = torch.zeros((2, G, L, 2 * NP, K), dtype=torch.int8, device=wr.device)
-    for c, (w0, w1) in enumerate(((wr, nwi), (wi, wr))):
-        b[c, :, :, :2 * N] = torch.stack([w0, w1], dim=-1).reshape(L, G, K, 2 * N).permute(1, 0, 3, 2).to(torch.int8)
-    return b
+    b = torch.zeros((G, L, 2 * NP, K, 2), dtype=torch.int8, device=wr.device)
+    for c, (w0, w1) in enumerate(((wr, nwi), (wi, wr))):  # [L, G, K, N] x 2 -> [G, L, 2 N, K]
+        b[:, :, :2 * N, :, c] = torch.stack([w0, w1], dim=-1).reshape(L, G, K, 2 * N).permute(1, 0, 3, 2).to(torch.int8)
+    return b.view(G, L, 2 * NP, 2 * K)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -294,10 +310,9 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         return (out if out is not None else torch.view_as_complex(y.view(0, K, 2))), s, amax
     if Rc * K >= 2**31:
         raise ValueError(f"fused_epi chunk of {Rc * K} outputs exceeds 2^31")
-    tabs = _fused_tables(tab.moduli, tab.num_moduli, str(dev))
     cuda = dev.type == "cuda"
     NP = _pow2_at_least(N, 16)  # the joined (re, im) operand is 2 NP >= 32 wide: the int8 MMA K step
-    if ops.get("b4m") is None or ops["b4m"].shape[3] != 2 * NP:
+    if ops.get("b4m") is None or ops["b4m"].shape[2] != 2 * NP:
         ops["b4m"] = operand_4m(wres, tab.moduli, NP)
     b4 = ops["b4m"]
     env = os.environ.get("GPUFIELD_FUSED_EPI_LAUNCH") if cuda else None
@@ -331,8 +346,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     xv = torch.view_as_real(x_MN)
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
-        xv, b4, y, s, amax, tabs[0], tabs[1], tabs[2], Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), b4.stride(2), bits, twiddle_bits, *ystr, ngs,
-        NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm,
+        xv, b4, y, s, amax, Rc, R, c0, G, N, K,
+        xv.stride(0), b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
+        NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=residue_constants(tab.moduli),
         **(kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)), **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

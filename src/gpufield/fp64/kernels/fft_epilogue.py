@@ -204,7 +204,16 @@ def _fold_c(s, f, xre, xim, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr,
     """As :func:`_fold` from the combined products: xre = Re, xim = Im of modulus i's product (any integers
     congruent to T1 - T2 and T3 - T1 - T2 mod p_i with |x| < 3 * 2^25; the symmetric residue and so every
     later bit depend only on x mod p_i)."""
-    c = _mod(tl.join(xre, xim), BB[i], BM[i], PM[i], BSH)  # mod p_i of (re, im)
+    return _fold_j(s, f, tl.join(xre, xim), i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+
+
+@triton.jit
+def _fold_j(s, f, x, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
+            CL: tl.constexpr, FL: tl.constexpr, L: tl.constexpr, NF: tl.constexpr, BSH: tl.constexpr,
+            ASM: tl.constexpr):
+    """As :func:`_fold_c` with (Re, Im) already joined on the last axis (x: int32 [..., 2]; the fused
+    stage's single dot per modulus gives them as neighbouring columns)."""
+    c = _mod(x, BB[i], BM[i], PM[i], BSH)  # mod p_i of (re, im)
     return _mac(s, c, CL, i, L, ASM), _mac(f, c, FL, i, NF, ASM)
 
 

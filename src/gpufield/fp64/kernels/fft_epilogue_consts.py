@@ -11,6 +11,7 @@ the kernel provably stays in range (:func:`_fits`); the CRT is GEMMul8's (fp64.m
 from __future__ import annotations
 
 import functools
+import struct
 
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import BULK_FRAC_BITS, FRAC_BITS, EpilogueTables
@@ -110,3 +111,18 @@ def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
             return dict(BM=bm, BB=bb, BSH=sh)
     raise InputError(f"no Barrett shift below 16 is exact for moduli {moduli} and |x| <= {x_bound}")
 
+
+
+@functools.cache
+def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
+    """Bit patterns (int64) of the float64 constants of the fused stage's residue step
+    (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn`): p_i, fl(1 / p_i) and 2^29 mod p_i, three per
+    modulus in modulus order, so the kernel takes them as compile-time immediates instead of loads.
+
+    Returns:
+        tuple of 3 L Python ints.
+    """
+    def bits(v: float) -> int:
+        return struct.unpack("<q", struct.pack("<d", v))[0]
+
+    return tuple(bits(float(v)) for p in moduli for v in (p, 1.0 / p, (1 << 29) % p))

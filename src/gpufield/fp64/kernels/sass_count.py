@@ -143,18 +143,18 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
 
     from gpufield.fp64.fft import gemm_fused_epi
     from gpufield.fp64.fft.epilogue import epilogue_tables
-    from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants
+    from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants, residue_constants
 
     fn = gemm_fused_epi._fused_epi_kernel
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND))
-    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True)
+    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, FB=residue_constants(tab.moduli))
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     sig = {a: "constexpr" if a in const else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32")
            for a in fn.arg_names}
-    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xm", "S_bc", "S_bg", "S_bi")]
+    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xm", "S_bg", "S_bi")]
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
     src = ASTSource(fn=fn, signature=sig, constexprs={a: v for a, v in const.items() if a in fn.arg_names},
                     attrs=attrs)
