@@ -48,7 +48,11 @@ from gpufield.fp64.fft.gemm_triton import (
     _row_scale,
 )
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
-from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants, residue_constants
+from gpufield.fp64.kernels.fft_epilogue_consts import (
+    barrett_constants,
+    kernel_constants,
+    residue_constants,
+)
 
 DOT_BOUND = 1 << 20
 """|Re|, |Im| <= 2 N 128^2 <= 2^20 for N <= 32 (int8 residues and twiddle residues, |.| <= 128): the Barrett
@@ -92,7 +96,7 @@ def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
 def _f64(bits: tl.constexpr):
     """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
     operand in the SASS, no load)."""
-    return tl.full([], bits, tl.int64).to(tl.float64, bitcast=True)
+    return tl.cast(tl.cast(bits, tl.int64), tl.float64, bitcast=True)
 
 
 @triton.jit
@@ -217,6 +221,28 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
     return b.view(G, L, 2 * NP, 2 * K)
 
 
+IMPLS = ("triton", "gluon")
+"""Kernels of the fused stage: ``"triton"`` (:func:`_fused_epi_kernel`, every device and the interpreter)
+and ``"gluon"`` (:mod:`gpufield.fp64.fft.gemm_fused_gluon`, Hopper only; same bits)."""
+
+
+def _gluon_fits(impl: str | None, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int) -> bool:
+    """Whether this launch runs the Gluon kernel: asked for (``impl`` or ``GPUFIELD_FUSED_EPI_IMPL``), on a
+    Hopper GPU (wgmma), with one twiddle group per program, 64 rows (one wgmma M) and an int8 wgmma N
+    (2 BK / warpgroups) that is a multiple of 8. Otherwise the Triton kernel runs (same bits).
+
+    Raises:
+        ValueError: ``impl`` not in :data:`IMPLS`.
+    """
+    impl = impl or os.environ.get("GPUFIELD_FUSED_EPI_IMPL") or "triton"
+    if impl not in IMPLS:
+        raise ValueError(f"fused_epi impl must be one of {IMPLS}, got {impl!r}")
+    if impl != "gluon" or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
+        return False
+    wn = num_warps // 4
+    return ngm == 1 and bm == 64 and num_warps in (4, 8, 16) and (2 * bk) % wn == 0 and (2 * bk // wn) % 8 == 0
+
+
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the byte extents of two strided tensors on the same storage intersect (conservative)."""
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.numel() == 0 or b.numel() == 0:
@@ -234,7 +260,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
                            ops: dict, c0: int, R: int, block_m: int | None = None,
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
                            out: torch.Tensor | None = None, max_registers: int | None = None,
-                           swizzle: bool | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           swizzle: bool | None = None,
+                           impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -270,6 +297,9 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         swizzle: order the programs group-interleaved (program t takes row block t // n of group t % n
             for a chunk of n whole groups) when ``out`` has a group stride of one element; None: on CUDA
             when the chunk allows it, False: never, True: also in the interpreter. Same bits.
+        impl: ``"triton"`` or ``"gluon"`` (:data:`IMPLS`); None: the environment variable
+            ``GPUFIELD_FUSED_EPI_IMPL``, else ``"triton"``. The Gluon kernel runs only where it fits
+            (:func:`_gluon_fits`), else the Triton one. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -345,9 +375,19 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
-    COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
-        xv, b4, y, s, amax, Rc, R, c0, G, N, K,
-        xv.stride(0), b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
-        NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=residue_constants(tab.moduli),
-        **(kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)), **launch)
+    consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
+    if _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"]):
+        from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
+
+        if ops.get("b4m_t") is None or ops["b4m_t"].shape[3] != 2 * NP:
+            ops["b4m_t"] = b4.transpose(2, 3).contiguous()  # [G, L, 2 K, 2 NP]: K-major tiles for 8-bit wgmma
+        bt = ops["b4m_t"]
+        COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
+            xv, bt, y, s, amax, Rc, R, c0, N, K, xv.stride(0), bt.stride(0), bt.stride(1), bits, twiddle_bits,
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, FB=residue_constants(tab.moduli), **consts, **launch)
+    else:
+        COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
+            xv, b4, y, s, amax, Rc, R, c0, G, N, K,
+            xv.stride(0), b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
+            NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=residue_constants(tab.moduli), **consts, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

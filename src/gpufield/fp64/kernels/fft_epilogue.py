@@ -85,7 +85,7 @@ def _mac(acc, c, TAB: tl.constexpr, i: tl.constexpr, N: tl.constexpr, ASM: tl.co
     for j in tl.static_range(N):
         if ASM:
             out = out + (tl.inline_asm_elementwise("mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r",
-                                                   [c, tl.full(c.shape, TAB[i * N + j], tl.int32), acc[j]],
+                                                   [c, c * 0 + TAB[i * N + j], acc[j]],
                                                    dtype=tl.int32, is_pure=True, pack=1),)
         else:
             out = out + (acc[j] + c * TAB[i * N + j],)
@@ -102,7 +102,7 @@ def _lift_words(s, f, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr, FW: tl
         g = f[j] + (g >> FW)
     q = g >> QSH
     e = ()
-    carry = tl.zeros_like(q)
+    carry = q * 0  # (x * 0 + v: constants shaped like a tensor, also in Gluon kernels, which need layouts)
     for j in tl.static_range(L):
         a = s[j] - q * ML[j] + carry
         if j < L - 1:
@@ -111,7 +111,7 @@ def _lift_words(s, f, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr, FW: tl
         e = e + (a,)
     words = ()
     for k in tl.static_range(NW):
-        wk = tl.zeros_like(q)
+        wk = q * 0
         for j in tl.static_range(L):
             lo = W * j - 32 * k  # bit of word k where digit j starts (compile time)
             if lo >= 0:
@@ -135,9 +135,9 @@ def _round(words, shift, NW: tl.constexpr):
     W2 = sgn
     W1 = sgn
     W0 = sgn
-    low = tl.zeros_like(sgn)  # OR of the raw words below the window
-    H = tl.full(sgn.shape, 1, tl.int32)
-    below = tl.zeros_like(sgn)
+    low = sgn * 0  # OR of the raw words below the window
+    H = sgn * 0 + 1
+    below = sgn * 0
     for k in tl.static_range(NW):
         v = words[k] ^ sgn
         nz = v != 0
@@ -178,10 +178,11 @@ def _round(words, shift, NW: tl.constexpr):
 
 @triton.jit
 def _init_like(TAB: tl.constexpr, N: tl.constexpr, x):
-    """Tuple of N int32 tensors shaped like ``x``, filled with TAB[j] (the accumulators' start values)."""
+    """Tuple of N int32 tensors shaped (and laid out) like the int32 tensor ``x``, filled with TAB[j] (the
+    accumulators' start values)."""
     out = ()
     for j in tl.static_range(N):
-        out = out + (tl.full(x.shape, TAB[j], tl.int32),)
+        out = out + (x * 0 + TAB[j],)
     return out
 
 

@@ -123,7 +123,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
-                       max_registers: int | None = None) -> dict:
+                       max_registers: int | None = None, gluon: bool = False) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -132,6 +132,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         block_k: outputs of a row per program (None: all, padded to >= 16).
         variant, kind, r: epilogue variant and moduli set.
         max_registers: ptxas register cap (Triton ``maxnreg``), None for none.
+        gluon: the Gluon kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`) instead of the Triton one.
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -143,19 +144,29 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
 
     from gpufield.fp64.fft import gemm_fused_epi
     from gpufield.fp64.fft.epilogue import epilogue_tables
-    from gpufield.fp64.kernels.fft_epilogue_consts import barrett_constants, kernel_constants, residue_constants
+    from gpufield.fp64.kernels.fft_epilogue_consts import (
+        barrett_constants,
+        kernel_constants,
+        residue_constants,
+    )
 
     fn = gemm_fused_epi._fused_epi_kernel
+    if gluon:
+        from gpufield.fp64.fft import gemm_fused_gluon
+
+        fn = gemm_fused_gluon._fused_epi_gluon_kernel
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND))
-    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, FB=residue_constants(tab.moduli))
+    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, FB=residue_constants(tab.moduli), num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     sig = {a: "constexpr" if a in const else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32")
            for a in fn.arg_names}
     div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xm", "S_bg", "S_bi")]
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
     src = ASTSource(fn=fn, signature=sig, constexprs={a: v for a, v in const.items() if a in fn.arg_names},
                     attrs=attrs)
     opts = {"num_warps": num_warps} | ({"maxnreg": max_registers} if max_registers else {})

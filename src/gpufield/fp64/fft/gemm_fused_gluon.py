@@ -1,0 +1,124 @@
+"""The fused DFT-GEMM stage kernel written in Gluon (Triton's explicit-layout dialect) for Hopper: the same
+arithmetic and bits as :mod:`gpufield.fp64.fft.gemm_fused_epi`, with the data movement chosen by hand.
+
+Why (H200 run 29, Nsight Compute on the Triton kernel at 256^3 stage shapes): the Triton kernel issued in
+45 % of the cycles. Per modulus it staged the int8 residues and the twiddle tile through shared memory
+between two CTA barriers and waited for each wgmma at once; with 128 registers (two programs per SM) it
+spilled the row values and reloaded them every modulus. Its stalls: long scoreboard 22 % (spill reloads,
+tile loads), wait 15 %, barrier 13 %, pipe throttle 12 %.
+
+Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in column 2 k, imaginary in
+2 k + 1) does:
+
+1. loads its rows once (float64 [BR, 2 NP]), row shifts and the exact split hi 2^29 + lo (as the Triton
+   kernel, through the same helpers);
+2. writes the symmetric residues of all L moduli to shared memory ([L, BR, 2 NP] int8, K-major) and the
+   L twiddle tiles of its group ([L, 2 BK, 2 NP] int8, K-major as 8-bit wgmma requires), then ONE fence
+   and barrier: the row values are dead before the modulus loop starts (no spills);
+3. per modulus one asynchronous wgmma, issued one modulus ahead, so the tensor cores work while the
+   previous modulus is folded (:func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the
+   loop;
+4. the shared epilogue (:func:`gpufield.fp64.kernels.fft_epilogue._finish`) in the accumulator layout
+   and one store per output.
+
+Hopper only (wgmma, sm_90); Gluon kernels do not run in the Triton interpreter, so CI checks that it
+compiles for sm_90 (tests/fp64/test_fft_fused_gluon.py) and the GPU runs compare it bit for bit with the
+Triton kernel and the exact CPU oracle.
+
+Shape legend: as :mod:`gpufield.fp64.fft.gemm_fused_epi` (Rc chunk rows, NP padded stage length, BR rows
+and BK outputs per program, L moduli).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from gpufield.fp64.fft.gemm_fused_epi import _f64, _sym_res_rn
+from gpufield.fp64.fft.gemm_triton import _abs_inf, _fmax, _row_scale
+from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
+
+
+@gluon.jit
+def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
+                            Rc, RG, c0, N, K, S_xm, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
+                            NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr,
+                            R: gl.constexpr, PM: gl.constexpr, FB: gl.constexpr, BM: gl.constexpr,
+                            BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
+                            FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
+                            FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
+                            BSH: gl.constexpr, ASM: gl.constexpr, num_warps: gl.constexpr):
+    # row tile [BR, 2 NP] float64 and twiddle tiles [2 BK, 2 NP] int8: 8 consecutive columns per thread,
+    # 2 NP / 8 threads per row (BR = 64 rows = 32 / (2 NP / 8) rows per warp x num_warps: no replication)
+    XL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (2 * NP // 8), 2 * NP // 8], [num_warps, 1], [1, 0])
+    TL: gl.constexpr = XL
+    WN: gl.constexpr = num_warps // 4  # warpgroups side by side along the outputs
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
+                                                  instr_shape=[16, 2 * BK // WN, 32])
+    A_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, 2 * NP], gl.int8)
+    B_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * BK, 2 * NP], gl.int8)
+
+    pid = gl.program_id(0)
+    t0 = (pid % NGS) * RG + (pid // NGS) * BR
+    rows = t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, XL))
+    rmask = rows < Rc
+    jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
+    xm = rmask[:, None] & (jj < 2 * N)[None, :]
+    x = gl.load(X_ptr + rows.to(gl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
+    f1, f2, s = _row_scale(gl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
+    v = ((x * f1) * f2).to(gl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
+    hv = v >> 29
+    hf = hv.to(gl.float64)
+    lf = (v - (hv << 29)).to(gl.float64)
+
+    # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
+    g_lo = (c0 + t0) // RG
+    cb = gl.arange(0, 2 * BK, layout=gl.SliceLayout(1, TL))
+    jb = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, TL))
+    kcol = 2 * gl.program_id(1) * BK + cb
+    boff = g_lo.to(gl.int64) * S_bg + (kcol * (2 * NP))[:, None] + jb[None, :]
+    bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
+    # one allocation per tile (distinct buffers: no barrier between their stores); all tile loads first
+    tiles = ()
+    for i in gl.static_range(R):
+        tiles = tiles + (gl.load(B_ptr + i * S_bi + boff, mask=bmask, other=0),)
+    b_smem = ()
+    for i in gl.static_range(R):
+        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH, tiles[i]),)
+    a_smem = ()
+    for i in gl.static_range(R):
+        at = _sym_res_rn(hf, lf, _f64(FB[3 * i]), _f64(FB[3 * i + 1]), _f64(FB[3 * i + 2]), PM[i])
+        a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH, at.to(gl.int8)),)
+    fence_async_shared()
+    gl.thread_barrier()
+
+    zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
+    sacc = _init_like(SI, L, zero)
+    facc = _init_like(FI, NF, zero)
+    tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
+    for i in gl.static_range(R):
+        if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
+            nxt = warpgroup_mma(a_smem[i + 1], b_smem[i + 1].permute((1, 0)), zero, use_acc=False,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(tok, ))
+            tok = nxt
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
+        sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+
+    shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
+    y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
+    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
+    # column 2 k + c holds part c of output k
+    m = (c0 + t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))).to(gl.int64)
+    gm = m // RG
+    roff = gm * S_yg + (m - gm * RG) * S_yr - YOFF
+    col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
+    k = gl.program_id(1) * BK + col // 2
+    optr = Y_ptr + roff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
+    gl.store(optr, y, mask=(m < c0 + Rc)[:, None] & (k < K)[None, :])
