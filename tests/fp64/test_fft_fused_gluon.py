@@ -1,0 +1,97 @@
+"""The Gluon fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`, Hopper only).
+
+Gluon kernels do not run in the Triton interpreter. On every machine: the kernel compiles for sm_90 with
+one wgmma per modulus and no CTA barrier in the modulus loop (a compile in a subprocess, the interpreter
+off), and a bad ``impl`` is refused. On a Hopper GPU: its outputs equal the exact Python-integer stage
+oracle and the Triton kernel bit for bit (adversarial rows, N = 16 and 32, a transposed destination).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before the first import of triton in this process
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytest.importorskip("triton")
+
+from test_fft_fused_epi import _adversarial, _plan  # noqa: E402
+from test_fft_launch import DEV, _same  # noqa: E402
+
+from gpufield.fp64.fft.epilogue import epilogue_tables  # noqa: E402
+from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton  # noqa: E402
+from gpufield.fp64.fft.operands import stage_operands  # noqa: E402
+from gpufield.fp64.fft.reference import stage_exact_python  # noqa: E402
+from gpufield.fp64.fft.sixstep import _fused_idx  # noqa: E402
+from gpufield.fp64.ozaki.moduli import moduli_table  # noqa: E402
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+_COUNT = """
+import json
+from gpufield.fp64.kernels.sass_count import fused_static_count
+out = {}
+for n, warps in ((16, 8), (32, 16)):
+    g = fused_static_count(n, 64, warps, gluon=True, max_registers=128)
+    t = fused_static_count(n, 64, warps, max_registers=128)
+    out[n] = {"gluon": g, "triton": t}
+print(json.dumps(out))
+"""
+
+
+def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
+    """sm_90 SASS of the Gluon kernel (16 INT8 moduli, 128 registers): one wgmma per modulus and k-step of
+    32 (re and im together), at most 3 CTA barriers in the whole kernel (the Triton kernel has two per modulus),
+    and fewer instructions per real output than the Triton kernel at the same launch shape."""
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join(sys.path))
+    res = subprocess.run([sys.executable, "-c", _COUNT], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    for n in ("16", "32"):
+        g, t = counts[n]["gluon"], counts[n]["triton"]
+        wgmma = sum(v for k, v in g["ops"].items() if k.startswith("IGMMA"))
+        assert wgmma == 16 * (2 * int(n) // 32), (n, wgmma)  # K = 2 N: one k-step of 32 per 16 inputs
+        assert g["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 3
+        assert t["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) >= 32  # what the Gluon kernel avoids
+        assert g["regs"] <= 128
+        assert g["sass_per_real_output"] < t["sass_per_real_output"]
+
+
+def _stage(n, rows_per_group, groups, seed):
+    x = _adversarial((groups, rows_per_group, n), seed)
+    idx = _fused_idx(n * n)[:groups]
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    return x, idx, plan, tab, ops
+
+
+def test_unknown_kernel_is_refused():
+    x, idx, plan, tab, ops = _stage(16, 24, 4, 3)
+    xt = torch.from_numpy(x.reshape(96, 16)).to(DEV)
+    with pytest.raises(ValueError, match="impl"):
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, impl="cuda")
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernel needs a Hopper GPU (wgmma)")
+@pytest.mark.parametrize("n", [16, 32])
+def test_gluon_stage_equals_oracle_and_triton_kernel(n):
+    """Four twiddle groups of 64 rows (aligned 64-row tiles, so the Gluon kernel runs), adversarial rows:
+    Gluon == Triton == exact oracle, into a fresh buffer and through a transposed destination."""
+    x, idx, plan, tab, ops = _stage(n, 64, 4, 11 + n)
+    xt = torch.from_numpy(x.reshape(256, n)).to(DEV)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
+    got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon")
+    ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="triton")
+    assert _same(got.cpu().numpy().reshape(4, 64, n), want)
+    assert _same(got.cpu().numpy(), ref.cpu().numpy()) and torch.equal(s, s_ref)
+    dest = torch.zeros((n, 64, 4), dtype=torch.complex128, device=DEV)
+    fused_epi_stage_triton(xt, *args, impl="gluon", out=dest.permute(2, 1, 0))
+    assert _same(np.ascontiguousarray(dest.permute(2, 1, 0).cpu().numpy()), want)
