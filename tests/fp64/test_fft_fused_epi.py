@@ -104,8 +104,8 @@ def _res(v_ptr, out_ptr, tab_ptr, n, PI: tl.constexpr, BLOCK: tl.constexpr):
     o = tl.arange(0, BLOCK)
     v = tl.load(v_ptr + o, mask=o < n, other=0)
     hv = v >> 29
-    r = _sym_res_rn(hv.to(tl.float64), (v - (hv << 29)).to(tl.float64), tl.load(tab_ptr), tl.load(tab_ptr + 1),
-                    tl.load(tab_ptr + 2), PI)  # float64 p, fl(1/p), 2^29 mod p (as the stage kernel loads them)
+    r = _sym_res_rn(hv.to(tl.float64), (v - (hv << 29)).to(tl.float64) + 6755399441055744.0, tl.load(tab_ptr + 1),
+                    tl.load(tab_ptr + 2), PI)  # float64 fl(1/p), 2^29 mod p (the stage kernels' constants)
     tl.store(out_ptr + o, r, mask=o < n)
 
 

@@ -68,25 +68,36 @@ then sits in the low 32 bits of the sum's bit pattern as a two's complement int3
 
 
 @triton.jit
-def _sym_res_rn(hf, lf, p, invp, c29, PI: tl.constexpr):
-    """Symmetric residue (int32) mod p of v = hi 2^29 + lo from hf = float(hi), lf = float(lo), on the
-    FP64 pipe with no rounding or conversion instruction (FRND/F2I issue at a quarter of the rate):
+def _sym_res_rn(hf, lfm, invp, c29, PI: tl.constexpr, ASM: tl.constexpr = False):
+    """Symmetric residue (int32) mod p = ``PI`` of v = hi 2^29 + lo from hf = float(hi) and
+    lfm = float(lo) + 1.5 2^52, with 3 FP64 instructions and one integer multiply-add and no rounding or
+    conversion instruction (FRND/F2I issue at a quarter of the rate):
 
-    1. w = hi (2^29 mod p) + lo, exact (|w| < 2^40);
-    2. q = (w fl(1/p) + 1.5 2^52) - 1.5 2^52 = rn(w / p): |w fl(1/p) - w / p| <= 2^-18, and rounding
-       the product before the addition (when no FMA is formed) adds at most 2^-20, while for odd p w / p
-       is at least 1 / (2 p) >= 2^-9 from any half-integer, so the rounding is the exact one; for p = 256
-       fl(1/p) is exact and ties round to even;
-    3. r = w - q p is exact with |r| <= p / 2: for odd p already the symmetric residue in
-       [-(p - 1) / 2, (p - 1) / 2]; r + 1.5 2^52 holds r in its low word (the int32 returned);
-    4. even p (``PI``, the modulus at compile time): a tie gave r = +p / 2, mapped to -p / 2 (range
-       [-p/2, p/2 - 1]).
+    1. wm = hf (2^29 mod p) + lfm = w + 1.5 2^52 with w = hi (2^29 mod p) + lo, exact (|w| < 2^40: every
+       integer of [2^52, 2^53) is a float64), so wm's low word is w mod 2^32; w = wm - 1.5 2^52, exact;
+    2. t = w fl(1/p) + 1.5 2^52 holds q = rn(w / p) in its low word: |w fl(1/p) - w / p| <= 2^-18, and
+       rounding the product before the addition (when no FMA is formed) adds at most 2^-20, while for odd
+       p w / p is at least 1 / (2 p) >= 2^-9 from any half-integer, so the rounding is the exact one; for
+       p = 256 fl(1/p) is exact and ties round to even;
+    3. r = (w - q p) mod 2^32 from the two low words (one IMAD); |r| <= p / 2, so it is exact: for odd p
+       already the symmetric residue in [-(p - 1) / 2, (p - 1) / 2];
+    4. even p: a tie gave r = +p / 2, mapped to -p / 2 (range [-p/2, p/2 - 1]).
+
+    ``ASM`` (compiled for CUDA): step 3 as one PTX ``mad.lo.s32`` (the same bits), which LLVM cannot
+    narrow to 8-bit arithmetic before the int8 conversion (that costs ~18 byte-shuffle instructions per
+    modulus and thread).
 
     Same values as :func:`gpufield.fp64.fft.gemm_triton._sym_res`; tests/fp64/test_fft_fused_epi.py checks
     it against Python's exact residue at every half-integer boundary of every INT8 modulus."""
-    w = hf * c29 + lf
-    q = (w * invp + MAGIC) - MAGIC
-    r = ((w - q * p) + MAGIC).to(tl.int64, bitcast=True).to(tl.int32)
+    wm = hf * c29 + lfm
+    t = (wm - MAGIC) * invp + MAGIC
+    w_lo = wm.to(tl.int64, bitcast=True).to(tl.int32)
+    q_lo = t.to(tl.int64, bitcast=True).to(tl.int32)
+    if ASM:
+        r = tl.inline_asm_elementwise("mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r", [q_lo, q_lo * 0 - PI, w_lo],
+                                      dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        r = w_lo - q_lo * PI
     if PI % 2 == 0:
         r = tl.where(r >= PI // 2, r - PI, r)
     return r
@@ -128,7 +139,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
     hv = v >> 29
     hf = hv.to(tl.float64)
-    lf = (v - (hv << 29)).to(tl.float64)
+    lfm = (v - (hv << 29)).to(tl.float64) + MAGIC  # lo + 1.5 2^52 (exact), see _sym_res_rn
     k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
     # 4M operand tile [2 NP, 2 BK]: column 2 k + c is output k's real (c = 0) or imaginary (c = 1) part
     kc = 2 * tl.program_id(1) * BK + tl.arange(0, 2 * BK)
@@ -142,7 +153,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     if NGM == 1:
         b = _b_tile(B_ptr, 0, S_bg, S_bi, g_lo, boff, bmask)
     for i in tl.static_range(R):
-        at = _sym_res_rn(hf, lf, _f64(FB[3 * i]), _f64(FB[3 * i + 1]), _f64(FB[3 * i + 2]), PM[i]).to(tl.int8)
+        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM).to(tl.int8)
         if NGM == 1:
             if i + 1 < R:  # the next modulus's tile is loaded while this one is folded
                 bn = _b_tile(B_ptr, i + 1, S_bg, S_bi, g_lo, boff, bmask)

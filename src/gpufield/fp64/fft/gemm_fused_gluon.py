@@ -39,7 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import _f64, _sym_res_rn
+from gpufield.fp64.fft.gemm_fused_epi import MAGIC, _f64, _sym_res_rn
 from gpufield.fp64.fft.gemm_triton import _abs_inf, _fmax, _row_scale
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
 
@@ -76,7 +76,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     v = ((x * f1) * f2).to(gl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
     hv = v >> 29
     hf = hv.to(gl.float64)
-    lf = (v - (hv << 29)).to(gl.float64)
+    lfm = (v - (hv << 29)).to(gl.float64) + MAGIC  # lo + 1.5 2^52 (exact), see _sym_res_rn
 
     # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
     g_lo = (c0 + t0) // RG
@@ -94,7 +94,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH, tiles[i]),)
     a_smem = ()
     for i in gl.static_range(R):
-        at = _sym_res_rn(hf, lf, _f64(FB[3 * i]), _f64(FB[3 * i + 1]), _f64(FB[3 * i + 2]), PM[i])
+        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH, at.to(gl.int8)),)
     fence_async_shared()
     gl.thread_barrier()

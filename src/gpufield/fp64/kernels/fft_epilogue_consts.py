@@ -116,13 +116,13 @@ def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
 @functools.cache
 def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
     """Bit patterns (int64) of the float64 constants of the fused stage's residue step
-    (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn`): p_i, fl(1 / p_i) and 2^29 mod p_i, three per
-    modulus in modulus order, so the kernel takes them as compile-time immediates instead of loads.
+    (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn`): fl(1 / p_i) and 2^29 mod p_i, two per modulus
+    in modulus order, so the kernels take them as compile-time operands instead of loads.
 
     Returns:
-        tuple of 3 L Python ints.
+        tuple of 2 L Python ints (all >= 0: the constants are positive or zero).
     """
     def bits(v: float) -> int:
         return struct.unpack("<q", struct.pack("<d", v))[0]
 
-    return tuple(bits(float(v)) for p in moduli for v in (p, 1.0 / p, (1 << 29) % p))
+    return tuple(bits(float(v)) for p in moduli for v in (1.0 / p, (1 << 29) % p))
