@@ -1,6 +1,9 @@
 """Fully fused DFT-GEMM stage chunk (``int8_gemm="fused_epi"``): row shifts, scaling, residues, the INT8
-dots of every modulus (re and im), and the 32-bit epilogue in ONE Triton launch; only the complex128
-outputs reach memory (16 B per output instead of 192 B of int32 products written and read back).
+dots of every modulus (re and im), and the 32-bit epilogue in ONE launch; only the complex128 outputs
+reach memory (16 B per output instead of 192 B of int32 products written and read back). This module
+holds the Triton kernel (every device, and the interpreter on CPU) and the launcher; on Hopper the
+launcher runs the same arithmetic as a Gluon kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`, 1.5-1.8x
+faster on an H200, same bits) wherever its tile shape fits (:func:`_gluon_fits`).
 
 One program owns a tile of BR chunk rows x BK outputs per row. It reads its rows once, as float64
 [BR, 2 NP] (column 2 j + h: real / imaginary part of x_j, contiguous in memory), computes the row shifts
@@ -10,13 +13,13 @@ Then, one modulus p_i at a time (the outer loop, unrolled):
 
 1. symmetric residues of X' (:func:`_sym_res_rn`: float64 arithmetic, exact, with no rounding or
    conversion instruction), which in that column order are already the int8 operand [BR, 2 NP];
-2. two int8 dots with the 4M twiddle operand (:func:`operand_4m`, rows [wr; -wi] and [wi; wr]):
-   Re = xr wr - xi wi and Im = xr wi + xi wr exactly in int32 (|.| < 2^20). These are congruent mod p_i
-   to the 3M combinations T1 - T2 and T3 - T1 - T2 that the standalone epilogue forms, and the epilogue
-   only uses their residues mod p_i, so every later bit is the same; this needs no (re + im) residues and
-   two dots instead of three. One tile column is one output; rows of a tile spanning twiddle groups take
-   one masked dot per group;
-3. :func:`gpufield.fp64.kernels.fft_epilogue._fold_c`: Barrett mod p_i (constants for |x| <= 2^20,
+2. one int8 dot with the 4M twiddle operand (:func:`operand_4m`: column 2 k of rows [wr; -wi], column
+   2 k + 1 of rows [wi; wr]): Re = xr wr - xi wi and Im = xr wi + xi wr of every output side by side,
+   exactly in int32 (|.| < 2^20). These are congruent mod p_i to the 3M combinations T1 - T2 and
+   T3 - T1 - T2 that the standalone epilogue forms, and the epilogue only uses their residues mod p_i, so
+   every later bit is the same; this needs no (re + im) residues and one dot instead of three. Rows of a
+   tile spanning twiddle groups take one masked dot per group;
+3. :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`: Barrett mod p_i (constants for |x| <= 2^20,
    :data:`DOT_BOUND`: one multiply-high and no shift) and the multiply-adds into the
    CRT limb and quotient-chunk sums. The CRT bulk is a linear combination of the per-modulus residues,
    so after step 3 the two accumulators are dead: 2 int32 dot accumulators per output plus the L + NF
@@ -201,6 +204,10 @@ fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows
   instructions, 636 per real output); (64, 8) with 16 outputs per program 4.99 (capped at 128: 7.05);
   (64, 8) 5.08 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 9.05 / 9.48;
   (128, 16) 15.4.
+
+The same shapes suit the Gluon kernel (runs 30-33, commits 66414d1 .. b37e983): NP = 16 at (64, 8, 128)
+0.95-1.09 ms (500 SASS per real output, 16 spill instructions; uncapped, 154 registers: 1.27 ms; capped
+at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16) 2.20-2.48 ms (516).
 
 Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
