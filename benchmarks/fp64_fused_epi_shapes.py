@@ -2,7 +2,9 @@
 registers/occupancy proxy (time only) and bit-identity against the default shape (and, through the
 printed SHA-256 digest of the first shape's outputs, against another commit run on the same inputs).
 
-Run from the source tree on a machine with a CUDA GPU (torch >= 2.11, Triton):
+Run from the source tree on a machine with a CUDA GPU (torch >= 2.11, Triton). On Hopper the launcher runs
+the Gluon kernel where it fits; ``GPUFIELD_FUSED_EPI_IMPL=triton`` times the Triton kernel instead (the
+digests of the two must agree):
 
     PYTHONPATH=src python3 benchmarks/fp64_fused_epi_shapes.py --out DIR --budget-s 150
 

@@ -12,7 +12,7 @@ Usage (no GPU needed; the interpreter must be off)::
     TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count int8 16
     TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count fused
 
-(``fused``: the fused stage kernel at its default launch shapes, N = 16 and 32.)
+(``fused``: the fused stage kernels, Triton and Gluon, at their default launch shapes, N = 16 and 32.)
 """
 
 from __future__ import annotations
@@ -183,11 +183,13 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["fused"]:
         from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH
 
-        for n in (16, 32):
-            c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2])
-            top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
-            print(f"fused N = {n} {DEFAULT_LAUNCH[n]}: SASS {c['sass_per_thread']}/thread, {c['regs']} regs, "
-                  f"{c['spills']} spill instr, {c['sass_per_real_output']:.0f}/real output; {top}")
+        for gluon in (False, True):
+            for n in (16, 32):
+                c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2], gluon=gluon)
+                top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
+                print(f"fused {'gluon' if gluon else 'triton'} N = {n} {DEFAULT_LAUNCH[n]}: SASS "
+                      f"{c['sass_per_thread']}/thread, {c['regs']} regs, {c['spills']} spill instr, "
+                      f"{c['sass_per_real_output']:.0f}/real output; {top}")
         return
     kind, r = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
     n_real = 6 * 2 * 256**3
