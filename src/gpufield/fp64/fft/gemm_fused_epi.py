@@ -107,6 +107,18 @@ def _sym_res_rn(hf, lfm, invp, c29, PI: tl.constexpr, ASM: tl.constexpr = False)
 
 
 @triton.jit
+def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
+    """Rows x (float64 [BR, 2 NP], padding 0) -> (hf, lfm, s): the row shifts s (stored with the row maxima,
+    :func:`gpufield.fp64.fft.gemm_triton._row_scale`), the exact integers v = trunc(x 2^s) (|v| < 2^60)
+    split as v = hi 2^29 + lo, hf = float(hi) and lfm = float(lo) + 1.5 2^52 (exact): the inputs of
+    :func:`_sym_res_rn`. Shared by the Triton and Gluon stage kernels (any layout)."""
+    f1, f2, s = _row_scale(tl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
+    v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s, truncated; padding 0 (residue 0)
+    hv = v >> 29
+    return hv.to(tl.float64), (v - (hv << 29)).to(tl.float64) + MAGIC, s
+
+
+@triton.jit
 def _f64(bits: tl.constexpr):
     """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
     operand in the SASS, no load)."""
@@ -138,11 +150,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     jj = tl.arange(0, 2 * NP)
     xm = rmask[:, None] & (jj < 2 * N)[None, :]
     x = tl.load(X_ptr + rows.to(tl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
-    f1, f2, s = _row_scale(tl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
-    v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
-    hv = v >> 29
-    hf = hv.to(tl.float64)
-    lfm = (v - (hv << 29)).to(tl.float64) + MAGIC  # lo + 1.5 2^52 (exact), see _sym_res_rn
+    hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
     k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
     # 4M operand tile [2 NP, 2 BK]: column 2 k + c is output k's real (c = 0) or imaginary (c = 1) part
     kc = 2 * tl.program_id(1) * BK + tl.arange(0, 2 * BK)

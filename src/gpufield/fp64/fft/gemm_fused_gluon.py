@@ -39,8 +39,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import MAGIC, _f64, _sym_res_rn
-from gpufield.fp64.fft.gemm_triton import _abs_inf, _fmax, _row_scale
+from gpufield.fp64.fft.gemm_fused_epi import _f64, _row_split, _sym_res_rn
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
 
 
@@ -72,11 +71,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
     xm = rmask[:, None] & (jj < 2 * N)[None, :]
     x = gl.load(X_ptr + rows.to(gl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
-    f1, f2, s = _row_scale(gl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
-    v = ((x * f1) * f2).to(gl.int64)  # exact x 2^s (|.| < 2^60), truncated; padding 0 (residue 0)
-    hv = v >> 29
-    hf = hv.to(gl.float64)
-    lfm = (v - (hv << 29)).to(gl.float64) + MAGIC  # lo + 1.5 2^52 (exact), see _sym_res_rn
+    hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
 
     # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
     g_lo = (c0 + t0) // RG
