@@ -254,17 +254,22 @@ Both give the same bits. H200 run 30 (commit 66414d1, one chunk of 2^20 rows): G
 Triton 1.49-1.58 ms per N = 16 stage, 2.27-2.48 against 4.22-4.26 ms per N = 32 stage."""
 
 
-def _gluon_fits(impl: str | None, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int) -> bool:
-    """Whether this launch runs the Gluon kernel: not opted out (``impl`` or ``GPUFIELD_FUSED_EPI_IMPL`` =
-    ``"triton"``), a Hopper GPU (wgmma), Gluon importable, one twiddle group per program, 64 rows (one
-    wgmma M) and an int8 wgmma N (2 BK / warpgroups) that is a multiple of 8.
+def _resolve_impl(impl: str | None) -> str:
+    """``impl``, else ``GPUFIELD_FUSED_EPI_IMPL``, else ``"gluon"``.
 
     Raises:
-        ValueError: ``impl`` not in :data:`IMPLS`.
+        ValueError: not in :data:`IMPLS`.
     """
     impl = impl or os.environ.get("GPUFIELD_FUSED_EPI_IMPL") or "gluon"
     if impl not in IMPLS:
         raise ValueError(f"fused_epi impl must be one of {IMPLS}, got {impl!r}")
+    return impl
+
+
+def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int) -> bool:
+    """Whether this launch runs the Gluon kernel: ``impl`` (resolved) is ``"gluon"``, a Hopper GPU (wgmma),
+    Gluon importable, one twiddle group per program, 64 rows (one wgmma M) and an int8 wgmma N (2 BK /
+    warpgroups) that is a multiple of 8."""
     if impl != "gluon" or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
         return False
     try:
@@ -344,6 +349,7 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
             not in :data:`IMPLS`.
     """
     Rc, N = x_MN.shape
+    impl = _resolve_impl(impl)
     wres = ops["wres"]
     L, G, K, Nw = wres[0].shape
     if variant not in ("crt", "kulisch"):
