@@ -112,7 +112,6 @@ def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
     raise InputError(f"no Barrett shift below 16 is exact for moduli {moduli} and |x| <= {x_bound}")
 
 
-
 @functools.cache
 def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
     """Bit patterns (int64) of the float64 constants of the fused stage's residue step
