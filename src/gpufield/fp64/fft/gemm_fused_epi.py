@@ -277,7 +277,7 @@ def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_wa
     except ImportError:
         return False
     wn = num_warps // 4
-    return ngm == 1 and bm == 64 and num_warps in (4, 8, 16) and (2 * bk) % wn == 0 and (2 * bk // wn) % 8 == 0
+    return ngm == 1 and bm == 64 and num_warps in (4, 8, 16, 32) and (2 * bk) % wn == 0 and (2 * bk // wn) % 8 == 0
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -58,10 +58,12 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
                             BSH: gl.constexpr, ASM: gl.constexpr, num_warps: gl.constexpr):
-    # row tile [BR, 2 NP] float64: 8 consecutive columns per thread, 2 NP / 8 threads per row (BR = 64 =
-    # 32 / (2 NP / 8) rows per warp x num_warps: no replication); twiddle tiles [2 BK, 2 NP] int8 likewise
+    # row tile [BR, 2 NP] float64: XV = min(8, BR 2 NP / threads) consecutive columns per thread, 2 NP / XV
+    # threads per row, 32 XV / (2 NP) rows per warp (BR rows over all warps: no replication, e.g. 8 columns
+    # at (N = 16, 8 warps), 4 at (16, 16) and (32, 32)); twiddle tiles [2 BK, 2 NP] int8 likewise
     # with TV = 2 BK 2 NP / (32 num_warps) consecutive bytes per thread (each byte loaded once)
-    XL: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (2 * NP // 8), 2 * NP // 8], [num_warps, 1], [1, 0])
+    XV: gl.constexpr = max(1, min(8, BR * 2 * NP // (32 * num_warps)))
+    XL: gl.constexpr = gl.BlockedLayout([1, XV], [32 // (2 * NP // XV), 2 * NP // XV], [num_warps, 1], [1, 0])
     TV: gl.constexpr = max(1, 4 * BK * NP // (32 * num_warps))
     TL: gl.constexpr = gl.BlockedLayout([1, TV], [32 // (2 * NP // TV), 2 * NP // TV], [num_warps, 1], [1, 0])
     WN: gl.constexpr = num_warps // 4  # warpgroups side by side along the outputs
