@@ -40,7 +40,8 @@ out = {}
 for n, warps in ((16, 8), (32, 16)):
     g = fused_static_count(n, 64, warps, gluon=True, max_registers=128)
     t = fused_static_count(n, 64, warps, max_registers=128)
-    out[n] = {"gluon": g, "triton": t}
+    g64 = fused_static_count(n, 64, warps, gluon=True, max_registers=128, fold="f64")
+    out[n] = {"gluon": g, "triton": t, "gluon_f64": g64}
 print(json.dumps(out))
 """
 
@@ -48,7 +49,8 @@ print(json.dumps(out))
 def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
     """sm_90 SASS of the Gluon kernel (16 INT8 moduli, 128 registers): one wgmma per modulus and k-step of
     32 (re and im together), at most 3 CTA barriers in the whole kernel (the Triton kernel has two per modulus),
-    and fewer instructions per real output than the Triton kernel at the same launch shape."""
+    and fewer instructions per real output than the Triton kernel at the same launch shape; with the FP64
+    fold at least four DFMA per modulus and real output and >= 10 % fewer instructions."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join(sys.path))
     res = subprocess.run([sys.executable, "-c", _COUNT], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -61,6 +63,9 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
         assert t["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) >= 32  # what the Gluon kernel avoids
         assert g["regs"] <= 128
         assert g["sass_per_real_output"] < t["sass_per_real_output"]
+        g64 = counts[n]["gluon_f64"]  # the FP64 fold: fewer instructions, most of the fold on the FP64 pipe
+        assert g64["regs"] <= 128 and g64["sass_per_real_output"] < 0.9 * g["sass_per_real_output"]
+        assert g64["ops"].get("DFMA", 0) >= 4 * 16 * 2 * 64 * int(n) // (32 * (8 if n == "16" else 16))
 
 
 def _stage(n, rows_per_group, groups, seed):
@@ -77,21 +82,41 @@ def test_unknown_kernel_is_refused():
     xt = torch.from_numpy(x.reshape(96, 16)).to(DEV)
     with pytest.raises(ValueError, match="impl"):
         fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, impl="cuda")
+    with pytest.raises(ValueError, match="fold"):
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, fold="fp32")
+
+
+@pytest.mark.parametrize("variant", ["crt", "kulisch"])
+def test_f64_fold_stage_equals_integer_fold_and_oracle(variant):
+    """The Triton kernel with the FP64 fold (interpreter on CPU): the same bit patterns as the integer fold
+    and the exact oracle, adversarial rows, N = 16 and 32."""
+    for n in (16, 32):
+        x, idx, plan, tab, ops = _stage(n, 24, 4, 5 + n)
+        xt = torch.from_numpy(x.reshape(96, n)).to(DEV)
+        args = (plan.input_bits, plan.twiddle_bits, tab, variant, ops, 0, 24)
+        got, _, _ = fused_epi_stage_triton(xt, *args, impl="triton", fold="f64")
+        ref, _, _ = fused_epi_stage_triton(xt, *args, impl="triton", fold="int")
+        assert np.array_equal(torch.view_as_real(got).cpu().numpy().view(np.int64),
+                              torch.view_as_real(ref).cpu().numpy().view(np.int64))
+        assert _same(got.cpu().numpy().reshape(4, 24, n), stage_exact_python(x, idx, plan.input_bits,
+                                                                               plan.twiddle_bits))
 
 
 @pytest.mark.skipif(not HOPPER, reason="the Gluon kernel needs a Hopper GPU (wgmma)")
-@pytest.mark.parametrize("n", [16, 32])
-def test_gluon_stage_equals_oracle_and_triton_kernel(n):
+@pytest.mark.parametrize("n,fold", [(16, "int"), (32, "int"), (16, "f64"), (32, "f64")])
+def test_gluon_stage_equals_oracle_and_triton_kernel(n, fold):
     """Four twiddle groups of 64 rows (aligned 64-row tiles, so the Gluon kernel runs), adversarial rows:
-    Gluon == Triton == exact oracle, into a fresh buffer and through a transposed destination."""
+    Gluon (either fold) == Triton (integer fold) == exact oracle, bit patterns included (signed zeros),
+    into a fresh buffer and through a transposed destination."""
     x, idx, plan, tab, ops = _stage(n, 64, 4, 11 + n)
     xt = torch.from_numpy(x.reshape(256, n)).to(DEV)
     args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
     want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
-    got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon")
-    ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="triton")
+    got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon", fold=fold)
+    ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="triton", fold="int")
     assert _same(got.cpu().numpy().reshape(4, 64, n), want)
-    assert _same(got.cpu().numpy(), ref.cpu().numpy()) and torch.equal(s, s_ref)
+    assert np.array_equal(torch.view_as_real(got).cpu().numpy().view(np.int64),
+                          torch.view_as_real(ref).cpu().numpy().view(np.int64)) and torch.equal(s, s_ref)
     dest = torch.zeros((n, 64, 4), dtype=torch.complex128, device=DEV)
-    fused_epi_stage_triton(xt, *args, impl="gluon", out=dest.permute(2, 1, 0))
+    fused_epi_stage_triton(xt, *args, impl="gluon", fold=fold, out=dest.permute(2, 1, 0))
     assert _same(np.ascontiguousarray(dest.permute(2, 1, 0).cpu().numpy()), want)

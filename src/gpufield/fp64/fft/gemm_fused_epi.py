@@ -56,6 +56,7 @@ from gpufield.fp64.kernels.fft_epilogue_consts import (
     kernel_constants,
     residue_constants,
 )
+from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64, f64_constants
 
 DOT_BOUND = 1 << 20
 """|Re|, |Im| <= 2 N 128^2 <= 2^20 for N <= 32 (int8 residues and twiddle residues, |.| <= 128): the Barrett
@@ -139,7 +140,8 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
                       FI: tl.constexpr, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
                       FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
-                      BSH: tl.constexpr, ASM: tl.constexpr):
+                      BSH: tl.constexpr, ASM: tl.constexpr, FOLD: tl.constexpr, FD: tl.constexpr,
+                      FQ: tl.constexpr, FK: tl.constexpr, FM: tl.constexpr):
     pid = tl.program_id(0)
     # NGS > 1 (chunk of NGS whole twiddle groups): consecutive programs take the same row block of
     # consecutive groups, whose outputs are neighbours when the destination's group stride is one element
@@ -159,8 +161,11 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     g_lo = (c0 + t0) // RG
     grow = (c0 + rows) // RG
     zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
-    sacc = _init_like(SI, L, zero)
-    facc = _init_like(FI, NF, zero)
+    if FOLD:
+        a64 = _init_f64(zero)
+    else:
+        sacc = _init_like(SI, L, zero)
+        facc = _init_like(FI, NF, zero)
     if NGM == 1:
         b = _b_tile(B_ptr, 0, S_bg, S_bi, g_lo, boff, bmask)
     for i in tl.static_range(R):
@@ -178,9 +183,16 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                 bj = _b_tile(B_ptr, i, S_bg, S_bi, gi, boff, bmask & (gi < G))
                 am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
                 acc += tl.dot(am_, bj, out_dtype=tl.int32)
-        sacc, facc = _fold_j(sacc, facc, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+        if FOLD:
+            a64 = _fold_f64(a64, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, BSH, FD, FQ, FK)
+        else:
+            sacc, facc = _fold_j(sacc, facc, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, CL, FL, L, NF, BSH,
+                                 ASM)
     shift = (s + TW).to(tl.int32)
-    y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
+    if FOLD:
+        y = _finish_f64(a64, shift[:, None, None], FM)
+    else:
+        y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
     # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units)
     m = (c0 + rows).to(tl.int64)
     gm = m // RG
@@ -266,6 +278,25 @@ def _resolve_impl(impl: str | None) -> str:
     return impl
 
 
+FOLDS = ("int", "f64")
+"""CRT folds of the fused stage (same bits): ``"int"``, the 32-bit integer limbs of
+:mod:`gpufield.fp64.kernels.fft_epilogue`, and ``"f64"``, exact FP64 digit sums and a correctly rounded
+three-term sum (:mod:`gpufield.fp64.kernels.fft_epilogue_f64`), which moves the fold from the
+integer multiply-add pipe to the FP64 pipe."""
+
+
+def _resolve_fold(fold: str | None) -> str:
+    """``fold``, else ``GPUFIELD_FUSED_EPI_FOLD``, else ``"int"``.
+
+    Raises:
+        ValueError: not one of :data:`FOLDS`.
+    """
+    fold = fold or os.environ.get("GPUFIELD_FUSED_EPI_FOLD") or "int"
+    if fold not in FOLDS:
+        raise ValueError(f"fused_epi fold must be one of {FOLDS}, got {fold!r}")
+    return fold
+
+
 def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int) -> bool:
     """Whether this launch runs the Gluon kernel: ``impl`` (resolved) is ``"gluon"``, a Hopper GPU (wgmma),
     Gluon importable, one twiddle group per program, 64 rows (one wgmma M) and an int8 wgmma N (2 BK /
@@ -298,7 +329,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
                            out: torch.Tensor | None = None, max_registers: int | None = None,
                            swizzle: bool | None = None,
-                           impl: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           impl: str | None = None,
+                           fold: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -337,6 +369,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         impl: ``"gluon"`` or ``"triton"`` (:data:`IMPLS`); None: the environment variable
             ``GPUFIELD_FUSED_EPI_IMPL``, else ``"gluon"``. The Gluon kernel runs only where it fits
             (:func:`_gluon_fits`: Hopper, aligned 64-row tiles), else the Triton one. Same bits.
+        fold: ``"int"`` or ``"f64"`` (:data:`FOLDS`); None: the environment variable
+            ``GPUFIELD_FUSED_EPI_FOLD``, else ``"int"``. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -346,10 +380,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         ValueError: shapes or dtypes do not match, a variant other than crt/kulisch, chunk rows outside
             the [G, R] grid, ``out`` sharing memory with ``x_MN`` (:func:`gpufield.fp64.fft.stage.dft_stage`
             then writes through a buffer), ``block_m`` / ``block_k`` not a power of two >= 16, or ``impl``
-            not in :data:`IMPLS`.
+            not in :data:`IMPLS`, or ``fold`` not in :data:`FOLDS`.
     """
     Rc, N = x_MN.shape
     impl = _resolve_impl(impl)
+    fold = _resolve_fold(fold)
     wres = ops["wres"]
     L, G, K, Nw = wres[0].shape
     if variant not in ("crt", "kulisch"):
@@ -414,7 +449,8 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         x_MN = x_MN.contiguous()
     xv = torch.view_as_real(x_MN)
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
-    consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
+    consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
+    consts["FOLD"] = fold == "f64"
     if _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"]):
         from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
 

@@ -47,6 +47,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from gpufield.fp64.fft.gemm_fused_epi import _f64, _row_split, _sym_res_rn
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
+from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
 
 @gluon.jit
@@ -57,7 +58,8 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
-                            BSH: gl.constexpr, ASM: gl.constexpr, num_warps: gl.constexpr):
+                            BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD: gl.constexpr,
+                            FQ: gl.constexpr, FK: gl.constexpr, FM: gl.constexpr, num_warps: gl.constexpr):
     # row tile [BR, 2 NP] float64: XV = min(8, BR 2 NP / threads) consecutive columns per thread, 2 NP / XV
     # threads per row, 32 XV / (2 NP) rows per warp (BR rows over all warps: no replication, e.g. 8 columns
     # at (N = 16, 8 warps), 4 at (16, 16) and (32, 32)); twiddle tiles [2 BK, 2 NP] int8 likewise
@@ -103,8 +105,11 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     gl.thread_barrier()
 
     zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
-    sacc = _init_like(SI, L, zero)
-    facc = _init_like(FI, NF, zero)
+    if FOLD:
+        a64 = _init_f64(zero)
+    else:
+        sacc = _init_like(SI, L, zero)
+        facc = _init_like(FI, NF, zero)
     tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
     for i in gl.static_range(R):
         if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
@@ -114,10 +119,16 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
             tok = nxt
         else:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
-        sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+        if FOLD:
+            a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FQ, FK)
+        else:
+            sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
 
     shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
-    y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
+    if FOLD:
+        y = _finish_f64(a64, shift[:, None], FM)
+    else:
+        y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
     # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
     # column 2 k + c holds part c of output k
     m = (c0 + t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))).to(gl.int64)

@@ -173,7 +173,7 @@ def _round(words, shift, NW: tl.constexpr):
     e2 = tl.minimum(tl.maximum(e - e1, -1000), 1000)
     f = f * ((e1 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
     f = f * ((e2 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
-    return tl.where(neg, -f, f)
+    return tl.where(neg, f * -1.0, f)  # not -f: Triton negates as 0 - f, which loses the sign of a zero
 
 
 @triton.jit

@@ -138,7 +138,7 @@ def _to_float(x0, x1, x2, x3, x4, x5, x6, shift):
     e2 = tl.minimum(tl.maximum(e - e1, -1000), 1000)
     f = K.to(tl.float64) * _pow2(e1)
     f = f * _pow2(e2)
-    return tl.where(neg, -f, f)
+    return tl.where(neg, f * -1.0, f)  # not -f: Triton negates as 0 - f, which loses the sign of a zero
 
 
 @triton.jit

@@ -123,7 +123,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
-                       max_registers: int | None = None, gluon: bool = False) -> dict:
+                       max_registers: int | None = None, gluon: bool = False, fold: str = "int") -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -133,6 +133,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         variant, kind, r: epilogue variant and moduli set.
         max_registers: ptxas register cap (Triton ``maxnreg``), None for none.
         gluon: the Gluon kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`) instead of the Triton one.
+        fold: ``"int"`` or ``"f64"`` (:data:`gpufield.fp64.fft.gemm_fused_epi.FOLDS`).
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -149,6 +150,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         kernel_constants,
         residue_constants,
     )
+    from gpufield.fp64.kernels.fft_epilogue_f64 import f64_constants
 
     fn = gemm_fused_epi._fused_epi_kernel
     if gluon:
@@ -158,7 +160,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
-    const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND))
+    const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
+                 **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, FB=residue_constants(tab.moduli), num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     sig = {a: "constexpr" if a in const else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32")
