@@ -16,16 +16,17 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
    L twiddle tiles of its group ([L, 2 BK, 2 NP] int8, K-major as 8-bit wgmma requires), then ONE fence
    and barrier: the row values are dead before the modulus loop starts (no spills);
 3. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
-   the previous modulus is folded (:func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the
-   loop. At the default cap of 128 registers ptxas serialises the wgmmas (advisory C7512, too few
+   the previous modulus is folded (``FOLD``: the exact FP64 fold of
+   :mod:`gpufield.fp64.kernels.fft_epilogue_f64`, the default, or the 32-bit integer one of
+   :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop. At the default cap of 128 registers ptxas serialises the wgmmas (advisory C7512, too few
    registers); uncapped (154 registers, one program per SM) they overlap, but that ran slower on the H200
    (1.27 against ~1.0 ms per N = 16 stage, run 30);
-4. the shared epilogue (:func:`gpufield.fp64.kernels.fft_epilogue._finish`) in the accumulator layout
-   and one store per output.
+4. the matching finish (lift and one rounding) in the accumulator layout and one store per output.
 
 Measured on one H200 (runs 30-32, benchmarks/fp64_fused_epi_shapes.py, same inputs and same output digest
-as the Triton kernel): 0.94-1.07 ms per N = 16 stage (Triton 1.49-1.59), 2.20-2.48 ms per N = 32 stage
-(Triton 4.11-4.26); issue slots busy 65 % against 45 % (Nsight Compute).
+as the Triton kernel), integer fold: 0.94-1.07 ms per N = 16 stage (Triton 1.49-1.59), 2.20-2.48 ms per
+N = 32 stage (Triton 4.11-4.26); issue slots busy 65 % against 45 % (Nsight Compute). FP64 fold (run 36,
+same digests): 0.88-1.01 ms (integer fold in the same call 1.03-1.13) and 2.03-2.19 ms (2.19-2.30).
 
 Hopper only (wgmma, sm_90); Gluon kernels do not run in the Triton interpreter, so CI checks that it
 compiles for sm_90 (tests/fp64/test_fft_fused_gluon.py) and the GPU runs compare it bit for bit with the

@@ -12,7 +12,8 @@ Usage (no GPU needed; the interpreter must be off)::
     TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count int8 16
     TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count fused
 
-(``fused``: the fused stage kernels, Triton and Gluon, at their default launch shapes, N = 16 and 32.)
+(``fused``: the fused stage kernels, Triton and Gluon (integer and FP64 fold), at their default launch
+shapes, N = 16 and 32.)
 """
 
 from __future__ import annotations
@@ -186,11 +187,12 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["fused"]:
         from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH
 
-        for gluon in (False, True):
+        for gluon, fold in ((False, "int"), (True, "int"), (True, "f64")):
             for n in (16, 32):
-                c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2], gluon=gluon)
+                c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2], gluon=gluon,
+                                       fold=fold)
                 top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
-                print(f"fused {'gluon' if gluon else 'triton'} N = {n} {DEFAULT_LAUNCH[n]}: SASS "
+                print(f"fused {'gluon' if gluon else 'triton'} fold {fold} N = {n} {DEFAULT_LAUNCH[n]}: SASS "
                       f"{c['sass_per_thread']}/thread, {c['regs']} regs, {c['spills']} spill instr, "
                       f"{c['sass_per_real_output']:.0f}/real output; {top}")
         return
