@@ -18,9 +18,10 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
 3. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
    the previous modulus is folded (``FOLD``: the exact FP64 fold of
    :mod:`gpufield.fp64.kernels.fft_epilogue_f64`, the default, or the 32-bit integer one of
-   :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop. At the default cap of 128 registers ptxas serialises the wgmmas (advisory C7512, too few
-   registers); uncapped (154 registers, one program per SM) they overlap, but that ran slower on the H200
-   (1.27 against ~1.0 ms per N = 16 stage, run 30);
+   :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop. At the default cap of 128
+   registers ptxas serialises the wgmmas (advisory C7512, too few registers); uncapped (154 registers, one
+   program per SM) they overlap, but that ran slower on the H200 (1.27 against ~1.0 ms per N = 16 stage,
+   run 30; integer fold);
 4. the matching finish (lift and one rounding) in the accumulator layout and one store per output.
 
 Measured on one H200 (runs 30-32, benchmarks/fp64_fused_epi_shapes.py, same inputs and same output digest

@@ -125,7 +125,8 @@ def _fold_f64(a, x, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.
     """Modulus i's int32 products x (any shape; congruent mod p_i to the output's integer) folded into the
     accumulators ``a`` = (S_0, S_1, S_2, Q) (steps 1-2 of the module docstring)."""
     c = _mod(x, BB[i], BM[i], PM[i], BSH)  # [0, p_i)
-    d = (c.to(tl.uint32, bitcast=True).to(tl.int64) | EXP_BIAS_2_52).to(tl.float64, bitcast=True) + _c(FK[i])  # c - k_i
+    w = c.to(tl.uint32, bitcast=True).to(tl.int64) | EXP_BIAS_2_52  # zero-extended: one move for the high word
+    d = w.to(tl.float64, bitcast=True) + _c(FK[i])  # 2^52 + c - (2^52 + k_i) = c - k_i, exact
     s0 = tl.fma(d, _c(FD[3 * i]), a[0])
     s1 = tl.fma(d, _c(FD[3 * i + 1]), a[1])
     s2 = tl.fma(d, _c(FD[3 * i + 2]), a[2])
