@@ -23,10 +23,12 @@ Then, one modulus p_i at a time (the outer loop, unrolled):
    :data:`DOT_BOUND`: one multiply-high and no shift) and the multiply-adds into the
    CRT limb and quotient-chunk sums. The CRT bulk is a linear combination of the per-modulus residues,
    so after step 3 the two accumulators are dead: 2 int32 dot accumulators per output plus the L + NF
-   sums live at a time, never the 48 raw products.
+   sums live at a time, never the 48 raw products. With ``fold="f64"`` (:data:`FOLDS`) the same
+   residues go into four exact FP64 sums instead (:func:`gpufield.fp64.kernels.fft_epilogue_f64._fold_f64`).
 
 Finally :func:`gpufield.fp64.kernels.fft_epilogue._finish` (lift, carries, one rounding, scaling by
-2^-(s + b_w)) and one store per output. The same helpers run in the standalone epilogue kernel, and every
+2^-(s + b_w); or :func:`gpufield.fp64.kernels.fft_epilogue_f64._finish_f64`, the same bits) and one store
+per output. The same helpers run in the standalone epilogue kernel, and every
 residue mod p_i is the same as on the unfused paths, so the outputs are bit-identical to them and to the exact
 CPU oracle (tests/fp64/test_fft_fused_epi.py).
 
@@ -50,7 +52,7 @@ from gpufield.fp64.fft.gemm_triton import (
     _pow2_at_least,
     _row_scale,
 )
-from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
+from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import (
     barrett_constants,
     kernel_constants,
@@ -117,13 +119,6 @@ def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
     v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s, truncated; padding 0 (residue 0)
     hv = v >> 29
     return hv.to(tl.float64), (v - (hv << 29)).to(tl.float64) + MAGIC, s
-
-
-@triton.jit
-def _f64(bits: tl.constexpr):
-    """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
-    operand in the SASS, no load)."""
-    return tl.cast(tl.cast(bits, tl.int64), tl.float64, bitcast=True)
 
 
 @triton.jit

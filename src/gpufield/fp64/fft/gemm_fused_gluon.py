@@ -47,8 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import _f64, _row_split, _sym_res_rn
-from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
+from gpufield.fp64.fft.gemm_fused_epi import _row_split, _sym_res_rn
+from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
 

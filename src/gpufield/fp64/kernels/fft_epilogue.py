@@ -61,6 +61,13 @@ vector); HBM floor 0.85 ms. Static sm_90 count 380 SASS per real output (355 at 
 
 
 @triton.jit
+def _f64(bits: tl.constexpr):
+    """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
+    operand in the SASS, no load)."""
+    return tl.cast(tl.cast(bits, tl.int64), tl.float64, bitcast=True)
+
+
+@triton.jit
 def _mod(x, B: tl.constexpr, M: tl.constexpr, P: tl.constexpr, BSH: tl.constexpr):
     """c' = (x + B) mod P in [0, P) for int32 0 <= x + B < 2^28 (Barrett, no division)."""
     u = x + B

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import BULK_FRAC_BITS, FRAC_BITS, EpilogueTables
-from gpufield.fp64.kernels.fft_epilogue import _mod
+from gpufield.fp64.kernels.fft_epilogue import _f64, _mod
 
 DIGIT_BITS = 42
 """Width of the balanced digits of C_i^s and M: |d| * 128 * 16 moduli stays below 2^53."""
@@ -107,12 +107,6 @@ def f64_constants(tab: EpilogueTables, variant: str) -> dict:
 
 
 @triton.jit
-def _c(bits: tl.constexpr):
-    """float64 with the compile-time bit pattern ``bits`` (an immediate)."""
-    return tl.cast(tl.cast(bits, tl.int64), tl.float64, bitcast=True)
-
-
-@triton.jit
 def _init_f64(x):
     """Zero accumulators (S_0, S_1, S_2, Q) shaped and laid out like the int32 tensor ``x``."""
     z = (x * 0).to(tl.float64)  # +0.0 (a -0.0 start could leave Y = 0 as -0.0)
@@ -126,11 +120,11 @@ def _fold_f64(a, x, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.
     accumulators ``a`` = (S_0, S_1, S_2, Q) (steps 1-2 of the module docstring)."""
     c = _mod(x, BB[i], BM[i], PM[i], BSH)  # [0, p_i)
     w = c.to(tl.uint32, bitcast=True).to(tl.int64) | EXP_BIAS_2_52  # zero-extended: one move for the high word
-    d = w.to(tl.float64, bitcast=True) + _c(FK[i])  # 2^52 + c - (2^52 + k_i) = c - k_i, exact
-    s0 = tl.fma(d, _c(FD[3 * i]), a[0])
-    s1 = tl.fma(d, _c(FD[3 * i + 1]), a[1])
-    s2 = tl.fma(d, _c(FD[3 * i + 2]), a[2])
-    q = tl.fma(d, _c(FQ[i]), a[3])
+    d = w.to(tl.float64, bitcast=True) + _f64(FK[i])  # 2^52 + c - (2^52 + k_i) = c - k_i, exact
+    s0 = tl.fma(d, _f64(FD[3 * i]), a[0])
+    s1 = tl.fma(d, _f64(FD[3 * i + 1]), a[1])
+    s2 = tl.fma(d, _f64(FD[3 * i + 2]), a[2])
+    q = tl.fma(d, _f64(FQ[i]), a[3])
     return s0, s1, s2, q
 
 
@@ -147,9 +141,9 @@ def _two_sum(a, b):
 def _finish_f64(a, shift, FM: tl.constexpr):
     """float64 of Y 2^-shift from the accumulators (steps 3-5); ``shift`` (int32) broadcasts."""
     q = tl.floor(a[3] + 0.5)
-    t0 = tl.fma(q, _c(FM[0]), a[0])
-    t1 = tl.fma(q, _c(FM[1]), a[1])
-    t2 = tl.fma(q, _c(FM[2]), a[2])
+    t0 = tl.fma(q, _f64(FM[0]), a[0])
+    t1 = tl.fma(q, _f64(FM[1]), a[1])
+    t2 = tl.fma(q, _f64(FM[2]), a[2])
     uh, ul = _two_sum(t1, t0)
     th, tl_ = _two_sum(t2, uh)
     v, ve = _two_sum(tl_, ul)  # v = RN(tl + ul); round to odd: an inexact even v moves one ulp toward ve
