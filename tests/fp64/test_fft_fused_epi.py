@@ -135,8 +135,8 @@ def test_residue_without_rounding_instructions_on_every_half_integer_boundary():
 
 
 def test_strided_rows_read_like_contiguous_ones():
-    """The kernel reads each row's 2 N float64 contiguously; rows with an element stride (a column-sliced
-    view) are copied first and give the same bits as the contiguous rows and the exact oracle."""
+    """Rows with an element stride (a column-sliced view) are read in place and give the same bits as the
+    contiguous rows and the exact oracle."""
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
     from gpufield.fp64.fft.operands import stage_operands
@@ -159,6 +159,41 @@ def test_strided_rows_read_like_contiguous_ones():
     assert ret.data_ptr() == dest.data_ptr() and _same(dest.t().cpu().numpy(), want[0])
     with pytest.raises(ValueError, match="out must be"):
         fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, out=dest)
+
+
+def test_grid_rows_read_where_they_are():
+    """The whole [G, R, N] grid as input, laid out as a six-step stage 2 reads it (y[k1, j2, b]: group
+    stride n2 R, consecutive rows one element apart, element stride R), a chunk starting inside a group:
+    the same bits as those rows copied to a contiguous [Rc, N] block and as the exact oracle. Bad grids
+    are refused."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    G, R, N = 3, 40, 16
+    x = _adversarial((G, R, N), 9)
+    mem = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV)  # [k1, j2, b]
+    grid = mem.transpose(1, 2)  # [G, R, N], strides (N R, 1, R)
+    idx = _fused_idx(256)[:G]
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops)
+    c0, Rc = 16, 80  # rows 16 .. 95: the ends of group 0, all of group 1, the start of group 2
+    got, s_got, _ = fused_epi_stage_triton(grid, *args, c0, R, rows=Rc)
+    rows = grid.reshape(G * R, N)[c0:c0 + Rc].contiguous()
+    ref, s_ref, _ = fused_epi_stage_triton(rows, *args, c0, R)
+    assert torch.equal(s_got, s_ref) and _same(got.cpu().numpy(), ref.cpu().numpy())
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits).reshape(G * R, N)[c0:c0 + Rc]
+    assert _same(got.cpu().numpy(), want)
+    whole, _, _ = fused_epi_stage_triton(grid, *args, 0, R)  # rows default: the whole grid
+    assert _same(whole.cpu().numpy(), stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits).reshape(-1, N))
+    with pytest.raises(ValueError, match="row grid"):
+        fused_epi_stage_triton(grid[:, :20], *args, 0, R, rows=20)
+    with pytest.raises(ValueError, match="chunk rows"):
+        fused_epi_stage_triton(rows, *args, c0, R, rows=Rc)
+    with pytest.raises(ValueError, match="outside"):
+        fused_epi_stage_triton(grid, *args, c0, R, rows=G * R)
 
 
 def test_outputs_split_over_programs_give_the_same_bits():

@@ -48,9 +48,11 @@ print(json.dumps(out))
 
 def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
     """sm_90 SASS of the Gluon kernel (16 INT8 moduli, 128 registers): one wgmma per modulus and k-step of
-    32 (re and im together), at most 3 CTA barriers in the whole kernel (the Triton kernel has two per modulus),
+    32 (re and im together), at most 5 CTA barriers in the whole kernel (3, and 2 around the exchange of the
+    row tile loaded along the rows; the Triton kernel has two per modulus),
     and fewer instructions per real output than the Triton kernel at the same launch shape; with the FP64
-    fold at least four DFMA per modulus and real output and >= 10 % fewer instructions."""
+    fold at least four DFMA per modulus and real output, >= 10 % fewer instructions, and its float64
+    constants read from the constant bank (few UMOV)."""
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join(sys.path))
     res = subprocess.run([sys.executable, "-c", _COUNT], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -59,7 +61,8 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
         g, t = counts[n]["gluon"], counts[n]["triton"]
         wgmma = sum(v for k, v in g["ops"].items() if k.startswith("IGMMA"))
         assert wgmma == 16 * (2 * int(n) // 32), (n, wgmma)  # K = 2 N: one k-step of 32 per 16 inputs
-        assert g["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 3
+        # 3, plus 2 around the exchange of the row tile loaded along the rows (the six-step layout)
+        assert g["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 5
         assert t["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) >= 32  # what the Gluon kernel avoids
         assert g["regs"] <= 128
         assert g["sass_per_real_output"] < t["sass_per_real_output"]
@@ -67,6 +70,9 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
         assert g64["regs"] <= 128 and g64["sass_per_real_output"] < 0.9 * g["sass_per_real_output"]
         per_thread = 2 * 64 * int(n) // (32 * (8 if n == "16" else 16))  # real outputs per thread (64 rows)
         assert g64["ops"].get("DFMA", 0) >= 4 * 16 * per_thread  # 4 DFMA per modulus and real output
+        # the float64 constants are kernel arguments read from the constant bank: as constexprs ptxas built
+        # them with UMOV pairs (199 at N = 16, 233 at N = 32 per thread); now 35 and 71
+        assert g64["ops"].get("UMOV", 0) <= 80
 
 
 def _stage(n, rows_per_group, groups, seed):
@@ -108,7 +114,7 @@ def test_f64_fold_stage_equals_integer_fold_and_oracle(variant):
 def test_gluon_stage_equals_oracle_and_triton_kernel(n, fold):
     """Four twiddle groups of 64 rows (aligned 64-row tiles, so the Gluon kernel runs), adversarial rows:
     Gluon (either fold) == Triton (integer fold) == exact oracle, bit patterns included (signed zeros),
-    into a fresh buffer and through a transposed destination."""
+    into a fresh buffer and through a transposed destination, and from rows in the six-step layout."""
     x, idx, plan, tab, ops = _stage(n, 64, 4, 11 + n)
     xt = torch.from_numpy(x.reshape(256, n)).to(DEV)
     args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
@@ -121,3 +127,8 @@ def test_gluon_stage_equals_oracle_and_triton_kernel(n, fold):
     dest = torch.zeros((n, 64, 4), dtype=torch.complex128, device=DEV)
     fused_epi_stage_triton(xt, *args, impl="gluon", fold=fold, out=dest.permute(2, 1, 0))
     assert _same(np.ascontiguousarray(dest.permute(2, 1, 0).cpu().numpy()), want)
+    # the six-step stage-2 layout, read where it is (consecutive rows one element apart: loaded along rows),
+    # a chunk of the last three groups
+    grid = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV).transpose(1, 2)
+    got, s, _ = fused_epi_stage_triton(grid, *args[:5], 64, 64, impl="gluon", fold=fold, rows=192)
+    assert _same(got.cpu().numpy().reshape(3, 64, n), want[1:]) and torch.equal(s, s_ref[64:])

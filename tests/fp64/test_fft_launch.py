@@ -177,8 +177,8 @@ def test_memory_model_numbers():
 
 def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
     """Memory model (fft/memory.py, peak 3 A + W): at every stage call of a 3-D transform at most three
-    full-size complex128 storages are alive, the caller's input included (the previous axis pass's output
-    is dropped once its transposed copy exists)."""
+    full-size complex128 storages are alive, the caller's input included (a pass's input is dropped once its
+    stage 1 has read it; the output is allocated after that)."""
     import gc
 
     shape = (4, 4, 64)
@@ -199,3 +199,28 @@ def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
     ref = dft_longdouble(x.numpy())
     assert rel_l2(y.numpy(), ref) <= rel_l2(np.fft.fftn(x.numpy()), ref)
     assert len(seen) == 4 and max(seen) <= 3, seen
+
+
+def test_stages_read_their_inputs_where_they_are(monkeypatch):
+    """(4, 8, 64), fused stages: every stage kernel reads the transform's input or an earlier stage's output
+    in place (no per-axis copy: each pass transforms the outermost axis of the current memory order); the
+    result is the exact CPU path's, bit for bit, in the input's layout."""
+    from gpufield.fp64.fft import gemm_fused_epi
+
+    seen, outs = [], []
+    orig = gemm_fused_epi.fused_epi_stage_triton
+
+    def spy(x, *a, out=None, **k):
+        seen.append(x.untyped_storage().data_ptr())
+        outs.append(out)  # kept alive: a copy could not reuse an earlier output's address
+        return orig(x, *a, out=out, **k)
+
+    monkeypatch.setattr(gemm_fused_epi, "fused_epi_stage_triton", spy)
+    x = _wide((4, 8, 64), 7)
+    xt = torch.from_numpy(x).to(DEV)
+    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_gemm="fused_epi")
+    y = fftn_fp64_emulated(xt, plan)
+    assert len(seen) == 4 and seen[0] == xt.untyped_storage().data_ptr()
+    out_ptrs = [o.untyped_storage().data_ptr() for o in outs]
+    assert all(p in out_ptrs[:i] for i, p in enumerate(seen) if i), (seen, out_ptrs)
+    assert y.is_contiguous() and _same(y.cpu().numpy(), fftn_fp64_emulated(x))

@@ -122,6 +122,25 @@ def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
 
 
 @triton.jit
+def _grid_offsets(rows, c0, RG, S_g, S_r, OFF):
+    """Offsets (int64, float64 units) of chunk rows ``rows`` in a [G, R] row grid of any strides: grid row
+    m = c0 + row at (m // RG) S_g + (m % RG) S_r - OFF (one division per row; m < 2^31)."""
+    m = c0 + rows
+    gm = m // RG
+    return gm.to(tl.int64) * S_g + (m - gm * RG).to(tl.int64) * S_r - OFF
+
+
+@triton.jit
+def _load_rows(X_ptr, roff, rows, jj, Rc, N, S_xe):
+    """Chunk rows ``rows`` at offsets ``roff`` (:func:`_grid_offsets`) as float64 [BR, 2 NP] (column 2 j + h:
+    real / imaginary part of x_j, j S_xe float64 further; zero outside the chunk and past 2 N). Shared by the
+    Triton and Gluon stage kernels (any layout)."""
+    coff = (jj // 2).to(tl.int64) * S_xe + jj % 2
+    xm = (rows < Rc)[:, None] & (jj < 2 * N)[None, :]
+    return tl.load(X_ptr + roff[:, None] + coff[None, :], mask=xm, other=0.0)
+
+
+@triton.jit
 def _b_tile(B_ptr, i: tl.constexpr, S_bg, S_bi, g, boff, bmask):
     """Modulus i's 4M operand tile [2 NP, 2 BK] of twiddle group g (zero outside the group's K)."""
     return tl.load(B_ptr + i * S_bi + g * S_bg + boff, mask=bmask, other=0)
@@ -129,7 +148,8 @@ def _b_tile(B_ptr, i: tl.constexpr, S_bg, S_bi, g, boff, bmask):
 
 @triton.jit
 def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
-                      Rc, RG, c0, G, N, K, S_xm, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
+                      Rc, RG, c0, G, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
+                      YOFF, NGS,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
                       NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, FB: tl.constexpr, BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
@@ -145,8 +165,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     rmask = rows < Rc
     # the rows as real [BR, 2 NP] (column 2 j + h: re / im of x_j), the layout of the 4M operand's rows
     jj = tl.arange(0, 2 * NP)
-    xm = rmask[:, None] & (jj < 2 * N)[None, :]
-    x = tl.load(X_ptr + rows.to(tl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
+    x = _load_rows(X_ptr, _grid_offsets(rows, c0, RG, S_xg, S_xr, XOFF), rows, jj, Rc, N, S_xe)
     hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
     k = tl.program_id(1) * BK + tl.arange(0, BK)  # this program's outputs of each row
     # 4M operand tile [2 NP, 2 BK]: column 2 k + c is output k's real (c = 0) or imaginary (c = 1) part
@@ -189,9 +208,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     else:
         y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
     # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units)
-    m = (c0 + rows).to(tl.int64)
-    gm = m // RG
-    roff = gm * S_yg + (m - gm * RG) * S_yr - YOFF
+    roff = _grid_offsets(rows, c0, RG, S_yg, S_yr, YOFF)
     optr = Y_ptr + roff[:, None, None] + (k.to(tl.int64) * S_yk)[None, :, None] + tl.arange(0, 2)[None, None, :]
     tl.store(optr, y, mask=rmask[:, None, None] & (k < K)[None, :, None])
 
@@ -323,13 +340,14 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
+def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: EpilogueTables, variant: str,
                            ops: dict, c0: int, R: int, block_m: int | None = None,
                            num_warps: int | None = None, asm: bool | None = None, block_k: int | None = None,
                            out: torch.Tensor | None = None, max_registers: int | None = None,
                            swizzle: bool | None = None,
                            impl: str | None = None,
-                           fold: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           fold: str | None = None,
+                           rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -337,7 +355,11 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     ``s + twiddle_bits``.
 
     Args:
-        x_MN: complex128 [Rc, N] chunk rows (any row and element strides), N <= 32.
+        x: complex128 [Rc, N] chunk rows, or the stage's whole [G, R, N] row grid whose flattened rows
+            c0 .. c0 + Rc - 1 form the chunk (``rows`` = Rc); any strides, N <= 32. The kernel reads the
+            rows where they are (two-level row addressing as for ``out``; no copy): with consecutive rows
+            one complex element apart, as a six-step pass over the outermost axis reads them, the Gluon
+            kernel loads along the rows.
         bits: b_x (<= 60).
         twiddle_bits: b_w (the output scale is 2^-(s + b_w)).
         tab: epilogue tables of the r INT8 moduli.
@@ -371,6 +393,7 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
         fold: ``"int"`` or ``"f64"`` (:data:`FOLDS`); None: the environment variable
             ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` where the Gluon kernel runs and ``"int"`` for the
             Triton kernel. Same bits.
+        rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -378,28 +401,37 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
 
     Raises:
         ValueError: shapes or dtypes do not match, a variant other than crt/kulisch, chunk rows outside
-            the [G, R] grid, ``out`` sharing memory with ``x_MN`` (:func:`gpufield.fp64.fft.stage.dft_stage`
+            the [G, R] grid, ``out`` sharing memory with ``x`` (:func:`gpufield.fp64.fft.stage.dft_stage`
             then writes through a buffer), ``block_m`` / ``block_k`` not a power of two >= 16, or ``impl``
             not in :data:`IMPLS`, or ``fold`` not in :data:`FOLDS`.
     """
-    Rc, N = x_MN.shape
-    impl = _resolve_impl(impl)
-    _resolve_fold(fold, False)  # a bad fold is refused before any work, like a bad impl
     wres = ops["wres"]
     L, G, K, Nw = wres[0].shape
+    x = x.resolve_conj()
+    if x.ndim == 3:  # the whole [G, R, N] grid: chunk rows c0 .. c0 + Rc - 1
+        if tuple(x.shape[:2]) != (G, R):
+            raise ValueError(f"x must be the [{G}, {R}, N] row grid or [Rc, N] chunk rows, got {tuple(x.shape)}")
+        Rc = G * R - c0 if rows is None else rows
+    elif x.ndim == 2 and rows is None:
+        Rc = x.shape[0]
+    else:
+        raise ValueError(f"x must be [Rc, N] chunk rows (rows=None) or the [G, R, N] grid, got {tuple(x.shape)}")
+    N = x.shape[-1]
+    impl = _resolve_impl(impl)
+    _resolve_fold(fold, False)  # a bad fold is refused before any work, like a bad impl
     if variant not in ("crt", "kulisch"):
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
-    if x_MN.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
+    if x.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
         raise ValueError("fused_epi stage shapes/dtypes do not match")
     for name, v in (("block_m", block_m), ("block_k", block_k)):
         if v is not None and (v < 16 or v & (v - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {v}")
-    if c0 < 0 or c0 + Rc > G * R:
+    if c0 < 0 or Rc < 0 or c0 + Rc > G * R:
         raise ValueError(f"chunk rows [{c0}, {c0 + Rc}) outside the stage's {G} x {R} row grid")
-    if out is not None and _overlap(out, x_MN):
+    if out is not None and _overlap(out, x):
         raise ValueError("out must not share memory with the input rows (programs would overwrite rows "
                          "other programs still read)")
-    dev = x_MN.device
+    dev = x.device
     s = torch.empty(Rc, dtype=torch.int64, device=dev)
     amax = torch.empty(Rc, dtype=torch.float64, device=dev)
     if out is not None:
@@ -445,9 +477,12 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
     # six-step stage 2): neighbouring programs then fill each 32-byte sector together
     ngs = Rc // R if (out is not None and swizzle is not False and out.stride(0) == 1 and c0 % R == 0
                       and Rc % R == 0 and R % bm == 0 and ngm == 1 and (swizzle or cuda)) else 1
-    if x_MN.stride(1) != 1:  # the kernel reads each row's 2 N float64 contiguously
-        x_MN = x_MN.contiguous()
-    xv = torch.view_as_real(x_MN)
+    xv = torch.view_as_real(x)  # strides in float64 units; the kernel reads rows where they are
+    if xv.ndim == 4:
+        xstr = (xv.stride(0), xv.stride(1), xv.stride(2), 0)
+    else:  # [Rc, N] rows of the chunk: grid row m at (m - c0) S_r
+        xstr = (R * xv.stride(0), xv.stride(0), xv.stride(1), c0 * xv.stride(0))
+    xrows = xstr[1] == 2  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
@@ -459,11 +494,12 @@ def fused_epi_stage_triton(x_MN: torch.Tensor, bits: int, twiddle_bits: int, tab
             ops["b4m_t"] = b4.transpose(2, 3).contiguous()  # [G, L, 2 K, 2 NP]: K-major tiles for 8-bit wgmma
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
-            xv, bt, y, s, amax, Rc, R, c0, N, K, xv.stride(0), bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, FB=residue_constants(tab.moduli), **consts, **launch)
+            xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=residue_constants(tab.moduli), **consts,
+            **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
             xv, b4, y, s, amax, Rc, R, c0, G, N, K,
-            xv.stride(0), b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
+            *xstr, b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
             NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=residue_constants(tab.moduli), **consts, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

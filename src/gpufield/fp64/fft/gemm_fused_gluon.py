@@ -10,8 +10,11 @@ tile loads), wait 15 %, barrier 13 %, pipe throttle 12 %.
 Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in column 2 k, imaginary in
 2 k + 1) does:
 
-1. loads its rows once (float64 [BR, 2 NP]), row shifts and the exact split hi 2^29 + lo (as the Triton
-   kernel, through the same helpers);
+1. loads its rows once (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid; when
+   consecutive rows are one complex element apart (``XROWS``, every stage of a six-step pass, which reads
+   its input in place) it loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes)
+   and exchanges the tile through shared memory into the row layout; then the row shifts and the exact
+   split hi 2^29 + lo (as the Triton kernel, through the same helpers);
 2. writes the symmetric residues of all L moduli to shared memory ([L, BR, 2 NP] int8, K-major) and the
    L twiddle tiles of its group ([L, 2 BK, 2 NP] int8, K-major as 8-bit wgmma requires), then ONE fence
    and barrier: the row values are dead before the modulus loop starts (no spills);
@@ -23,6 +26,11 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
    program per SM) they overlap, but that ran slower on the H200 (1.27 against ~1.0 ms per N = 16 stage,
    run 30; integer fold);
 4. the matching finish (lift and one rounding) in the accumulator layout and one store per output.
+
+The float64 constants of the residues and of the FP64 fold (``FB``, ``FD``, ``FQ``, ``FK``, ``FM``: bit patterns
+as int64) are kernel arguments, not constexprs as in the Triton kernel: ptxas then reads them from the
+constant bank (operands or ULDC) instead of building each 64-bit immediate with two UMOV per thread
+(sm_90 count at N = 16: 393 -> 373 SASS per real output).
 
 Measured on one H200 (runs 30-32, benchmarks/fp64_fused_epi_shapes.py, same inputs and same output digest
 as the Triton kernel), integer fold: 0.94-1.07 ms per N = 16 stage (Triton 1.49-1.59), 2.20-2.48 ms per
@@ -47,21 +55,21 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import _row_split, _sym_res_rn
+from gpufield.fp64.fft.gemm_fused_epi import _load_rows, _row_split, _sym_res_rn
 from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
 
 @gluon.jit
 def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
-                            Rc, RG, c0, N, K, S_xm, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk, YOFF, NGS,
-                            NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr,
-                            R: gl.constexpr, PM: gl.constexpr, FB: gl.constexpr, BM: gl.constexpr,
+                            Rc, RG, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
+                            YOFF, NGS, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr, XROWS: gl.constexpr,
+                            R: gl.constexpr, PM: gl.constexpr, FB, BM: gl.constexpr,
                             BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
-                            BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD: gl.constexpr,
-                            FQ: gl.constexpr, FK: gl.constexpr, FM: gl.constexpr, num_warps: gl.constexpr):
+                            BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD, FQ, FK, FM,
+                            num_warps: gl.constexpr):
     # row tile [BR, 2 NP] float64: XV = min(8, BR 2 NP / threads) consecutive columns per thread, 2 NP / XV
     # threads per row, 32 XV / (2 NP) rows per warp (BR rows over all warps: no replication, e.g. 8 columns
     # at (N = 16, 8 warps), 4 at (16, 16) and (32, 32)); twiddle tiles [2 BK, 2 NP] int8 likewise
@@ -80,13 +88,24 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     t0 = (pid % NGS) * RG + (pid // NGS) * BR
     rows = t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, XL))
     rmask = rows < Rc
-    jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
-    xm = rmask[:, None] & (jj < 2 * N)[None, :]
-    x = gl.load(X_ptr + rows.to(gl.int64)[:, None] * S_xm + jj[None, :], mask=xm, other=0.0)
+    # all rows of a program lie in one group g_lo of the [G, R] grid (:func:`_gluon_fits`): one division
+    g_lo = (c0 + t0) // RG
+    r_lo = c0 + t0 - g_lo * RG
+    if XROWS:  # consecutive rows one complex element apart (a six-step pass over the outermost axis): each
+        # thread loads one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column
+        # pair, then one exchange through shared memory into the row layout XL
+        XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [BR // 32, num_warps * 32 // BR], [1, 0])
+        i_t = gl.arange(0, BR, layout=gl.SliceLayout(1, XT))
+        jj_t = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XT))
+        roff_t = g_lo.to(gl.int64) * S_xg + (r_lo + i_t).to(gl.int64) * S_xr - XOFF
+        x = gl.convert_layout(_load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe), XL)
+    else:
+        jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
+        roff = g_lo.to(gl.int64) * S_xg + (rows - t0 + r_lo).to(gl.int64) * S_xr - XOFF
+        x = _load_rows(X_ptr, roff, rows, jj, Rc, N, S_xe)
     hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
 
     # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
-    g_lo = (c0 + t0) // RG
     cb = gl.arange(0, 2 * BK, layout=gl.SliceLayout(1, TL))
     jb = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, TL))
     kcol = 2 * gl.program_id(1) * BK + cb
@@ -133,10 +152,9 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
     # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
     # column 2 k + c holds part c of output k
-    m = (c0 + t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))).to(gl.int64)
-    gm = m // RG
-    roff = gm * S_yg + (m - gm * RG) * S_yr - YOFF
+    i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
+    yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
     col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
     k = gl.program_id(1) * BK + col // 2
-    optr = Y_ptr + roff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
-    gl.store(optr, y, mask=(m < c0 + Rc)[:, None] & (k < K)[None, :])
+    optr = Y_ptr + yoff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
+    gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])

@@ -150,6 +150,18 @@ def chunk_segments(c0: int, c1: int, R: int):
         pos = end
 
 
+def take_rows(x_GRN: torch.Tensor, c0: int, c1: int) -> torch.Tensor:
+    """Chunk rows [c0, c1) (flattened over [G, R]) of x (any strides) as [c1 - c0, N]: a view when the
+    rows form one strided block, else a copy of the chunk's rows only (never of the whole grid)."""
+    G, R, N = x_GRN.shape
+    g0, g1 = c0 // R, -(-c1 // R)
+    try:
+        return x_GRN[g0:g1].view(-1, N)[c0 - g0 * R:c1 - g0 * R]
+    except RuntimeError:  # the groups' rows are not one strided block
+        return torch.cat([x_GRN[gi, r0:r1] for gi, r0, r1 in
+                          ((gi, s0 + c0 - gi * R, s1 + c0 - gi * R) for gi, s0, s1 in chunk_segments(c0, c1, R))])
+
+
 def place_rows(y_GRK: torch.Tensor, res_MK: torch.Tensor, c0: int, c1: int) -> None:
     """Write chunk rows [c0, c1) (flattened over [G, R]) into y (any strides): at most 3 copies."""
     R = y_GRK.shape[1]

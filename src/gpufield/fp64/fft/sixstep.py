@@ -12,7 +12,8 @@ k = k1 + n1 k2:
 
 N <= 32 is one stage; 64 <= N <= 1024 splits as n1 = 2^ceil(m/2), n2 = 2^floor(m/2) (1024 = 32 x 32).
 Each stage rounds once (its epilogue's final conversion); a 3-D transform has 6 stage roundings.
-Multi-dimensional transforms apply the 1-D transform along each axis (one pass per axis). The inverse
+Multi-dimensional transforms apply the 1-D transform along each axis (one pass per axis, the outermost
+axis in memory first; each pass leaves its axis innermost, so no pass copies its input). The inverse
 uses ifft(x) = conj(fft(conj(x))) / N_total (conjugation and the power-of-two division are exact).
 
 Shape legend: B batch of pencils, N axis length; arrays are complex128.
@@ -54,33 +55,34 @@ def _fused_idx(n: int) -> np.ndarray:
 
 
 def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None) -> torch.Tensor:
-    """Forward DFT along the last axis of ``box.pop()`` ([..., N] complex128, any strides).
+    """Forward DFT along the first axis of ``box.pop()``: x_NB [N, B] complex128, any strides (fastest when
+    rows b are consecutive elements, the outermost axis of a contiguous array) -> X_BN [B, N] contiguous.
 
-    The input is taken out of ``box`` so that the last reference to it (when the caller holds no other)
-    dies as soon as the stage-1 input copy exists. Stage 1 writes straight into the stage-2 layout
-    [k1, b, j2] and stage 2 straight into the output layout X[b, k1 + n1 k2] (transposed ``out`` views),
-    so a pass holds at most three full-size arrays: its input (until copied), the stage-1 input, the
-    stage-2 input, then the stage-2 input and the output.
+    Every stage reads its rows where they are (the fused kernel's two-level row addressing): stage 1 takes
+    rows (j2, b) at consecutive addresses with vector j1 (x_NB viewed as [n1, n2 B]: no copy), writes
+    y[k1, j2, b]; stage 2 takes, per k1, rows b with vector j2 from y and writes X[b, k1 + n1 k2]. So a pass
+    transposes the outermost axis to the innermost, and holds at most two full-size arrays of its own at a
+    time (the input and y, then y and the output): the input is taken out of ``box`` so that the last
+    reference to it (when the caller holds no other) dies once stage 1 has read it.
     """
-    x_BN = box.pop()
-    N = x_BN.shape[-1]
-    B = x_BN.numel() // N
+    x_NB = box.pop()
+    N, B = x_NB.shape
+    dev = x_NB.device
     if N == 1:
-        return x_BN.reshape(B, N).clone()
+        return x_NB.T.contiguous()
     if N <= 32:
-        a = x_BN.reshape(1, B, N)
-        del x_BN
-        return dft_stage(a, _dft_idx(N), plan, flags=flags, chunk_outputs=chunk)[0]
+        z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k]
+        dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N), plan, out=z.unsqueeze(0), flags=flags, chunk_outputs=chunk)
+        return z
     n1, n2 = _split(N)
-    a = x_BN.unflatten(-1, (n1, n2)).transpose(-1, -2).reshape(1, B * n2, n1)  # rows (b, j2), vector j1
-    dev = a.device
-    del x_BN
-    y = torch.empty((n1, B, n2), dtype=torch.complex128, device=dev)  # [k1, b, j2]
-    dft_stage(a, _dft_idx(n1), plan, out=y.permute(1, 2, 0).view(1, B * n2, n1), flags=flags,
-              chunk_outputs=chunk)
+    a = x_NB.reshape(n1, n2 * B).T.unsqueeze(0)  # [1, (j2, b), j1]: a view when x_NB's rows are contiguous
+    del x_NB
+    y = torch.empty((n1, n2 * B), dtype=torch.complex128, device=dev)  # [k1, (j2, b)]
+    dft_stage(a, _dft_idx(n1), plan, out=y.T.unsqueeze(0), flags=flags, chunk_outputs=chunk)
     del a
-    z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k1 + n1 k2]
-    dft_stage(y, _fused_idx(N), plan, out=z.view(B, n2, n1).permute(2, 0, 1), flags=flags, chunk_outputs=chunk)
+    z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k1 + n1 k2], after the input is gone
+    dft_stage(y.view(n1, n2, B).transpose(1, 2), _fused_idx(N), plan, out=z.view(B, n2, n1).permute(2, 0, 1),
+              flags=flags, chunk_outputs=chunk)
     return z
 
 
@@ -99,7 +101,8 @@ def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
         NumericsError: Inf/NaN in the input or an overflowing stage.
     """
     flags: list = []
-    out = _axis_pass([x_BN], plan, flags, None)
+    N = x_BN.shape[-1]
+    out = _axis_pass([x_BN.reshape(-1, N).T], plan, flags, None)
     check_finite_flags(flags)
     return out
 
@@ -123,22 +126,29 @@ def _as_tensor(x) -> tuple[torch.Tensor, bool]:
 
 
 def _fftn(box: list, plan: EmulatedFftPlan) -> torch.Tensor:
-    """n-D forward transform of ``box.pop()`` (dropped once its first copy exists, see :func:`_axis_pass`).
+    """n-D forward transform of ``box.pop()`` (dropped once its first stage has read it, see
+    :func:`_axis_pass`).
 
-    One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
+    Each pass transforms the outermost axis of the current memory order and leaves it innermost
+    (:func:`_axis_pass`), so after the n passes a contiguous input's layout is back and no pass copies its
+    input. One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
     on the device, and nothing waits for the device before the transform is fully queued.
     """
     x = box.pop()
     _check(x)
-    chunk = chunk_outputs_for(plan, x.shape, x.device)
+    shape = tuple(x.shape)
+    chunk = chunk_outputs_for(plan, shape, x.device)
     flags: list = []
-    for axis in range(x.ndim):
-        pass_in = [x.movedim(axis, -1)]  # the list holds the only reference: dropped inside _axis_pass
-        shape = pass_in[0].shape
-        del x
-        x = _axis_pass(pass_in, plan, flags, chunk).view(shape).movedim(-1, axis)
+    order = list(range(x.ndim))  # axes in memory order, outermost first
+    pass_in = [x.reshape(shape[0], -1)]  # the list holds the only reference: dropped inside _axis_pass
+    del x
+    for _ in shape:
+        z = _axis_pass(pass_in, plan, flags, chunk)  # [B, N]: the transformed axis is now innermost
+        order = order[1:] + order[:1]
+        pass_in = [z.view(shape[order[0]], -1)]
+        del z
     check_finite_flags(flags)
-    return x.contiguous()
+    return pass_in.pop().view(shape)
 
 
 def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):

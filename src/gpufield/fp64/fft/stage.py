@@ -133,7 +133,8 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     cached operands of :mod:`gpufield.fp64.fft.operands`. Nothing in the loop waits for the device.
 
     Args:
-        x_GRN: complex128 [G, R, N] (N <= 32), on CPU or CUDA; contiguous or reshapeable to [G R, N].
+        x_GRN: complex128 [G, R, N] (N <= 32), on CPU or CUDA, any strides (the fused kernel reads the rows
+            where they are; the other paths copy a chunk's rows when they do not form one strided block).
         idx_GKN: int array [G, K, N] of twiddle-table indices (forward roots).
         plan: :class:`EmulatedFftPlan`.
         out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the
@@ -150,7 +151,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         NumericsError: non-finite input, when ``flags`` is None (the emulation has no Inf/NaN path).
         InputError: shapes do not match.
     """
-    from gpufield.fp64.fft.memory import chunk_outputs_for, chunk_segments, place_rows
+    from gpufield.fp64.fft.memory import chunk_outputs_for, chunk_segments, place_rows, take_rows
     from gpufield.fp64.fft.operands import stage_operands
 
     G, R, N = x_GRN.shape
@@ -175,7 +176,6 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     else:
         run_epi = epilogue_torch
     Mrows = G * R
-    x_MN = x_GRN.reshape(Mrows, N)
     rows = max(1, (chunk_outputs or chunk_outputs_for(plan, x_GRN.shape, dev)) // K)
     y = out
     if y is None and rows < Mrows:
@@ -184,13 +184,13 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     for c0 in range(0, Mrows, rows):
         c1 = min(Mrows, c0 + rows)
         Rc = c1 - c0
-        xc = x_MN[c0:c1]
         if plan.int8_gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
             from gpufield.fp64.fft.gemm_fused_epi import _overlap, fused_epi_stage_triton
 
-            direct = y is not None and not _overlap(y, xc)  # rows written straight into y, unless in place
-            res, _, amax = fused_epi_stage_triton(xc, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
-                                                  ops, c0, R, out=y if direct else None)
+            # the kernel reads the chunk's rows where they are in the [G, R] grid (no copy, any strides)
+            direct = y is not None and not _overlap(y, x_GRN)  # rows written straight into y, unless in place
+            res, _, amax = fused_epi_stage_triton(x_GRN, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
+                                                  ops, c0, R, out=y if direct else None, rows=Rc)
             if flags is not None:
                 flags.append(amax.amax())
             if y is None:
@@ -198,6 +198,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             if not direct:
                 place_rows(y, res, c0, c1)
             continue
+        xc = take_rows(x_GRN, c0, c1)
         if gsz > 1:  # block-diagonal grouped INT8 GEMMs into T, read in place by the kernel
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
         else:

@@ -61,9 +61,9 @@ vector); HBM floor 0.85 ms. Static sm_90 count 380 SASS per real output (355 at 
 
 
 @triton.jit
-def _f64(bits: tl.constexpr):
-    """The float64 whose bit pattern is the compile-time int ``bits`` (exact; an immediate or constant-bank
-    operand in the SASS, no load)."""
+def _f64(bits):
+    """The float64 whose bit pattern is the int ``bits`` (exact): a compile-time int (an immediate in the
+    SASS) or an integer kernel argument (a constant-bank operand), no load."""
     return tl.cast(tl.cast(bits, tl.int64), tl.float64, bitcast=True)
 
 

@@ -73,7 +73,8 @@ def f64_constants(tab: EpilogueTables, variant: str) -> dict:
     """Compile-time constants of the FP64 fold (float64 bit patterns as Python ints).
 
     Returns:
-        dict of kernel constexprs: ``FD`` [R * 3] scaled digits d_il 2^(42 l) (row-major), ``FQ`` [R] the
+        dict of kernel constants (constexprs of the Triton kernels, int64 arguments of the Gluon kernel):
+        ``FD`` [R * 3] scaled digits d_il 2^(42 l) (row-major), ``FQ`` [R] the
         quotient fractions round(2^F q_i^s / p_i) 2^-F (F = 40 for ``"crt"``, 36 for ``"kulisch"``), ``FK`` [R]
         -(2^52 + floor(p_i / 2)), ``FM`` [3] -M_l 2^(42 l).
 
@@ -115,7 +116,7 @@ def _init_f64(x):
 
 @triton.jit
 def _fold_f64(a, x, i: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr, BSH: tl.constexpr,
-              FD: tl.constexpr, FQ: tl.constexpr, FK: tl.constexpr):
+              FD, FQ, FK):
     """Modulus i's int32 products x (any shape; congruent mod p_i to the output's integer) folded into the
     accumulators ``a`` = (S_0, S_1, S_2, Q) (steps 1-2 of the module docstring)."""
     c = _mod(x, BB[i], BM[i], PM[i], BSH)  # [0, p_i)
@@ -138,7 +139,7 @@ def _two_sum(a, b):
 
 
 @triton.jit
-def _finish_f64(a, shift, FM: tl.constexpr):
+def _finish_f64(a, shift, FM):
     """float64 of Y 2^-shift from the accumulators (steps 3-5); ``shift`` (int32) broadcasts."""
     q = tl.floor(a[3] + 0.5)
     t0 = tl.fma(q, _f64(FM[0]), a[0])

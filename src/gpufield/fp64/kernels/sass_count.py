@@ -124,7 +124,8 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
-                       max_registers: int | None = None, gluon: bool = False, fold: str = "int") -> dict:
+                       max_registers: int | None = None, gluon: bool = False, fold: str = "int",
+                       xrows: bool = True) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -135,6 +136,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         max_registers: ptxas register cap (Triton ``maxnreg``), None for none.
         gluon: the Gluon kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`) instead of the Triton one.
         fold: ``"int"`` or ``"f64"`` (:data:`gpufield.fp64.fft.gemm_fused_epi.FOLDS`).
+        xrows: the Gluon kernel's load along rows (consecutive rows one complex element apart, as every
+            six-step stage reads them) rather than along each row's elements.
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -143,6 +146,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.runtime.jit import mangle_type
 
     from gpufield.fp64.fft import gemm_fused_epi
     from gpufield.fp64.fft.epilogue import epilogue_tables
@@ -163,11 +167,14 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     tab = epilogue_tables(kind, r)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
-    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, FB=residue_constants(tab.moduli), num_warps=num_warps)
+    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=residue_constants(tab.moduli),
+                 num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
-    sig = {a: "constexpr" if a in const else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32")
-           for a in fn.arg_names}
-    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xm", "S_bg", "S_bi")]
+    runtime = {p.name for p in fn.params if not p.is_constexpr}  # e.g. constant tuples passed as arguments
+    sig = {a: ("constexpr" if a not in runtime else tuple(mangle_type(v) for v in const.pop(a))) if a in const
+           else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32") for a in fn.arg_names}
+    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xg", "S_xe", "S_bg",
+                                                                      "S_bi")]
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
     if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource as ASTSource  # noqa: N814
