@@ -170,7 +170,7 @@ def test_grid_rows_read_where_they_are():
     from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
     from gpufield.fp64.fft.operands import stage_operands
 
-    G, R, N = 3, 40, 16
+    G, R, N = 4, 40, 16
     x = _adversarial((G, R, N), 9)
     mem = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV)  # [k1, j2, b]
     grid = mem.transpose(1, 2)  # [G, R, N], strides (N R, 1, R)
@@ -179,7 +179,7 @@ def test_grid_rows_read_where_they_are():
     tab = epilogue_tables("int8", plan.resolved_num_moduli)
     ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
     args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops)
-    c0, Rc = 16, 80  # rows 16 .. 95: the ends of group 0, all of group 1, the start of group 2
+    c0, Rc = 16, 120  # rows 16 .. 135: the end of group 0, groups 1 and 2, the start of group 3
     got, s_got, _ = fused_epi_stage_triton(grid, *args, c0, R, rows=Rc)
     rows = grid.reshape(G * R, N)[c0:c0 + Rc].contiguous()
     ref, s_ref, _ = fused_epi_stage_triton(rows, *args, c0, R)
