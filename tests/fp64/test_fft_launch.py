@@ -160,10 +160,11 @@ def test_non_finite_and_overflow_detected_at_the_end():
 
 
 def test_memory_model_numbers():
-    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8)
+    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_group=8, int8_gemm="triton")
     assert workspace_bytes_per_output(plan) == 3 * 16 + 12 * 16 + 24 == 264
     cpu = torch.device("cpu")
-    budget = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, memory_budget_bytes=264 * 2**20 + 5)
+    budget = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="triton",
+                             memory_budget_bytes=264 * 2**20 + 5)
     assert chunk_outputs_for(budget, (1024,) * 3, cpu) == 2**20
     capped = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, memory_budget_bytes=2**40,
                              chunk_outputs=4096)
@@ -173,6 +174,9 @@ def test_memory_model_numbers():
     assert transform_peak_bytes((1024,) * 3, plan, 2**27) == 48 * 2**30 + 264 * 2**27
     assert transform_peak_bytes((32, 16, 8), plan, 2**27) == 3 * 16 * 4096 + 264 * 4096
     assert transform_peak_bytes((32,), plan, 2**27) == 2 * 16 * 32 + 264 * 32
+    fused = EmulatedFftPlan(backend="int8", epilogue="triton", int8_gemm="fused_epi",
+                            memory_budget_bytes=45 * 2**30)  # the 1024^3 budget on an H200: one chunk per stage
+    assert workspace_bytes_per_output(fused) == 32 and chunk_outputs_for(fused, (1024,) * 3, cpu) == 2**30
 
 
 def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):

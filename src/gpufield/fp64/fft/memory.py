@@ -14,14 +14,17 @@ epilogue output (complex128)   16 B                                             
 **workspace per output**       **15 L + 24 B (INT8 + Triton epilogue)**            **264 B**
 =============================  ==================================================  ===================
 
-(The row-shift reduction's temporary, 16 B per input element, is freed before the residues exist.) The FP8
+(The row-shift reduction's temporary, 16 B per input element, is freed before the residues exist.) The fully
+fused stage (``int8_gemm="fused_epi"``) has no residue or product planes: per row an int64 shift and a float64
+maximum (at most 1 B per output, K >= 16) and, for an in-place stage, the [Rc, K] complex128 result buffer:
+budgeted at **32 B** per output, so a 1024^3 stage runs in one chunk on an H200. The FP8
 backend adds its stacked int64 products (16 r B more); the torch reference epilogue and the CPU-exact
 backend work in int64 and are budgeted at 128 r + 1024 B per output.
 
 Whole transform (:func:`gpufield.fp64.fft.sixstep.fftn_fp64_emulated`), with A = 16 B x points the size
-of the complex128 array: the caller's input A, plus per axis pass the stage-1 input copy and the stage-1
-output (which is the stage-2 input), then the stage-2 output; the previous pass's array is dropped as
-soon as its copy exists. So
+of the complex128 array: the caller's input A, plus per axis pass its input (read in place; the previous
+pass's output) and the stage-1 output (the stage-2 input), then the stage-1 and stage-2 outputs; a pass's
+input is dropped once stage 1 has read it, before the stage-2 output is allocated. So
 
     peak = 3 A + W,   W = workspace per output x chunk outputs
 
@@ -29,7 +32,8 @@ soon as its copy exists. So
 At 1024^3 complex128 (A = 16 GiB) on INT8 g = 8: peak = 48 GiB + 264 B x chunk. With the default budget
 on an empty H200 (about 139 GiB usable, 123 GiB free with the input resident) the budget is
 0.5 x (123 - 2 x 16) = 45 GiB, the chunk 2^27 outputs (W = 33 GiB, 8 chunks per stage) and the peak
-**81 GiB**. The benchmark's inverse transform (input, output and the conjugated copy resident) gets
+**81 GiB** (the fused stage: 2^30-output chunks, one per stage, peak 48 + 32 = 80 GiB). The benchmark's
+inverse transform (input, output and the conjugated copy resident) gets
 2^26-output chunks and peaks at ~97 GiB. (H200 run 5 measured 81 GiB *above* the resident input, i.e. one
 A more than this model: the previous axis pass's output stayed referenced during the next pass; fixed
 after that run, tests/fp64/test_fft_launch.py counts the live full-size arrays.)
@@ -64,6 +68,8 @@ def workspace_bytes_per_output(plan) -> int:
         int, bytes per complex output (N = K stages).
     """
     r = plan.resolved_num_moduli
+    if plan.int8_gemm == "fused_epi" and plan.backend == "int8" and plan.epilogue == "triton":
+        return 32
     if plan.backend == "cpu" or plan.epilogue == "torch":
         return 128 * r + 1024
     g = plan.int8_group
