@@ -300,24 +300,6 @@ against 500 SASS per real output), ``"int"`` in the Triton kernel (with the FP64
 spill instructions at 128 registers)."""
 
 
-RESIDUES = ("fp64", "digits")
-"""How the Gluon kernel forms the input residues: ``"fp64"`` (per modulus and value, :func:`_sym_res_rn`) or
-``"digits"`` (byte digits against digit-expanded twiddles on the tensor cores,
-:mod:`gpufield.fp64.fft.gemm_fused_digits`). Same bits."""
-
-
-def _resolve_residues(residues: str | None) -> str:
-    """``residues``, else ``GPUFIELD_FUSED_EPI_RESIDUES``, else ``"fp64"``.
-
-    Raises:
-        ValueError: not one of :data:`RESIDUES`.
-    """
-    residues = residues or os.environ.get("GPUFIELD_FUSED_EPI_RESIDUES") or "fp64"
-    if residues not in RESIDUES:
-        raise ValueError(f"fused_epi residues must be one of {RESIDUES}, got {residues!r}")
-    return residues
-
-
 def _resolve_fold(fold: str | None, gluon: bool) -> str:
     """``fold``, else ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` for the Gluon kernel and ``"int"`` for the
     Triton kernel.
@@ -365,8 +347,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
                            swizzle: bool | None = None,
                            impl: str | None = None,
                            fold: str | None = None,
-                           rows: int | None = None,
-                           residues: str | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -413,8 +394,6 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` where the Gluon kernel runs and ``"int"`` for the
             Triton kernel. Same bits.
         rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
-        residues: ``"fp64"`` or ``"digits"`` (:data:`RESIDUES`, the Gluon kernel only); None: the environment
-            variable ``GPUFIELD_FUSED_EPI_RESIDUES``, else ``"fp64"``. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -439,8 +418,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         raise ValueError(f"x must be [Rc, N] chunk rows (rows=None) or the [G, R, N] grid, got {tuple(x.shape)}")
     N = x.shape[-1]
     impl = _resolve_impl(impl)
-    _resolve_fold(fold, False)  # a bad fold or residues option is refused before any work, like a bad impl
-    _resolve_residues(residues)
+    _resolve_fold(fold, False)  # a bad fold is refused before any work, like a bad impl
     if variant not in ("crt", "kulisch"):
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
     if x.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
@@ -515,21 +493,6 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         if ops.get("b4m_t") is None or ops["b4m_t"].shape[3] != 2 * NP:
             ops["b4m_t"] = b4.transpose(2, 3).contiguous()  # [G, L, 2 K, 2 NP]: K-major tiles for 8-bit wgmma
         bt = ops["b4m_t"]
-        if _resolve_residues(residues) == "digits":
-            from gpufield.fp64.fft.gemm_fused_digits import (
-                DIGIT_DOT_BOUND,
-                _fused_epi_digits_kernel,
-                operand_digits,
-            )
-
-            if ops.get("b4m_d") is None or ops["b4m_d"].shape[3] != 16 * NP:
-                ops["b4m_d"] = operand_digits(bt, tab.moduli)
-            bd = ops["b4m_d"]
-            consts |= barrett_constants(tab.moduli, DIGIT_DOT_BOUND)
-            COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_digits_kernel[grid](
-                xv, bd, y, s, amax, Rc, R, c0, N, K, *xstr, bd.stride(0), bd.stride(1), bits, twiddle_bits,
-                *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, **consts, **launch)
-            return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
             *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=residue_constants(tab.moduli), **consts,

@@ -125,7 +125,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
                        max_registers: int | None = None, gluon: bool = False, fold: str = "int",
-                       xrows: bool = True, digits: bool = False) -> dict:
+                       xrows: bool = True) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -136,8 +136,6 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         max_registers: ptxas register cap (Triton ``maxnreg``), None for none.
         gluon: the Gluon kernel (:mod:`gpufield.fp64.fft.gemm_fused_gluon`) instead of the Triton one.
         fold: ``"int"`` or ``"f64"`` (:data:`gpufield.fp64.fft.gemm_fused_epi.FOLDS`).
-        digits: the Gluon kernel with the input residues on the tensor cores
-            (:mod:`gpufield.fp64.fft.gemm_fused_digits`).
         xrows: the Gluon kernel's load along rows (consecutive rows one complex element apart, as every
             six-step stage reads them) rather than along each row's elements.
 
@@ -164,15 +162,10 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         from gpufield.fp64.fft import gemm_fused_gluon
 
         fn = gemm_fused_gluon._fused_epi_gluon_kernel
-        if digits:
-            from gpufield.fp64.fft import gemm_fused_digits
-
-            fn = gemm_fused_digits._fused_epi_digits_kernel
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
-    bound = (1 << 23) if digits else gemm_fused_epi.DOT_BOUND
-    const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, bound),
+    const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=residue_constants(tab.moduli),
                  num_warps=num_warps)
