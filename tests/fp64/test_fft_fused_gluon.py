@@ -132,28 +132,3 @@ def test_gluon_stage_equals_oracle_and_triton_kernel(n, fold):
     grid = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV).transpose(1, 2)
     got, s, _ = fused_epi_stage_triton(grid, *args[:5], 64, 64, impl="gluon", fold=fold, rows=192)
     assert _same(got.cpu().numpy().reshape(3, 64, n), want[1:]) and torch.equal(s, s_ref[64:])
-
-
-@pytest.mark.skipif(not HOPPER, reason="the Gluon kernel needs a Hopper GPU (wgmma)")
-@pytest.mark.parametrize("programs", ["3", "0"])
-def test_gluon_persistent_programs_give_the_same_bits(monkeypatch, programs):
-    """8 twiddle groups of 128 rows (16 tiles) over 3 persistent programs (each takes tiles of several groups,
-    so it reloads the twiddle tiles, and uses both row buffers) or one program per tile ("0"): the same bits
-    as the Triton kernel and the oracle, into a fresh buffer, in the group-interleaved order through a
-    destination of group stride one, and from rows in the six-step layout."""
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_PROGRAMS", programs)
-    x, idx, plan, tab, ops = _stage(16, 128, 8, 21)
-    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
-    xt = torch.from_numpy(x.reshape(1024, 16)).to(DEV)
-    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 128)
-    got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon", fold="f64")
-    ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="triton", fold="int")
-    assert _same(got.cpu().numpy().reshape(8, 128, 16), want) and torch.equal(s, s_ref)
-    assert np.array_equal(torch.view_as_real(got).cpu().numpy().view(np.int64),
-                          torch.view_as_real(ref).cpu().numpy().view(np.int64))
-    dest = torch.zeros((16, 128, 8), dtype=torch.complex128, device=DEV)  # group stride 1: interleaved order
-    fused_epi_stage_triton(xt, *args, impl="gluon", fold="f64", out=dest.permute(2, 1, 0))
-    assert _same(np.ascontiguousarray(dest.permute(2, 1, 0).cpu().numpy()), want)
-    grid = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV).transpose(1, 2)
-    got, _, _ = fused_epi_stage_triton(grid, *args, impl="gluon", fold="f64")
-    assert _same(got.cpu().numpy().reshape(8, 128, 16), want)

@@ -327,17 +327,6 @@ def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_wa
     return ngm == 1 and bm == 64 and num_warps in (4, 8, 16, 32) and (2 * bk) % wn == 0 and (2 * bk // wn) % 8 == 0
 
 
-def _resident_programs(dev: torch.device, num_warps: int) -> int:
-    """Programs of the persistent Gluon kernel: as many as fit on the GPU at once at 128 registers per
-    thread (2 per SM at 8 warps, 1 at 16), or ``GPUFIELD_FUSED_EPI_PROGRAMS`` (``0``: one program per tile,
-    no persistence; a benchmark switch). Every count gives the same bits."""
-    env = os.environ.get("GPUFIELD_FUSED_EPI_PROGRAMS")
-    if env is not None:
-        return int(env) or 2**31 - 1
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    return sms * max(1, 65536 // (num_warps * 32 * 128))
-
-
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether the byte extents of two strided tensors on the same storage intersect (conservative)."""
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or a.numel() == 0 or b.numel() == 0:
@@ -504,12 +493,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         if ops.get("b4m_t") is None or ops["b4m_t"].shape[3] != 2 * NP:
             ops["b4m_t"] = b4.transpose(2, 3).contiguous()  # [G, L, 2 K, 2 NP]: K-major tiles for 8-bit wgmma
         bt = ops["b4m_t"]
-        nt = grid[0]
-        grid = (min(nt, _resident_programs(dev, launch["num_warps"])), grid[1])  # persistent programs
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, nt, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=residue_constants(tab.moduli),
-            **consts, **launch)
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=residue_constants(tab.moduli), **consts,
+            **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
             xv, b4, y, s, amax, Rc, R, c0, G, N, K,

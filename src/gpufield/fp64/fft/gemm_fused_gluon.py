@@ -49,38 +49,21 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import _row_split, _sym_res_rn
+from gpufield.fp64.fft.gemm_fused_epi import _load_rows, _row_split, _sym_res_rn
 from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
 
 @gluon.jit
-def _copy_rows(dst, X_ptr, t0, c0, RG: gl.constexpr, Rc, N, S_xg, S_xr, S_xe, XOFF, LAYOUT: gl.constexpr, BR: gl.constexpr,
-               NP: gl.constexpr):
-    """Start the asynchronous copy (cp.async, zero-filled outside the chunk) of the rows t0 .. t0 + BR - 1 as
-    float64 [BR, 2 NP] into ``dst``; the pointers in ``LAYOUT`` (along the rows when they are one complex
-    element apart, else along each row's elements: 16 contiguous bytes per copy either way)."""
-    i = gl.arange(0, BR, layout=gl.SliceLayout(1, LAYOUT))
-    jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, LAYOUT))
-    g = (c0 + t0) // RG  # all rows of a tile lie in one group of the [G, R] grid (:func:`_gluon_fits`)
-    roff = g.to(gl.int64) * S_xg + (c0 + t0 - g * RG + i).to(gl.int64) * S_xr - XOFF
-    coff = (jj // 2).to(gl.int64) * S_xe + jj % 2
-    mask = (t0 + i < Rc)[:, None] & (jj < 2 * N)[None, :]
-    async_copy.async_copy_global_to_shared(dst, X_ptr + roff[:, None] + coff[None, :], mask=mask)
-
-
-@gluon.jit
 def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
-                            Rc, RG: gl.constexpr, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg,
-                            S_yr, S_yk, YOFF, NGS: gl.constexpr, NT, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr,
-                            XROWS: gl.constexpr,
+                            Rc, RG, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
+                            YOFF, NGS, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr, XROWS: gl.constexpr,
                             R: gl.constexpr, PM: gl.constexpr, FB, BM: gl.constexpr,
                             BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
@@ -93,11 +76,6 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     # with TV = 2 BK 2 NP / (32 num_warps) consecutive bytes per thread (each byte loaded once)
     XV: gl.constexpr = max(1, min(8, BR * 2 * NP // (32 * num_warps)))
     XL: gl.constexpr = gl.BlockedLayout([1, XV], [32 // (2 * NP // XV), 2 * NP // XV], [num_warps, 1], [1, 0])
-    # the copy's pointers: along the rows (XROWS: a warp copies 32 rows' (re, im) pairs, 512 contiguous bytes)
-    XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [BR // 32, num_warps * 32 // BR], [1, 0])
-    XC: gl.constexpr = XT if XROWS else XL
-    # row tiles in shared memory, 16-byte chunks XOR-swizzled by row: conflict-free for both copy layouts
-    XS: gl.constexpr = gl.SwizzledSharedLayout(2, 1, min(16, NP), [1, 0])
     TV: gl.constexpr = max(1, 4 * BK * NP // (32 * num_warps))
     TL: gl.constexpr = gl.BlockedLayout([1, TV], [32 // (2 * NP // TV), 2 * NP // TV], [num_warps, 1], [1, 0])
     WN: gl.constexpr = num_warps // 4  # warpgroups side by side along the outputs
@@ -107,97 +85,76 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     B_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * BK, 2 * NP], gl.int8)
 
     pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    # one allocation per buffer: the compiler then sees them disjoint and puts no barrier between their stores
-    x0 = gl.allocate_shared_memory(gl.float64, [BR, 2 * NP], XS)  # even tiles' rows
-    x1 = gl.allocate_shared_memory(gl.float64, [BR, 2 * NP], XS)  # odd tiles' rows
-    a_smem = ()
+    t0 = (pid % NGS) * RG + (pid // NGS) * BR
+    rows = t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, XL))
+    rmask = rows < Rc
+    # all rows of a program lie in one group g_lo of the [G, R] grid (:func:`_gluon_fits`): one division
+    g_lo = (c0 + t0) // RG
+    r_lo = c0 + t0 - g_lo * RG
+    if XROWS:  # consecutive rows one complex element apart (a six-step pass over the outermost axis): each
+        # thread loads one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column
+        # pair, then one exchange through shared memory into the row layout XL
+        XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [BR // 32, num_warps * 32 // BR], [1, 0])
+        i_t = gl.arange(0, BR, layout=gl.SliceLayout(1, XT))
+        jj_t = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XT))
+        roff_t = g_lo.to(gl.int64) * S_xg + (r_lo + i_t).to(gl.int64) * S_xr - XOFF
+        x = gl.convert_layout(_load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe), XL)
+    else:
+        jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
+        roff = g_lo.to(gl.int64) * S_xg + (rows - t0 + r_lo).to(gl.int64) * S_xr - XOFF
+        x = _load_rows(X_ptr, roff, rows, jj, Rc, N, S_xe)
+    hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
+
+    # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
+    cb = gl.arange(0, 2 * BK, layout=gl.SliceLayout(1, TL))
+    jb = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, TL))
+    kcol = 2 * gl.program_id(1) * BK + cb
+    boff = g_lo.to(gl.int64) * S_bg + (kcol * (2 * NP))[:, None] + jb[None, :]
+    bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
+    # one allocation per tile (distinct buffers: no barrier between their stores); all tile loads first
+    tiles = ()
+    for i in gl.static_range(R):
+        tiles = tiles + (gl.load(B_ptr + i * S_bi + boff, mask=bmask, other=0),)
     b_smem = ()
-    for _i in gl.static_range(R):
-        a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
-        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH),)
-    # persistent: program pid takes tiles pid, pid + nprog, ...; the next tile's rows are copied while this
-    # one is computed. Tile t's rows start at t0 = (t % NGS) RG + (t // NGS) BR (NGS > 1, a chunk of NGS whole
-    # twiddle groups: consecutive tiles take the same row block of consecutive groups, whose outputs are
-    # neighbours when the destination's group stride is one element)
-    _copy_rows(x0, X_ptr, (pid % NGS) * RG + (pid // NGS) * BR, c0, RG, Rc, N, S_xg, S_xr, S_xe,
-               XOFF, XC, BR, NP)
-    async_copy.commit_group()
-    n_my = (NT - pid + nprog - 1) // nprog
-    g_prev = -1  # the twiddle group whose tiles b_smem holds
-    for it in range(n_my):
-        t = pid + it * nprog
-        t0 = (t % NGS) * RG + (t // NGS) * BR
-        tn = t + nprog
-        tn0 = (tn % NGS) * RG + (tn // NGS) * BR
-        if it % 2 == 0:
-            if it + 1 < n_my:
-                _copy_rows(x1, X_ptr, tn0, c0, RG, Rc, N, S_xg, S_xr, S_xe, XOFF, XC, BR, NP)
-        else:
-            if it + 1 < n_my:
-                _copy_rows(x0, X_ptr, tn0, c0, RG, Rc, N, S_xg, S_xr, S_xe, XOFF, XC, BR, NP)
-        async_copy.commit_group()
-        async_copy.wait_group(1)  # this tile's rows have arrived (copies complete in order)
-        gl.thread_barrier()  # every thread's copies visible; the previous tile's wgmmas done in every warp
-        if it % 2 == 0:
-            x = x0.load(XL)
-        else:
-            x = x1.load(XL)
-        rows = t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, XL))
-        hf, lfm, s = _row_split(x, rows, rows < Rc, BITS, s_ptr, amax_ptr)
-        g_lo = (c0 + t0) // RG
-        r_lo = c0 + t0 - g_lo * RG
+    for i in gl.static_range(R):
+        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH, tiles[i]),)
+    a_smem = ()
+    for i in gl.static_range(R):
+        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+        a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH, at.to(gl.int8)),)
+    fence_async_shared()
+    gl.thread_barrier()
 
-        if g_lo != g_prev:  # the group's L twiddle tiles (K-major: element (c, j) of modulus i at
-            # B_ptr + g S_bg + i S_bi + c 2 NP + j), only when the group changes
-            cb = gl.arange(0, 2 * BK, layout=gl.SliceLayout(1, TL))
-            jb = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, TL))
-            kcol = 2 * gl.program_id(1) * BK + cb
-            boff = (kcol * (2 * NP))[:, None] + jb[None, :]
-            bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
-            bg = B_ptr + g_lo.to(gl.int64) * S_bg
-            tiles = ()  # all tile loads first
-            for i in gl.static_range(R):
-                tiles = tiles + (gl.load(bg + i * S_bi + boff, mask=bmask, other=0),)
-            for i in gl.static_range(R):
-                b_smem[i].store(tiles[i])
-        g_prev = g_lo
-        for i in gl.static_range(R):
-            at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
-            a_smem[i].store(at.to(gl.int8))
-        fence_async_shared()
-        gl.thread_barrier()
-
-        zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
+    zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
+    if FOLD:
+        a64 = _init_f64(zero)
+    else:
+        sacc = _init_like(SI, L, zero)
+        facc = _init_like(FI, NF, zero)
+    tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
+    for i in gl.static_range(R):
+        if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
+            nxt = warpgroup_mma(a_smem[i + 1], b_smem[i + 1].permute((1, 0)), zero, use_acc=False,
+                                is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(tok, ))
+            tok = nxt
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
         if FOLD:
-            a64 = _init_f64(zero)
+            a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FQ, FK)
         else:
-            sacc = _init_like(SI, L, zero)
-            facc = _init_like(FI, NF, zero)
-        tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
-        for i in gl.static_range(R):
-            if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
-                nxt = warpgroup_mma(a_smem[i + 1], b_smem[i + 1].permute((1, 0)), zero, use_acc=False,
-                                    is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(tok, ))
-                tok = nxt
-            else:
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
-            if FOLD:
-                a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FQ, FK)
-            else:
-                sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+            sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
 
-        shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
-        if FOLD:
-            y = _finish_f64(a64, shift[:, None], FM)
-        else:
-            y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
-        # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
-        # column 2 k + c holds part c of output k
-        i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
-        yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
-        col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
-        k = gl.program_id(1) * BK + col // 2
-        optr = Y_ptr + yoff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
-        gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])
+    shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
+    if FOLD:
+        y = _finish_f64(a64, shift[:, None], FM)
+    else:
+        y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
+    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
+    # column 2 k + c holds part c of output k
+    i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
+    yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
+    col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
+    k = gl.program_id(1) * BK + col // 2
+    optr = Y_ptr + yoff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
+    gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])

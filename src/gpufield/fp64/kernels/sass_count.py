@@ -169,13 +169,11 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
                  **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=residue_constants(tab.moduli),
                  num_warps=num_warps)
-    if gluon:  # compile-time row grid of the Gluon kernel: a 256^3 stage 2 (16 groups of 2^16 rows)
-        const.update(RG=1 << 16, NGS=16)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     runtime = {p.name for p in fn.params if not p.is_constexpr}  # e.g. constant tuples passed as arguments
     sig = {a: ("constexpr" if a not in runtime else tuple(mangle_type(v) for v in const.pop(a))) if a in const
            else ptrs.get(a, "*fp64" if a.endswith("_ptr") else "i32") for a in fn.arg_names}
-    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xg", "S_xe", "S_bg", "NT",
+    div16 = [a for a in fn.arg_names if a.endswith("_ptr") or a in ("Rc", "RG", "c0", "K", "S_xg", "S_xe", "S_bg",
                                                                       "S_bi")]
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div16 if sig[a] != "constexpr"}
     if gluon:
