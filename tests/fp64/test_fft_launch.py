@@ -228,3 +228,32 @@ def test_stages_read_their_inputs_where_they_are(monkeypatch):
     out_ptrs = [o.untyped_storage().data_ptr() for o in outs]
     assert all(p in out_ptrs[:i] for i, p in enumerate(seen) if i), (seen, out_ptrs)
     assert y.is_contiguous() and _same(y.cpu().numpy(), fftn_fp64_emulated(x))
+
+
+def test_graphed_fftn_refuses_a_device_without_cuda_graphs():
+    from gpufield.errors import InputError
+    from gpufield.fp64.fft import GraphedFftn
+
+    with pytest.raises(InputError, match="CUDA"):
+        GraphedFftn((8, 8), device="cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+@pytest.mark.parametrize("inverse", [False, True])
+def test_graphed_fftn_replays_the_eager_bits(inverse):
+    """A captured (16, 16, 256) transform (forward and inverse) gives the eager call's bits on two inputs in
+    turn (copied in, and written into ``input`` in place), and raises on a NaN input."""
+    from gpufield.errors import NumericsError
+    from gpufield.fp64.fft import GraphedFftn
+
+    plan = EmulatedFftPlan(backend="int8", epilogue="triton")
+    f = GraphedFftn((16, 16, 256), plan, inverse=inverse)
+    eager = ifftn_fp64_emulated if inverse else fftn_fp64_emulated
+    for seed in (8, 9):
+        x = torch.from_numpy(_wide((16, 16, 256), seed)).to("cuda")
+        y = f(x) if seed == 8 else (f.input.copy_(x), f())[1]
+        assert y.data_ptr() == f.output.data_ptr()
+        assert _same(y.cpu().numpy(), eager(x, plan).cpu().numpy())
+    f.input[3, 4, 5] = float("nan")
+    with pytest.raises(NumericsError):
+        f()

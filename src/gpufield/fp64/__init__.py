@@ -9,7 +9,8 @@ Public API:
 * :func:`moduli_table` / :class:`ModuliTable`: the INT8/FP8 moduli and CRT constants.
 * :func:`fftn_fp64_emulated` / :func:`ifftn_fp64_emulated` / :class:`EmulatedFftPlan` /
   :func:`auto_num_moduli`: full-FP64 1-3-D FFT by Bailey six-step on modular DFT-GEMMs (INT8/FP8/
-  exact CPU), exact CRT (Garner, fixed-point CRT, tensor-core bulk + Kulisch) and one rounding per stage.
+  exact CPU), exact CRT (Garner, fixed-point CRT, tensor-core bulk + Kulisch) and one rounding per stage;
+  :class:`GraphedFftn`: one shape captured as a CUDA graph for repeated transforms.
 * :func:`fft_floor_model` / :func:`model_table` / :class:`FftFloorModel` / :func:`model_params`: the
   Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time).
 """
@@ -17,6 +18,7 @@ Public API:
 # FFT (issue 7): emulated FP64 FFT and its floor model
 from gpufield.fp64.fft import (
     EmulatedFftPlan,
+    GraphedFftn,
     auto_num_moduli,
     fftn_fp64_emulated,
     ifftn_fp64_emulated,
@@ -35,6 +37,7 @@ __all__: list[str] = [
     # --- FFT (issue 7) exports go below this line ---
     "EmulatedFftPlan",
     "FftFloorModel",
+    "GraphedFftn",
     "auto_num_moduli",
     "fft_floor_model",
     "fftn_fp64_emulated",

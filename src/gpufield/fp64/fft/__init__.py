@@ -9,10 +9,12 @@ Internal package of :mod:`gpufield.fp64`; the public names are re-exported there
   :mod:`gpufield.fp64.kernels.fft_epilogue`);
 * :mod:`.stage`: one DFT-GEMM stage and :class:`EmulatedFftPlan`;
 * :mod:`.sixstep`: Bailey six-step per axis, n-D driver and inverse;
+* :mod:`.graphed`: :class:`GraphedFftn`, one shape captured as a CUDA graph for repeated transforms;
 * :mod:`.reference`: independent oracles (exact Python-int stage, mpmath DFT).
 """
 
+from gpufield.fp64.fft.graphed import GraphedFftn
 from gpufield.fp64.fft.sixstep import fftn_fp64_emulated, ifftn_fp64_emulated
 from gpufield.fp64.fft.stage import EmulatedFftPlan, auto_num_moduli
 
-__all__ = ["EmulatedFftPlan", "auto_num_moduli", "fftn_fp64_emulated", "ifftn_fp64_emulated"]
+__all__ = ["EmulatedFftPlan", "GraphedFftn", "auto_num_moduli", "fftn_fp64_emulated", "ifftn_fp64_emulated"]

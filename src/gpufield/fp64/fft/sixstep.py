@@ -125,20 +125,22 @@ def _as_tensor(x) -> tuple[torch.Tensor, bool]:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.complex128)), True
 
 
-def _fftn(box: list, plan: EmulatedFftPlan) -> torch.Tensor:
+def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
     """n-D forward transform of ``box.pop()`` (dropped once its first stage has read it, see
     :func:`_axis_pass`).
 
     Each pass transforms the outermost axis of the current memory order and leaves it innermost
     (:func:`_axis_pass`), so after the n passes a contiguous input's layout is back and no pass copies its
     input. One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
-    on the device, and nothing waits for the device before the transform is fully queued.
+    on the device, and nothing waits for the device before the transform is fully queued. With ``flags``
+    given, the row maxima are appended there and the check is left to the caller (a CUDA graph capture).
     """
     x = box.pop()
     _check(x)
     shape = tuple(x.shape)
     chunk = chunk_outputs_for(plan, shape, x.device)
-    flags: list = []
+    check = flags is None
+    flags = [] if flags is None else flags
     order = list(range(x.ndim))  # axes in memory order, outermost first
     pass_in = [x.reshape(shape[0], -1)]  # the list holds the only reference: dropped inside _axis_pass
     del x
@@ -147,7 +149,8 @@ def _fftn(box: list, plan: EmulatedFftPlan) -> torch.Tensor:
         order = order[1:] + order[:1]
         pass_in = [z.view(shape[order[0]], -1)]
         del z
-    check_finite_flags(flags)
+    if check:
+        check_finite_flags(flags)
     return pass_in.pop().view(shape)
 
 
