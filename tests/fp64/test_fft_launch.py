@@ -152,7 +152,7 @@ def test_non_finite_and_overflow_detected_at_the_end():
         fftn_fp64_emulated(x)
     fused = EmulatedFftPlan(backend="int8", epilogue="triton", int8_group=8, int8_gemm="fused")
     with pytest.raises(NumericsError):  # NaN seen by the fused kernel's row maxima
-        fftn_fp64_emulated(torch.from_numpy(np.ascontiguousarray(x[:, 6:8])), fused)
+        fftn_fp64_emulated(torch.from_numpy(np.ascontiguousarray(x[:, 6:8])).to(DEV), fused)
     with pytest.raises(NumericsError):  # finite input whose first stage overflows to Inf
         fftn_fp64_emulated(np.full((8, 8, 8), 1e308 + 0j))
     with pytest.raises(NumericsError):  # direct stage call checks its input itself
