@@ -400,7 +400,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         float64 [Rc] row maxima (Inf where a row has Inf/NaN).
 
     Raises:
-        ValueError: shapes or dtypes do not match, a variant other than crt/kulisch, chunk rows outside
+        ValueError: shapes or dtypes do not match (``x`` neither [Rc, N] rows nor the [G, R, N] grid, or
+            ``rows`` given with [Rc, N] rows), a variant other than crt/kulisch, chunk rows outside
             the [G, R] grid, ``out`` sharing memory with ``x`` (:func:`gpufield.fp64.fft.stage.dft_stage`
             then writes through a buffer), ``block_m`` / ``block_k`` not a power of two >= 16, or ``impl``
             not in :data:`IMPLS`, or ``fold`` not in :data:`FOLDS`.

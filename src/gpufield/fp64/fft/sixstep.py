@@ -90,8 +90,8 @@ def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
     """Forward emulated DFT along the last axis of a [..., N] complex128 tensor (any strides).
 
     Args:
-        x_BN: complex128 [..., N], N a power of two <= 1024, finite; read once (the first stage's input
-            copy is made straight from this view).
+        x_BN: complex128 [..., N], N a power of two <= 1024, finite; not modified (its rows are
+            consecutive in memory only for the outermost axis, so stage 1 of N > 32 reads a copy).
         plan: :class:`EmulatedFftPlan`.
 
     Returns:
