@@ -201,10 +201,13 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """
     plan = plan or EmulatedFftPlan(**plan_kwargs)
     t, was_np = _as_tensor(x)
-    n = t.numel()
-    box = [torch.conj(t).resolve_conj()]
-    del t
-    y = _fftn(box, plan)
-    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place
-    y.div_(n)
+    y = _ifftn(t, plan)
     return y.cpu().numpy() if was_np else y
+
+
+def _ifftn(t: torch.Tensor, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
+    """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`)."""
+    box = [torch.conj(t).resolve_conj()]
+    y = _fftn(box, plan, flags)
+    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place
+    return y.div_(t.numel())
