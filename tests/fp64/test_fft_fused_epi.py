@@ -24,7 +24,7 @@ from test_fft_launch import DEV, _same, _wide  # noqa: E402  (shared inputs and 
 
 from gpufield.errors import InputError, NumericsError  # noqa: E402
 from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated  # noqa: E402
-from gpufield.fp64.fft.gemm_fused_epi import _sym_res_rn  # noqa: E402
+from gpufield.fp64.fft.gemm_fused_epi import _low_word, _pair_res, _sym_res_rn  # noqa: E402
 from gpufield.fp64.fft.reference import dft_longdouble, rel_l2, stage_exact_python  # noqa: E402
 from gpufield.fp64.fft.sixstep import _dft_idx, _fused_idx  # noqa: E402
 from gpufield.fp64.fft.stage import dft_stage  # noqa: E402
@@ -132,6 +132,80 @@ def test_residue_without_rounding_instructions_on_every_half_integer_boundary():
         lo = -(p // 2)  # symmetric range [-(p - 1) / 2, (p - 1) / 2], for p = 256 [-128, 127]
         want = [(x - lo) % p + lo for x in vals]
         assert out.cpu().tolist() == want, p
+
+
+@triton.jit
+def _res_pair(v_ptr, out_ptr, tab_ptr, n, PA: tl.constexpr, PB: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    v = tl.load(v_ptr + o, mask=o < n, other=0)
+    hv = v >> 29
+    lfm = (v - (hv << 29)).to(tl.float64) + 6755399441055744.0
+    ra, rb = _pair_res(hv.to(tl.float64), lfm, tl.load(tab_ptr), tl.load(tab_ptr + 1), PA, PB)
+    tl.store(out_ptr + 3 * o, ra.to(tl.int8).to(tl.int32), mask=o < n)
+    tl.store(out_ptr + 3 * o + 1, rb.to(tl.int8).to(tl.int32), mask=o < n)
+    tl.store(out_ptr + 3 * o + 2, _low_word(lfm).to(tl.int8).to(tl.int32), mask=o < n)
+
+
+def _sym(x, p):
+    lo = -(p // 2)
+    return (x - lo) % p + lo
+
+
+def test_pair_residues_and_low_byte_on_every_half_integer_boundary():
+    """The kernels' residue schedule (``residue_schedule``: p = 256 from the low byte, adjacent odd moduli in
+    pairs from one float64 reduction mod P = p_a p_b, then a float32 rounding per modulus) against Python's
+    exact symmetric residues: for every pair of the default schedule and the largest pair the table allows,
+    the v whose w / P lies closest to a half-integer at |v| just below 2^60, every residue mod P of one large
+    v, both signs, and random v of every size."""
+    from struct import unpack
+
+    from gpufield.fp64.kernels.fft_epilogue_consts import PAIR_FIRST, residue_schedule
+
+    ps = moduli_table("int8", 16).moduli
+    kinds, fb = residue_schedule(ps)
+    pairs = [(i, ps[i], ps[i + 1]) for i, k in enumerate(kinds) if k == PAIR_FIRST]
+    assert len(pairs) == 4 and ps[0] == 256
+    rng = np.random.default_rng(11)
+    top = (1 << 60) - 1
+    for i, pa, pb in pairs:
+        big = pa * pb
+        half = (big - 1) // 2
+        base = [top - top % big - big * k for k in range(3)]
+        vals = {b + d for b in base for d in (half, half + 1, big - half, 0, big - 1)}
+        vals |= {base[0] - big + d for d in range(big)}  # every residue mod P at |v| ~ 2^60
+        vals |= {int(x) for x in rng.integers(-top, top, 300)} | {int(x) for x in rng.integers(-2**20, 2**20, 50)}
+        vals |= {-x for x in vals}
+        vals = sorted(x for x in vals if abs(x) <= top)
+        v = torch.tensor(vals, dtype=torch.int64, device=DEV)
+        out = torch.empty(3 * len(vals), dtype=torch.int32, device=DEV)
+        block = 1 << (len(vals) - 1).bit_length()
+        tab = torch.tensor([unpack("<d", fb[2 * i].to_bytes(8, "little"))[0],
+                            unpack("<d", fb[2 * i + 1].to_bytes(8, "little"))[0]], dtype=torch.float64, device=DEV)
+        _res_pair[(1,)](v, out, tab, len(vals), PA=pa, PB=pb, BLOCK=block)
+        got = out.view(-1, 3).cpu().numpy()
+        assert got[:, 0].tolist() == [_sym(x, pa) for x in vals], (pa, pb)
+        assert got[:, 1].tolist() == [_sym(x, pb) for x in vals], (pa, pb)
+        assert got[:, 2].tolist() == [_sym(x, 256) for x in vals]
+
+
+def test_residue_schedule_pairs_adjacent_odd_moduli():
+    """``residue_schedule``: 256 from the low byte, the requested number of adjacent odd pairs with P < 2^16
+    and (fl(1/P), 2^29 mod P) in the first slot, singles after; refusals."""
+    from gpufield.fp64.kernels.fft_epilogue_consts import residue_constants, residue_schedule
+
+    ps = moduli_table("int8", 16).moduli
+    kinds, fb = residue_schedule(ps, 2)
+    assert kinds == (3, 1, 2, 1, 2) + (0,) * 11
+    single = residue_constants(ps)
+    assert fb[10:] == single[10:] and fb[:2] == (0, 0) and fb[4:6] == (0, 0)
+    assert np.array(fb[2:4], dtype=np.int64).view(np.float64).tolist() == [1.0 / (ps[1] * ps[2]),
+                                                                           (1 << 29) % (ps[1] * ps[2])]
+    assert residue_schedule(ps, 0)[1][2:] == single[2:]
+    assert residue_schedule(ps, 7)[0] == (3,) + (1, 2) * 7 + (0,)
+    with pytest.raises(InputError, match="pairs"):
+        residue_schedule(ps, 8)
+    with pytest.raises(InputError, match="pairs"):
+        residue_schedule(ps, -1)
 
 
 def test_strided_rows_read_like_contiguous_ones():

@@ -54,9 +54,10 @@ from gpufield.fp64.fft.gemm_triton import (
 )
 from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import (
+    RESIDUE_PAIRS,
     barrett_constants,
     kernel_constants,
-    residue_constants,
+    residue_schedule,
 )
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64, f64_constants
 
@@ -109,6 +110,49 @@ def _sym_res_rn(hf, lfm, invp, c29, PI: tl.constexpr, ASM: tl.constexpr = False)
     return r
 
 
+F32_MAGIC = tl.constexpr(12582912.0)
+"""1.5 * 2^23: adding it to a float32 |t| < 2^22 rounds t to the nearest integer q, and the sum's bit
+pattern is then 0x4B400000 + q."""
+F32_MAGIC_BITS = tl.constexpr(0x4B400000)
+"""The bit pattern of :data:`F32_MAGIC`; its low byte is 0."""
+
+
+@triton.jit
+def _sym_lo(r, rf, PI: tl.constexpr, ASM: tl.constexpr = False):
+    """int32 whose LOW BYTE is the symmetric residue of r mod p = ``PI`` (odd), from r (int32, |r| < 2^15) and
+    rf = float32(r): t = rf fl32(1/p) + 1.5 2^23 holds q = rn(r / p) (|rf fl32(1/p) - r / p| <= 2^-15, rounding
+    the product first adds at most 2^-16, and r / p lies at least 1 / (2 p) > 2^-9 from a half-integer), and
+    r - p bits(t) = (r - q p) - p 0x4B400000, whose low byte is that of r - q p because 0x4B400000 = 0 mod 256.
+    Two instructions (FFMA, IMAD) with ``ASM``; the caller's int8 conversion keeps the low byte."""
+    t = tl.fma(rf, 1.0 / PI, F32_MAGIC)
+    qb = t.to(tl.int32, bitcast=True)
+    if ASM:
+        return tl.inline_asm_elementwise("mad.lo.s32 $0, $1, $2, $3;", "=r,r,r,r", [qb, qb * 0 - PI, r],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    else:  # the exact residue (no int32 wrap-around; one more instruction)
+        return r - (qb - F32_MAGIC_BITS) * PI
+
+
+@triton.jit
+def _pair_res(hf, lfm, invp, c29, PA: tl.constexpr, PB: tl.constexpr, ASM: tl.constexpr = False):
+    """Residues mod two odd moduli PA and PB (P = PA PB < 2^16) from one float64 reduction: r = the symmetric
+    residue of v mod P (:func:`_sym_res_rn` with P's constants ``invp`` = fl(1/P), ``c29`` = 2^29 mod P: exact
+    because |w| < 2^31 P + 2^29 < 2^47 and w / P lies at least 1 / (2 P) >= 2^-17 from a half-integer, against
+    an error below 2^-20), then :func:`_sym_lo` per modulus (r mod PA = v mod PA). Returns two int32 whose low
+    bytes are the residues; 3 FP64 + 7 other instructions for two moduli instead of 6 FP64 + 2
+    (:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`)."""
+    r = _sym_res_rn(hf, lfm, invp, c29, PA * PB, ASM)
+    rf = (r + F32_MAGIC_BITS).to(tl.float32, bitcast=True) - F32_MAGIC  # float32(r), exact (|r| < 2^15)
+    return _sym_lo(r, rf, PA, ASM), _sym_lo(r, rf, PB, ASM)
+
+
+@triton.jit
+def _low_word(lfm):
+    """int32 whose low byte is the symmetric residue mod 256 of v = hi 2^29 + lo: the low word of lfm = lo +
+    1.5 2^52 is lo (0 <= lo < 2^29), and 2^29 = 0 mod 256."""
+    return lfm.to(tl.int64, bitcast=True).to(tl.int32)
+
+
 @triton.jit
 def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
     """Rows x (float64 [BR, 2 NP], padding 0) -> (hf, lfm, s): the row shifts s (stored with the row maxima,
@@ -151,7 +195,8 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                       Rc, RG, c0, G, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
                       YOFF, NGS,
                       NP: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr,
-                      NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, FB: tl.constexpr, BM: tl.constexpr,
+                      NGM: tl.constexpr, R: tl.constexpr, PM: tl.constexpr, FB: tl.constexpr, RK: tl.constexpr,
+                      BM: tl.constexpr,
                       BB: tl.constexpr, CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr,
                       FI: tl.constexpr, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
                       FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
@@ -183,7 +228,15 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     if NGM == 1:
         b = _b_tile(B_ptr, 0, S_bg, S_bi, g_lo, boff, bmask)
     for i in tl.static_range(R):
-        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM).to(tl.int8)
+        if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
+            at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
+        elif RK[i] == 2:
+            at = at2
+        elif RK[i] == 3:
+            at = _low_word(lfm)
+        else:
+            at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+        at = at.to(tl.int8)
         if NGM == 1:
             if i + 1 < R:  # the next modulus's tile is loaded while this one is folded
                 bn = _b_tile(B_ptr, i + 1, S_bg, S_bi, g_lo, boff, bmask)
@@ -485,6 +538,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         xstr = (R * xv.stride(0), xv.stride(0), xv.stride(1), c0 * xv.stride(0))
     xrows = xstr[1] == 2  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
+    env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS")
+    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS if env_pairs is None else int(env_pairs))
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
     consts["FOLD"] = _resolve_fold(fold, gluon) == "f64"
@@ -496,11 +551,11 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=residue_constants(tab.moduli), **consts,
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, **consts,
             **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
             xv, b4, y, s, amax, Rc, R, c0, G, N, K,
             *xstr, b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
-            NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=residue_constants(tab.moduli), **consts, **launch)
+            NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=fb, RK=rk, **consts, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

@@ -55,7 +55,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from gpufield.fp64.fft.gemm_fused_epi import _load_rows, _row_split, _sym_res_rn
+from gpufield.fp64.fft.gemm_fused_epi import (
+    _load_rows,
+    _low_word,
+    _pair_res,
+    _row_split,
+    _sym_res_rn,
+)
 from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
@@ -64,7 +70,7 @@ from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init
 def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             Rc, RG, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
                             YOFF, NGS, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr, XROWS: gl.constexpr,
-                            R: gl.constexpr, PM: gl.constexpr, FB, BM: gl.constexpr,
+                            R: gl.constexpr, PM: gl.constexpr, FB, RK: gl.constexpr, BM: gl.constexpr,
                             BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
@@ -120,7 +126,14 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH, tiles[i]),)
     a_smem = ()
     for i in gl.static_range(R):
-        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+        if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
+            at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
+        elif RK[i] == 2:
+            at = at2
+        elif RK[i] == 3:
+            at = _low_word(lfm)
+        else:
+            at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH, at.to(gl.int8)),)
     fence_async_shared()
     gl.thread_barrier()

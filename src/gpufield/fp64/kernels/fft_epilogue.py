@@ -69,8 +69,10 @@ def _f64(bits):
 
 @triton.jit
 def _mod(x, B: tl.constexpr, M: tl.constexpr, P: tl.constexpr, BSH: tl.constexpr):
-    """c' = (x + B) mod P in [0, P) for int32 0 <= x + B < 2^28 (Barrett, no division)."""
+    """c' = (x + B) mod P in [0, P) for int32 0 <= x + B < 2^28 (Barrett, no division; a mask for P = 2^k)."""
     u = x + B
+    if P & (P - 1) == 0:
+        return u & (P - 1)
     q = (tl.umulhi(u.to(tl.uint32), M) >> BSH).to(tl.int32)
     return u - q * P
 

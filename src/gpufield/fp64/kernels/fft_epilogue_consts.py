@@ -125,3 +125,62 @@ def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
         return struct.unpack("<q", struct.pack("<d", v))[0]
 
     return tuple(bits(float(v)) for p in moduli for v in (1.0 / p, (1 << 29) % p))
+
+
+RESIDUE_PAIRS = 4
+"""Default number of modulus pairs whose residues come from one float64 reduction mod p_a p_b
+(:func:`residue_schedule`). The prologue's float64 work per value falls from 6 pipe cycles per modulus to 3
+for a pair, for one more issue slot per pair; 4 pairs balance the FP64 pipe against the issue rate
+(docs/perf-notes.md, session 10)."""
+
+SINGLE, PAIR_FIRST, PAIR_SECOND, LOW_BYTE = 0, 1, 2, 3
+"""How :func:`residue_schedule` computes a modulus's residue (the fused stage kernels' ``RK`` entries)."""
+
+
+@functools.cache
+def residue_schedule(moduli: tuple[int, ...], pairs: int = RESIDUE_PAIRS) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """How the fused stage kernels compute each modulus's symmetric residue of the row integers v, and the
+    float64 constants that takes (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn` and ``_pair_res``).
+
+    * ``LOW_BYTE`` (p = 256): the low byte of v, free (2^29 = 0 mod 256, so it is the low byte of lo);
+    * ``PAIR_FIRST`` / ``PAIR_SECOND`` (the next ``pairs`` adjacent pairs of odd moduli, P = p_a p_b < 2^16):
+      r = the symmetric residue of v mod P (one float64 reduction, exact as for one modulus because
+      |w| < 2^47 and w / P lies at least 1 / (2 P) >= 2^-17 from a half-integer), then each residue from
+      r by one float32 FMA (round to nearest through 1.5 2^23) and one integer multiply-add;
+    * ``SINGLE``: the float64 reduction mod p (:func:`residue_constants`).
+
+    Args:
+        moduli: the moduli in kernel order (int8 table: 256 first).
+        pairs: number of pairs; 0 keeps every odd modulus ``SINGLE``.
+
+    Returns:
+        (kinds, bits): one kind per modulus, and 2 L int64 bit patterns: slot i holds (fl(1 / P), 2^29 mod P)
+        with P = p_i for ``SINGLE``, p_i p_(i+1) for ``PAIR_FIRST`` (zeros for the other kinds).
+
+    Raises:
+        InputError: ``pairs`` negative or more pairs than adjacent odd moduli allow.
+    """
+    def bits(v: float) -> int:
+        return struct.unpack("<q", struct.pack("<d", v))[0]
+
+    if pairs < 0:
+        raise InputError(f"residue pairs must be >= 0, got {pairs}")
+    kinds, out, i, left = [], [], 0, pairs
+    while i < len(moduli):
+        p = moduli[i]
+        if p == 256:
+            kinds.append(LOW_BYTE)
+            out += [0, 0]
+        elif left and i + 1 < len(moduli) and p % 2 and moduli[i + 1] % 2 and p * moduli[i + 1] < 1 << 16:
+            big = p * moduli[i + 1]
+            kinds += [PAIR_FIRST, PAIR_SECOND]
+            out += [bits(1.0 / big), bits(float((1 << 29) % big)), 0, 0]
+            left -= 1
+            i += 1
+        else:
+            kinds.append(SINGLE)
+            out += [bits(1.0 / p), bits(float((1 << 29) % p))]
+        i += 1
+    if left:
+        raise InputError(f"{pairs} residue pairs asked, only {pairs - left} fit moduli {moduli}")
+    return tuple(kinds), tuple(out)

@@ -125,7 +125,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
                        max_registers: int | None = None, gluon: bool = False, fold: str = "int",
-                       xrows: bool = True) -> dict:
+                       xrows: bool = True, pairs: int | None = None) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -138,6 +138,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         fold: ``"int"`` or ``"f64"`` (:data:`gpufield.fp64.fft.gemm_fused_epi.FOLDS`).
         xrows: the Gluon kernel's load along rows (consecutive rows one complex element apart, as every
             six-step stage reads them) rather than along each row's elements.
+        pairs: residue pairs (:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`; None: the
+            default :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS`).
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -151,9 +153,10 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     from gpufield.fp64.fft import gemm_fused_epi
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.kernels.fft_epilogue_consts import (
+        RESIDUE_PAIRS,
         barrett_constants,
         kernel_constants,
-        residue_constants,
+        residue_schedule,
     )
     from gpufield.fp64.kernels.fft_epilogue_f64 import f64_constants
 
@@ -165,9 +168,10 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
+    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS if pairs is None else pairs)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
-    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=residue_constants(tab.moduli),
+    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk,
                  num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     runtime = {p.name for p in fn.params if not p.is_constexpr}  # e.g. constant tuples passed as arguments
