@@ -136,7 +136,7 @@ def test_residue_without_rounding_instructions_on_every_half_integer_boundary():
 
 @triton.jit
 def _res_pair(v_ptr, out_ptr, tab_ptr, n, PA: tl.constexpr, PB: tl.constexpr, BLOCK: tl.constexpr):
-    o = tl.arange(0, BLOCK)
+    o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     v = tl.load(v_ptr + o, mask=o < n, other=0)
     hv = v >> 29
     lfm = (v - (hv << 29)).to(tl.float64) + 6755399441055744.0
@@ -178,10 +178,9 @@ def test_pair_residues_and_low_byte_on_every_half_integer_boundary():
         vals = sorted(x for x in vals if abs(x) <= top)
         v = torch.tensor(vals, dtype=torch.int64, device=DEV)
         out = torch.empty(3 * len(vals), dtype=torch.int32, device=DEV)
-        block = 1 << (len(vals) - 1).bit_length()
         tab = torch.tensor([unpack("<d", fb[2 * i].to_bytes(8, "little"))[0],
                             unpack("<d", fb[2 * i + 1].to_bytes(8, "little"))[0]], dtype=torch.float64, device=DEV)
-        _res_pair[(1,)](v, out, tab, len(vals), PA=pa, PB=pb, BLOCK=block)
+        _res_pair[(triton.cdiv(len(vals), 1024),)](v, out, tab, len(vals), PA=pa, PB=pb, BLOCK=1024)
         got = out.view(-1, 3).cpu().numpy()
         assert got[:, 0].tolist() == [_sym(x, pa) for x in vals], (pa, pb)
         assert got[:, 1].tolist() == [_sym(x, pb) for x in vals], (pa, pb)

@@ -437,6 +437,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         max_registers: registers per thread ptxas may use (Triton ``maxnreg``; CUDA only): at 128 two
             programs of 8 warps fit an SM, at the price of some spills. None: :data:`DEFAULT_LAUNCH`; the
             environment variable ``GPUFIELD_FUSED_EPI_MAXNREG`` overrides it (``0``: no cap). Same bits.
+            The residue schedule (how many modulus pairs share one float64 reduction) is
+            :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N; the environment
+            variable ``GPUFIELD_FUSED_EPI_PAIRS`` overrides it. Same bits.
         swizzle: order the programs group-interleaved (program t takes row block t // n of group t % n
             for a chunk of n whole groups) when ``out`` has a group stride of one element; None: on CUDA
             when the chunk allows it, False: never, True: also in the interpreter. Same bits.
@@ -539,7 +542,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     xrows = xstr[1] == 2  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
     env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS")
-    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS if env_pairs is None else int(env_pairs))
+    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS[NP] if env_pairs is None else int(env_pairs))
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
     consts["FOLD"] = _resolve_fold(fold, gluon) == "f64"

@@ -127,18 +127,21 @@ def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(bits(float(v)) for p in moduli for v in (1.0 / p, (1 << 29) % p))
 
 
-RESIDUE_PAIRS = 4
-"""Default number of modulus pairs whose residues come from one float64 reduction mod p_a p_b
-(:func:`residue_schedule`). The prologue's float64 work per value falls from 6 pipe cycles per modulus to 3
-for a pair, for one more issue slot per pair; 4 pairs balance the FP64 pipe against the issue rate
-(docs/perf-notes.md, session 10)."""
+RESIDUE_PAIRS = {16: 4, 32: 0}
+"""Padded stage length NP -> number of modulus pairs whose residues come from one float64 reduction mod
+p_a p_b (:func:`residue_schedule`), measured on one H200 (run 45, benchmarks/fp64_fused_epi_shapes.py, one
+chunk of 2^20 rows, two rounds alternating with commit ccbfde2, the same output digests): NP = 16 0.78-0.80 ms
+per stage with 4 pairs, 0.78-0.79 with 7, 0.86-0.90 with none, against 0.92-1.01 ms before the schedule
+(p = 256 was a float64 reduction); NP = 32 2.01-2.02 with none, 2.02-2.04 with 4, 2.15-2.18 with 7, against
+2.04-2.06. A pair halves the prologue's float64 work (6 -> 3 pipe cycles per modulus) for one more issue
+slot per pair; the NP = 32 kernel (16 warps, one program per SM) is not bound there."""
 
 SINGLE, PAIR_FIRST, PAIR_SECOND, LOW_BYTE = 0, 1, 2, 3
 """How :func:`residue_schedule` computes a modulus's residue (the fused stage kernels' ``RK`` entries)."""
 
 
 @functools.cache
-def residue_schedule(moduli: tuple[int, ...], pairs: int = RESIDUE_PAIRS) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """How the fused stage kernels compute each modulus's symmetric residue of the row integers v, and the
     float64 constants that takes (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn` and ``_pair_res``).
 

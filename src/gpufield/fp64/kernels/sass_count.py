@@ -139,7 +139,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         xrows: the Gluon kernel's load along rows (consecutive rows one complex element apart, as every
             six-step stage reads them) rather than along each row's elements.
         pairs: residue pairs (:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`; None: the
-            default :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS`).
+            default :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N).
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -168,7 +168,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
-    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS if pairs is None else pairs)
+    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS[np_] if pairs is None else pairs)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk,
