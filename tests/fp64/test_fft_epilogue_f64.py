@@ -51,7 +51,7 @@ def _recon(x_ptr, shift_ptr, out_ptr, n, R: tl.constexpr, PM: tl.constexpr, BM: 
     m = offs < n
     x0 = tl.load(x_ptr + offs, mask=m, other=0)
     if FOLD:
-        a = _init_f64(x0)
+        a = _init_f64(x0, FQ[R])
     else:
         s = _init_like(SI, L, x0)
         f = _init_like(FI, NF, x0)
@@ -71,7 +71,8 @@ def _recon(x_ptr, shift_ptr, out_ptr, n, R: tl.constexpr, PM: tl.constexpr, BM: 
 
 def _cases(M: int, seed: int) -> list[int]:
     rng = random.Random(seed)
-    half = M // 2 - (M >> 24)  # the CRT range: the 36-bit (kulisch) quotient is exact for |Y| < M (1/2 - 2^-26)
+    half = M // 2 - (M >> 5)  # the FP64 fold's range (QUOT_RANGE; a stage keeps |Y| <= M / 4); the integer
+    # fold's 36-bit (kulisch) quotient is exact up to M (1/2 - 2^-26)
     ys = [0, 1, -1, 2, -2, half, -half, half - 1, -half + 1, (1 << 53) + 1, -(1 << 53) - 1]
     for k in range(1, half.bit_length() - 53):  # ties and neighbours at every magnitude 2^(53 + k)
         for _ in range(3):
@@ -126,7 +127,7 @@ def test_f64_fold_rounds_like_python_and_the_integer_fold(variant):
 def test_f64_constants_are_balanced_and_checked():
     tab = epilogue_tables("int8", 16)
     c = f64_constants(tab, "crt")
-    assert len(c["FD"]) == 3 * 16 and len(c["FQ"]) == 16 and len(c["FM"]) == 3
+    assert len(c["FD"]) == 3 * 16 and len(c["FQ"]) == 17 and len(c["FM"]) == 3
     digits = np.array(c["FD"], dtype=np.int64).view(np.float64).reshape(16, 3)
     from gpufield.fp64.ozaki.moduli import moduli_table
 

@@ -221,7 +221,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     grow = (c0 + rows) // RG
     zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
     if FOLD:
-        a64 = _init_f64(zero)
+        a64 = _init_f64(zero, FQ[R])
     else:
         sacc = _init_like(SI, L, zero)
         facc = _init_like(FI, NF, zero)
@@ -251,7 +251,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                 am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
                 acc += tl.dot(am_, bj, out_dtype=tl.int32)
         if FOLD:
-            a64 = _fold_f64(a64, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, BSH, FD, FQ, FK)
+            a64 = _fold_f64(a64, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, BSH, FD, FQ, FK, ASM)
         else:
             sacc, facc = _fold_j(sacc, facc, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, CL, FL, L, NF, BSH,
                                  ASM)
@@ -503,6 +503,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         return (out if out is not None else torch.view_as_complex(y.view(0, K, 2))), s, amax
     if Rc * K >= 2**31:
         raise ValueError(f"fused_epi chunk of {Rc * K} outputs exceeds 2^31")
+    if 64 * N << (bits + twiddle_bits) >= 15 * tab.M:  # |Y| <= 2 N 2^(b_x + b_w) < QUOT_RANGE M = (15 / 32) M
+        raise ValueError(f"{tab.num_moduli} moduli are too few for {bits}-bit inputs and {twiddle_bits}-bit twiddles "
+                         f"at N = {N} (the FP64 fold's quotient is exact for |Y| < (15/32) M)")
     cuda = dev.type == "cuda"
     NP = _pow2_at_least(N, 16)  # the joined (re, im) operand is 2 NP >= 32 wide: the int8 MMA K step
     if ops.get("b4m") is None or ops["b4m"].shape[2] != 2 * NP:
