@@ -234,6 +234,33 @@ def test_strided_rows_read_like_contiguous_ones():
         fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, out=dest)
 
 
+def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
+    """``GPUFIELD_FUSED_EPI_PAIRS``: empty means the default, any pair count gives the same bits, a
+    non-integer is refused by name; too few moduli for the bit widths are refused (the FP64 fold's quotient
+    range)."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 6, 16), 9).reshape(24, 16)
+    xt = torch.from_numpy(x).to(DEV)
+    idx = np.stack([_dft_idx(16)[0]])
+    plan = _plan("crt")
+    tab = epilogue_tables("int8", plan.resolved_num_moduli)
+    ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
+    want = stage_exact_python(x[None], idx, plan.input_bits, plan.twiddle_bits)[0]
+    for env in ("", "0", "7"):
+        monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", env)
+        got, _, _ = fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
+        assert _same(got.cpu().numpy(), want), env
+    monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", "four")
+    with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_PAIRS"):
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
+    monkeypatch.delenv("GPUFIELD_FUSED_EPI_PAIRS")
+    with pytest.raises(ValueError, match="too few"):
+        fused_epi_stage_triton(xt, 60, 60, tab, "crt", ops, 0, 24)
+
+
 def test_grid_rows_read_where_they_are():
     """The whole [G, R, N] grid as input, laid out as a six-step stage 2 reads it (y[k1, j2, b]: group
     stride n2 R, consecutive rows one element apart, element stride R), a chunk starting inside a group:

@@ -167,7 +167,7 @@ def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
 
 @triton.jit
 def _grid_offsets(rows, c0, RG, S_g, S_r, OFF):
-    """Offsets (int64, float64 units) of chunk rows ``rows`` in a [G, R] row grid of any strides: grid row
+    """Offsets (int64, complex128 units) of chunk rows ``rows`` in a [G, R] row grid of any strides: grid row
     m = c0 + row at (m // RG) S_g + (m % RG) S_r - OFF (one division per row; m < 2^31)."""
     m = c0 + rows
     gm = m // RG
@@ -176,12 +176,13 @@ def _grid_offsets(rows, c0, RG, S_g, S_r, OFF):
 
 @triton.jit
 def _load_rows(X_ptr, roff, rows, jj, Rc, N, S_xe):
-    """Chunk rows ``rows`` at offsets ``roff`` (:func:`_grid_offsets`) as float64 [BR, 2 NP] (column 2 j + h:
-    real / imaginary part of x_j, j S_xe float64 further; zero outside the chunk and past 2 N). Shared by the
-    Triton and Gluon stage kernels (any layout)."""
-    coff = (jj // 2).to(tl.int64) * S_xe + jj % 2
+    """Chunk rows ``rows`` at offsets ``roff`` (:func:`_grid_offsets`, complex128 units) as float64 [BR, 2 NP]
+    (column 2 j + h: real / imaginary part of x_j, j S_xe complex elements further; zero outside the chunk and
+    past 2 N). Shared by the Triton and Gluon stage kernels (any layout). The offsets are doubled here, so the
+    compiler sees every (re, im) pair start 16-byte aligned and loads a pair with one 128-bit load."""
     xm = (rows < Rc)[:, None] & (jj < 2 * N)[None, :]
-    return tl.load(X_ptr + roff[:, None] + coff[None, :], mask=xm, other=0.0)
+    off = 2 * (roff[:, None] + ((jj // 2).to(tl.int64) * S_xe)[None, :]) + (jj % 2)[None, :]
+    return tl.load(X_ptr + off, mask=xm, other=0.0)
 
 
 @triton.jit
@@ -260,9 +261,9 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         y = _finish_f64(a64, shift[:, None, None], FM)
     else:
         y = _finish(sacc, facc, shift[:, None, None], ML, W, L, FW, NF, QSH, NW)
-    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units)
+    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (complex128 units)
     roff = _grid_offsets(rows, c0, RG, S_yg, S_yr, YOFF)
-    optr = Y_ptr + roff[:, None, None] + (k.to(tl.int64) * S_yk)[None, :, None] + tl.arange(0, 2)[None, None, :]
+    optr = Y_ptr + 2 * (roff[:, None, None] + (k.to(tl.int64) * S_yk)[None, :, None]) + tl.arange(0, 2)[None, None, :]
     tl.store(optr, y, mask=rmask[:, None, None] & (k < K)[None, :, None])
 
 
@@ -495,10 +496,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         if out.dtype != torch.complex128 or tuple(out.shape) != (G, R, K) or out.device != dev:
             raise ValueError(f"out must be complex128 [{G}, {R}, {K}] on {dev}, got {out.dtype} {tuple(out.shape)}")
         y = torch.view_as_real(out)
-        ystr = (y.stride(0), y.stride(1), y.stride(2), 0)
+        ystr = (out.stride(0), out.stride(1), out.stride(2), 0)  # complex128 units, as every stride below
     else:
         y = torch.empty(2 * Rc * K, dtype=torch.float64, device=dev)
-        ystr = (2 * K * R, 2 * K, 2, 2 * K * c0)  # [Rc, K] rows from c0
+        ystr = (K * R, K, 1, K * c0)  # [Rc, K] rows from c0
     if Rc == 0:
         return (out if out is not None else torch.view_as_complex(y.view(0, K, 2))), s, amax
     if Rc * K >= 2**31:
@@ -537,15 +538,17 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     # six-step stage 2): neighbouring programs then fill each 32-byte sector together
     ngs = Rc // R if (out is not None and swizzle is not False and out.stride(0) == 1 and c0 % R == 0
                       and Rc % R == 0 and R % bm == 0 and ngm == 1 and (swizzle or cuda)) else 1
-    xv = torch.view_as_real(x)  # strides in float64 units; the kernel reads rows where they are
-    if xv.ndim == 4:
-        xstr = (xv.stride(0), xv.stride(1), xv.stride(2), 0)
+    xv = torch.view_as_real(x)  # the kernel reads rows where they are (strides in complex128 units)
+    if x.ndim == 3:
+        xstr = (x.stride(0), x.stride(1), x.stride(2), 0)
     else:  # [Rc, N] rows of the chunk: grid row m at (m - c0) S_r
-        xstr = (R * xv.stride(0), xv.stride(0), xv.stride(1), c0 * xv.stride(0))
-    xrows = xstr[1] == 2  # consecutive rows one complex element apart: the Gluon kernel loads along rows
+        xstr = (R * x.stride(0), x.stride(0), x.stride(1), c0 * x.stride(0))
+    xrows = xstr[1] == 1  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
-    env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS")
-    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS[NP] if env_pairs is None else int(env_pairs))
+    env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS") or ""  # empty: the default, as the other knobs
+    if env_pairs and not env_pairs.isdigit():
+        raise ValueError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
+    rk, fb = residue_schedule(tab.moduli, int(env_pairs) if env_pairs else RESIDUE_PAIRS[NP])
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
     consts["FOLD"] = _resolve_fold(fold, gluon) == "f64"

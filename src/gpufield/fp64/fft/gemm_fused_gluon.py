@@ -163,11 +163,11 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         y = _finish_f64(a64, shift[:, None], FM)
     else:
         y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
-    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (float64 units);
+    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (complex128 units);
     # column 2 k + c holds part c of output k
     i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
     yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
     col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
     k = gl.program_id(1) * BK + col // 2
-    optr = Y_ptr + yoff[:, None] + (k.to(gl.int64) * S_yk + col % 2)[None, :]
+    optr = Y_ptr + 2 * (yoff[:, None] + (k.to(gl.int64) * S_yk)[None, :]) + (col % 2)[None, :]
     gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])
