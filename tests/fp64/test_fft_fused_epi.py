@@ -24,10 +24,10 @@ from test_fft_launch import DEV, _same, _wide  # noqa: E402  (shared inputs and 
 
 from gpufield.errors import InputError, NumericsError  # noqa: E402
 from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated  # noqa: E402
-from gpufield.fp64.fft.gemm_fused_epi import _low_word, _pair_res, _sym_res_rn  # noqa: E402
 from gpufield.fp64.fft.reference import dft_longdouble, rel_l2, stage_exact_python  # noqa: E402
 from gpufield.fp64.fft.sixstep import _dft_idx, _fused_idx  # noqa: E402
 from gpufield.fp64.fft.stage import dft_stage  # noqa: E402
+from gpufield.fp64.fft.stage_residues import _low_word, _pair_res, _sym_res_rn  # noqa: E402
 from gpufield.fp64.ozaki.moduli import moduli_table  # noqa: E402
 
 

@@ -115,7 +115,7 @@ def barrett_constants(moduli: tuple[int, ...], x_bound: int) -> dict:
 @functools.cache
 def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
     """Bit patterns (int64) of the float64 constants of the fused stage's residue step
-    (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn`): fl(1 / p_i) and 2^29 mod p_i, two per modulus
+    (:func:`gpufield.fp64.fft.stage_residues._sym_res_rn`): fl(1 / p_i) and 2^29 mod p_i, two per modulus
     in modulus order, so the kernels take them as compile-time operands instead of loads.
 
     Returns:
@@ -143,7 +143,7 @@ SINGLE, PAIR_FIRST, PAIR_SECOND, LOW_BYTE = 0, 1, 2, 3
 @functools.cache
 def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """How the fused stage kernels compute each modulus's symmetric residue of the row integers v, and the
-    float64 constants that takes (:func:`gpufield.fp64.fft.gemm_fused_epi._sym_res_rn` and ``_pair_res``).
+    float64 constants that takes (:mod:`gpufield.fp64.fft.stage_residues`).
 
     * ``LOW_BYTE`` (p = 256): the low byte of v, free (2^29 = 0 mod 256, so it is the low byte of lo);
     * ``PAIR_FIRST`` / ``PAIR_SECOND`` (the next ``pairs`` adjacent pairs of odd moduli, P = p_a p_b < 2^16):
@@ -163,9 +163,6 @@ def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int
     Raises:
         InputError: ``pairs`` negative or more pairs than adjacent odd moduli allow.
     """
-    def bits(v: float) -> int:
-        return struct.unpack("<q", struct.pack("<d", v))[0]
-
     if pairs < 0:
         raise InputError(f"residue pairs must be >= 0, got {pairs}")
     kinds, out, i, left = [], [], 0, pairs
@@ -177,12 +174,12 @@ def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int
         elif left and i + 1 < len(moduli) and p % 2 and moduli[i + 1] % 2 and p * moduli[i + 1] < 1 << 16:
             big = p * moduli[i + 1]
             kinds += [PAIR_FIRST, PAIR_SECOND]
-            out += [bits(1.0 / big), bits(float((1 << 29) % big)), 0, 0]
+            out += [*residue_constants((big,)), 0, 0]  # the single-modulus constants of P
             left -= 1
             i += 1
         else:
             kinds.append(SINGLE)
-            out += [bits(1.0 / p), bits(float((1 << 29) % p))]
+            out += residue_constants((p,))
         i += 1
     if left:
         raise InputError(f"{pairs} residue pairs asked, only {pairs - left} fit moduli {moduli}")

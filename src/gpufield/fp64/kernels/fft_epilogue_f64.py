@@ -4,10 +4,13 @@ Why: Nsight Compute on the H200 (runs 30 and 35) shows the Gluon stage kernel th
 (``math_pipe_throttle`` the largest stall with ``not_selected``), and the integer fold is 11 multiply-adds
 per modulus on the one FMA-heavy pipe (22 cycles of a 2-cycle pipe per 12 issued instructions) while the
 FP64 pipe, as fast as the integer one on Hopper, sat at 12-22 %. Here a modulus costs the Barrett
-reduction (3 integer instructions), one move, one DADD and four DFMA; the lift and rounding ~40
-instructions instead of ~120. Static sm_90 count of the Gluon stage kernel (N = 16, 128 registers): 391
-SASS per real output against 500. Measured on one H200 (run 36, same output digests): N = 16 stage
-0.88-1.01 ms against 1.03-1.13 ms; FP64 pipe 45 % busy, ALU and FMA-heavy 25 % each (were 22, 48, 49).
+reduction (3 integer instructions), one move, one DADD, three DFMA and one integer multiply-add for the
+quotient (session 10; a DFMA until then: with the FP64 pipe the busy one, run 47, the quotient went back to
+the integer pipe); the lift and rounding ~40 instructions instead of ~120. Static sm_90 count of the Gluon
+stage kernel (N = 16, 128 registers): 391 SASS per real output against 500 (run 36, same output digests:
+N = 16 stage 0.88-1.01 ms against 1.03-1.13 ms; FP64 pipe 45 % busy, ALU and FMA-heavy 25 % each, were 22,
+48, 49); with the integer quotient 1028 instead of 1164 FP64 instructions per thread (run 49: N = 16
+0.785-0.797 against 0.794-0.812 ms, N = 32 1.971-1.973 against 1.985-2.007 ms).
 
 The arithmetic (the integers are exactly those of :func:`gpufield.fp64.fft.epilogue.reconstruct_crt`, so
 every output bit is the same as the 32-bit kernel's; tested bit for bit against it and the exact oracle):
