@@ -203,6 +203,9 @@ def test_residue_schedule_pairs_adjacent_odd_moduli():
     assert residue_schedule(ps, 7)[0] == (3,) + (1, 2) * 7 + (0,)
     with pytest.raises(InputError, match="pairs"):
         residue_schedule(ps, 8)
+    assert residue_schedule(ps[:5], 4, strict=False)[0] == (3, 1, 2, 1, 2)  # as many as fit
+    with pytest.raises(InputError, match="only 2 fit"):
+        residue_schedule(ps[:5], 4)
     with pytest.raises(InputError, match="pairs"):
         residue_schedule(ps, -1)
 
@@ -259,6 +262,18 @@ def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
     monkeypatch.delenv("GPUFIELD_FUSED_EPI_PAIRS")
     with pytest.raises(ValueError, match="too few"):
         fused_epi_stage_triton(xt, 60, 60, tab, "crt", ops, 0, 24)
+
+
+def test_few_moduli_for_narrow_bit_widths_run_with_the_pairs_that_fit():
+    """12-bit inputs and twiddles need only 5 moduli (256 and two odd pairs): the default schedule's 4 pairs
+    shrink to the 2 that fit, and the transform equals the exact CPU path with the same bit widths."""
+    x = _adversarial((4, 8, 8), 12)
+    plan = EmulatedFftPlan(backend="int8", variant="crt", epilogue="triton", int8_gemm="fused_epi", input_bits=12,
+                           twiddle_bits=12)
+    assert plan.resolved_num_moduli == 5
+    got = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
+    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", input_bits=12, twiddle_bits=12))
+    assert _same(got, want)
 
 
 def test_grid_rows_read_where_they_are():

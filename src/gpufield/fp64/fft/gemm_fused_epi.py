@@ -468,7 +468,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS") or ""  # empty: the default, as the other knobs
     if env_pairs and not env_pairs.isdigit():
         raise ValueError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
-    rk, fb = residue_schedule(tab.moduli, int(env_pairs) if env_pairs else RESIDUE_PAIRS[NP])
+    rk, fb = (residue_schedule(tab.moduli, int(env_pairs)) if env_pairs
+              else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # the default: as many as fit
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
     consts["FOLD"] = _resolve_fold(fold, gluon) == "f64"

@@ -141,7 +141,8 @@ SINGLE, PAIR_FIRST, PAIR_SECOND, LOW_BYTE = 0, 1, 2, 3
 
 
 @functools.cache
-def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def residue_schedule(moduli: tuple[int, ...], pairs: int = 4,
+                     strict: bool = True) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """How the fused stage kernels compute each modulus's symmetric residue of the row integers v, and the
     float64 constants that takes (:mod:`gpufield.fp64.fft.stage_residues`).
 
@@ -155,13 +156,15 @@ def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int
     Args:
         moduli: the moduli in kernel order (int8 table: 256 first).
         pairs: number of pairs; 0 keeps every odd modulus ``SINGLE``.
+        strict: refuse more pairs than the moduli allow; False: as many as fit, up to ``pairs`` (the
+            launcher's default, so that small moduli sets, e.g. 5 moduli for 12-bit inputs, still run).
 
     Returns:
         (kinds, bits): one kind per modulus, and 2 L int64 bit patterns: slot i holds (fl(1 / P), 2^29 mod P)
         with P = p_i for ``SINGLE``, p_i p_(i+1) for ``PAIR_FIRST`` (zeros for the other kinds).
 
     Raises:
-        InputError: ``pairs`` negative or more pairs than adjacent odd moduli allow.
+        InputError: ``pairs`` negative, or (``strict``) more pairs than adjacent odd moduli allow.
     """
     if pairs < 0:
         raise InputError(f"residue pairs must be >= 0, got {pairs}")
@@ -181,6 +184,6 @@ def residue_schedule(moduli: tuple[int, ...], pairs: int = 4) -> tuple[tuple[int
             kinds.append(SINGLE)
             out += residue_constants((p,))
         i += 1
-    if left:
+    if left and strict:
         raise InputError(f"{pairs} residue pairs asked, only {pairs - left} fit moduli {moduli}")
     return tuple(kinds), tuple(out)

@@ -168,7 +168,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     np_ = max(16, 1 << (n - 1).bit_length())
     bk = block_k or np_
     tab = epilogue_tables(kind, r)
-    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS[np_] if pairs is None else pairs)
+    rk, fb = residue_schedule(tab.moduli, RESIDUE_PAIRS[np_], strict=False) if pairs is None else \
+        residue_schedule(tab.moduli, pairs)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk,
