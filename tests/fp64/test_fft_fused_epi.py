@@ -264,6 +264,29 @@ def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
         fused_epi_stage_triton(xt, 60, 60, tab, "crt", ops, 0, 24)
 
 
+def test_wide_bit_widths_fall_back_to_the_integer_fold():
+    """60-bit inputs and 60-bit twiddles need 17 moduli, for which the FP64 fold's sums would not be exact:
+    the default fold falls back to the integer one (the transform equals the exact CPU path), an explicit
+    FP64 fold is refused."""
+    from gpufield.fp64.fft.epilogue import epilogue_tables
+    from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.operands import stage_operands
+
+    x = _adversarial((4, 8, 8), 13)
+    plan = EmulatedFftPlan(backend="int8", variant="kulisch", epilogue="triton", int8_gemm="fused_epi",
+                           input_bits=60, twiddle_bits=60)
+    assert plan.resolved_num_moduli == 17
+    got = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
+    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", input_bits=60, twiddle_bits=60))
+    assert _same(got, want)
+    tab = epilogue_tables("int8", 17)
+    idx = np.stack([_dft_idx(8)[0]])
+    ops = stage_operands(idx, 60, moduli_table("int8", 17).moduli, torch.int8, 8, DEV)
+    with pytest.raises(InputError, match="FP64 fold"):
+        fused_epi_stage_triton(torch.from_numpy(x.reshape(32, 8)).to(DEV), 60, 60, tab, "kulisch", ops, 0, 32,
+                               fold="f64")
+
+
 def test_few_moduli_for_narrow_bit_widths_run_with_the_pairs_that_fit():
     """12-bit inputs and twiddles need only 5 moduli (256 and two odd pairs): the default schedule's 4 pairs
     shrink to the 2 that fit, and the transform equals the exact CPU path with the same bit widths."""

@@ -47,6 +47,7 @@ import torch
 import triton
 import triton.language as tl
 
+from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import EpilogueTables
 from gpufield.fp64.fft.gemm_triton import (
     _abs_inf,
@@ -274,6 +275,25 @@ against 500 SASS per real output), ``"int"`` in the Triton kernel (with the FP64
 spill instructions at 128 registers)."""
 
 
+def _fold_constants(tab: EpilogueTables, variant: str, fold: str, explicit: bool) -> dict:
+    """The fold's kernel constants: ``FOLD`` and the FP64 fold's ``FD``, ``FQ``, ``FK``, ``FM``
+    (:func:`gpufield.fp64.kernels.fft_epilogue_f64.f64_constants`; zeros, never read, for the integer fold).
+    A default FP64 fold falls back to the integer one (same bits) for moduli sets whose FP64 sums would not
+    be exact (17 or more INT8 moduli, e.g. 60-bit inputs and 60-bit twiddles).
+
+    Raises:
+        InputError: the FP64 fold asked for explicitly (``explicit``) and not exact for these moduli.
+    """
+    if fold == "f64":
+        try:
+            return {"FOLD": True} | f64_constants(tab, variant)
+        except InputError:
+            if explicit:
+                raise
+    r = tab.num_moduli
+    return {"FOLD": False, "FD": (0,) * (3 * r), "FQ": (0,) * (r + 1), "FK": (0,) * r, "FM": (0,) * 3}
+
+
 def _resolve_fold(fold: str | None, gluon: bool) -> str:
     """``fold``, else ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` for the Gluon kernel and ``"int"`` for the
     Triton kernel.
@@ -470,9 +490,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         raise ValueError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
     rk, fb = (residue_schedule(tab.moduli, int(env_pairs)) if env_pairs
               else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # the default: as many as fit
-    consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND) | f64_constants(tab, variant)
+    consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
-    consts["FOLD"] = _resolve_fold(fold, gluon) == "f64"
+    consts |= _fold_constants(tab, variant, _resolve_fold(fold, gluon), explicit=(fold or os.environ.get(
+        "GPUFIELD_FUSED_EPI_FOLD")) is not None)
     if gluon:
         from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
 
