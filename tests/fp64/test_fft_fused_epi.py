@@ -262,9 +262,11 @@ def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
     monkeypatch.delenv("GPUFIELD_FUSED_EPI_PAIRS")
     with pytest.raises(ValueError, match="too few"):
         fused_epi_stage_triton(xt, 60, 60, tab, "crt", ops, 0, 24)
+    with pytest.raises(ValueError, match=r"\[1, 60\]"):  # wider row integers would overflow int64 silently
+        fused_epi_stage_triton(xt, 61, 8, tab, "crt", ops, 0, 24)
 
 
-def test_wide_bit_widths_fall_back_to_the_integer_fold():
+def test_wide_bit_widths_fall_back_to_the_integer_fold(monkeypatch):
     """60-bit inputs and 60-bit twiddles need 17 moduli, for which the FP64 fold's sums would not be exact:
     the default fold falls back to the integer one (the transform equals the exact CPU path), an explicit
     FP64 fold is refused."""
@@ -285,6 +287,15 @@ def test_wide_bit_widths_fall_back_to_the_integer_fold():
     with pytest.raises(InputError, match="FP64 fold"):
         fused_epi_stage_triton(torch.from_numpy(x.reshape(32, 8)).to(DEV), 60, 60, tab, "kulisch", ops, 0, 32,
                                fold="f64")
+    from gpufield.fp64.fft.gemm_fused_epi import _fold_constants
+
+    assert _fold_constants(epilogue_tables("int8", 16), "kulisch", None, gluon=True)["FOLD"]  # the Hopper default
+    assert not _fold_constants(tab, "kulisch", None, gluon=True)["FOLD"]  # ... falls back at 17 moduli
+    monkeypatch.setenv("GPUFIELD_FUSED_EPI_FOLD", "")  # empty: the default, not an explicit choice
+    assert not _fold_constants(tab, "kulisch", None, gluon=True)["FOLD"]
+    monkeypatch.setenv("GPUFIELD_FUSED_EPI_FOLD", "f64")
+    with pytest.raises(InputError, match="FP64 fold"):
+        _fold_constants(tab, "kulisch", None, gluon=True)
 
 
 def test_few_moduli_for_narrow_bit_widths_run_with_the_pairs_that_fit():

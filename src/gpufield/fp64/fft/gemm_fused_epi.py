@@ -275,20 +275,22 @@ against 500 SASS per real output), ``"int"`` in the Triton kernel (with the FP64
 spill instructions at 128 registers)."""
 
 
-def _fold_constants(tab: EpilogueTables, variant: str, fold: str, explicit: bool) -> dict:
+def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: bool) -> dict:
     """The fold's kernel constants: ``FOLD`` and the FP64 fold's ``FD``, ``FQ``, ``FK``, ``FM``
-    (:func:`gpufield.fp64.kernels.fft_epilogue_f64.f64_constants`; zeros, never read, for the integer fold).
-    A default FP64 fold falls back to the integer one (same bits) for moduli sets whose FP64 sums would not
-    be exact (17 or more INT8 moduli, e.g. 60-bit inputs and 60-bit twiddles).
+    (:func:`gpufield.fp64.kernels.fft_epilogue_f64.f64_constants`; zeros, never read, for the integer fold),
+    for the fold :func:`_resolve_fold` picks. A default FP64 fold (neither ``fold`` nor a non-empty
+    ``GPUFIELD_FUSED_EPI_FOLD``) falls back to the integer one (same bits) for moduli sets whose FP64 sums
+    would not be exact (17 or more INT8 moduli, e.g. 60-bit inputs and 60-bit twiddles).
 
     Raises:
-        InputError: the FP64 fold asked for explicitly (``explicit``) and not exact for these moduli.
+        InputError: the FP64 fold asked for explicitly and not exact for these moduli.
+        ValueError: an unknown fold (:func:`_resolve_fold`).
     """
-    if fold == "f64":
+    if _resolve_fold(fold, gluon) == "f64":
         try:
             return {"FOLD": True} | f64_constants(tab, variant)
         except InputError:
-            if explicit:
+            if fold or os.environ.get("GPUFIELD_FUSED_EPI_FOLD"):
                 raise
     r = tab.num_moduli
     return {"FOLD": False, "FD": (0,) * (3 * r), "FQ": (0,) * (r + 1), "FK": (0,) * r, "FM": (0,) * 3}
@@ -444,6 +446,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         return (out if out is not None else torch.view_as_complex(y.view(0, K, 2))), s, amax
     if Rc * K >= 2**31:
         raise ValueError(f"fused_epi chunk of {Rc * K} outputs exceeds 2^31")
+    if not (1 <= bits <= 60 and 1 <= twiddle_bits <= 60):  # |x 2^s| < 2^60 keeps the row integers in int64
+        raise ValueError(f"fused_epi needs input and twiddle bits in [1, 60], got {bits} and {twiddle_bits}")
     if 64 * N << (bits + twiddle_bits) >= 15 * tab.M:  # |Y| <= 2 N 2^(b_x + b_w) < QUOT_RANGE M = (15 / 32) M
         raise ValueError(f"{tab.num_moduli} moduli are too few for {bits}-bit inputs and {twiddle_bits}-bit twiddles "
                          f"at N = {N} (the FP64 fold's quotient is exact for |Y| < (15/32) M)")
@@ -492,8 +496,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
               else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # the default: as many as fit
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
-    consts |= _fold_constants(tab, variant, _resolve_fold(fold, gluon), explicit=(fold or os.environ.get(
-        "GPUFIELD_FUSED_EPI_FOLD")) is not None)
+    consts |= _fold_constants(tab, variant, fold, gluon)
     if gluon:
         from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
 

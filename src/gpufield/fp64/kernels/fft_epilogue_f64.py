@@ -15,8 +15,9 @@ N = 16 stage 0.88-1.01 ms against 1.03-1.13 ms; FP64 pipe 45 % busy, ALU and FMA
 The arithmetic (the integers are exactly those of :func:`gpufield.fp64.fft.epilogue.reconstruct_crt`, so
 every output bit is the same as the 32-bit kernel's; tested bit for bit against it and the exact oracle):
 
-1. c'_i = x mod p_i in [0, p_i) (Barrett, as the integer fold); d_i = float64 of c'_i - k_i (k_i = floor(p_i /
-   2)): the bit pattern 2^52 + c'_i (c'_i in the low word) plus the constant -(2^52 + k_i), exact;
+1. c'_i = (x + k_i) mod p_i in [0, p_i) (k_i = floor(p_i / 2); Barrett with a bias B_i = k_i mod p_i, as the
+   integer fold), so d_i = c'_i - k_i is x's symmetric residue; d_i as a float64 is the bit pattern 2^52 + c'_i
+   (c'_i in the low word) plus the constant -(2^52 + k_i), exact;
 2. the CRT constants are taken symmetric, C_i^s = C_i - M when C_i > M / 2 (then q_i^s = q_i - p_i), and
    split in balanced 42-bit digits d_il (|d_il| <= 2^41 + 1). Three FP64 sums S_l = sum_i d_i (d_il 2^(42 l))
    are exact: every partial sum stays below 2^53 units (checked per moduli set by :func:`f64_constants`).
