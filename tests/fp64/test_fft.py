@@ -158,11 +158,40 @@ def test_auto_moduli_counts_cover_the_crt_bound():
 
 @pytest.mark.parametrize(
     "bad",
-    [np.zeros(12), np.zeros((2, 2, 2, 2)), np.zeros(2048), np.array(["a", "b"])],
+    [np.zeros(12), np.zeros((2, 2, 2, 2)), np.zeros(2048), np.array(["a", "b"]), np.array(3.0),
+     torch.zeros(8, dtype=torch.bool)],
 )
 def test_bad_input_shapes(bad):
     with pytest.raises(InputError):
         fftn_fp64_emulated(bad)
+
+
+def test_plan_fields_are_integers_and_a_plan_excludes_keywords():
+    """Plan fields of the wrong type are refused up front (a float moduli count used to pass once its table
+    was cached and then fail deep inside); numpy integers become ints; a plan and plan keywords together, or a
+    plan that is not an EmulatedFftPlan, are refused instead of silently ignoring the keywords."""
+    for field, bad in (("num_moduli", 16.0), ("input_bits", 12.5), ("twiddle_bits", "56"), ("int8_group", True)):
+        with pytest.raises(InputError, match=field):
+            EmulatedFftPlan(**{field: bad})
+    plan = EmulatedFftPlan(num_moduli=np.int64(16))
+    assert type(plan.num_moduli) is int and plan.num_moduli == 16
+    x = np.ones(8)
+    with pytest.raises(InputError, match="not both"):
+        fftn_fp64_emulated(x, EmulatedFftPlan(), backend="int8")
+    with pytest.raises(InputError, match="EmulatedFftPlan"):
+        fftn_fp64_emulated(x, "int8")
+
+
+def test_overflow_of_the_final_output_is_inf_like_numpy():
+    """A final output beyond DBL_MAX comes back as inf (as numpy.fft's), with no NaN from the inverse's
+    power-of-two division; an overflow inside the transform (an intermediate stage) raises."""
+    y = fftn_fp64_emulated(np.full(4, 1.7e308))
+    assert np.isinf(y[0].real) and y[0].imag == 0 and np.all(y[1:] == 0)
+    z = ifftn_fp64_emulated(np.array([1.7e308, -1.7e308]))
+    want = np.fft.ifft(np.array([1.7e308, -1.7e308]))  # [0, inf] with an overflow warning
+    assert not np.isnan(z).any() and np.array_equal(z, want)
+    with pytest.raises(NumericsError, match="intermediate"):
+        fftn_fp64_emulated(np.full((4, 4), 1e308))
 
 
 def test_non_finite_refused_and_bad_plans():

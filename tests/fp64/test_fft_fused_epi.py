@@ -256,6 +256,9 @@ def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
         monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", env)
         got, _, _ = fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
         assert _same(got.cpu().numpy(), want), env
+    monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", "8")  # more pairs than 16 moduli allow: named in the error
+    with pytest.raises(InputError, match="GPUFIELD_FUSED_EPI_PAIRS=8: 8 residue pairs"):
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
     monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", "four")
     with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_PAIRS"):
         fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)

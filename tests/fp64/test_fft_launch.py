@@ -236,6 +236,9 @@ def test_graphed_fftn_refuses_a_device_without_cuda_graphs():
 
     with pytest.raises(InputError, match="CUDA"):
         GraphedFftn((8, 8), device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="CUDA is not available"):
+            GraphedFftn((8, 8))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")

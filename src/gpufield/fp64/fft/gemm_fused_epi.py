@@ -289,9 +289,10 @@ def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: 
     if _resolve_fold(fold, gluon) == "f64":
         try:
             return {"FOLD": True} | f64_constants(tab, variant)
-        except InputError:
+        except InputError as e:
             if fold or os.environ.get("GPUFIELD_FUSED_EPI_FOLD"):
-                raise
+                asked = f"fold={fold!r}" if fold else "GPUFIELD_FUSED_EPI_FOLD=f64"
+                raise InputError(f"{asked}: {e}; the integer fold (fold='int') gives the same bits") from None
     r = tab.num_moduli
     return {"FOLD": False, "FD": (0,) * (3 * r), "FQ": (0,) * (r + 1), "FK": (0,) * r, "FM": (0,) * 3}
 
@@ -491,9 +492,12 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
     env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS") or ""  # empty: the default, as the other knobs
     if env_pairs and not env_pairs.isdigit():
-        raise ValueError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
-    rk, fb = (residue_schedule(tab.moduli, int(env_pairs)) if env_pairs
-              else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # the default: as many as fit
+        raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
+    try:
+        rk, fb = (residue_schedule(tab.moduli, int(env_pairs)) if env_pairs
+                  else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # default: as many as fit
+    except InputError as e:
+        raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS={env_pairs}: {e}") from None
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
     consts |= _fold_constants(tab, variant, fold, gluon)

@@ -44,7 +44,8 @@ class GraphedFftn:
     def __init__(self, shape, plan: EmulatedFftPlan | None = None, *, inverse: bool = False, device=None):
         dev = torch.device(device if device is not None else "cuda")
         if dev.type != "cuda" or not torch.cuda.is_available():
-            raise InputError(f"GraphedFftn needs a CUDA device (CUDA graphs), got {dev}; "
+            why = f"got {dev}" if dev.type != "cuda" else "but CUDA is not available on this machine"
+            raise InputError(f"GraphedFftn needs a CUDA device (CUDA graphs), {why}; "
                              "use fftn_fp64_emulated elsewhere")
         self.plan = plan or EmulatedFftPlan(backend="int8", epilogue="triton")
         self.inverse = inverse

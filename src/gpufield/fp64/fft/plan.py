@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +100,12 @@ class EmulatedFftPlan:
     int8_gemm: str | None = None
 
     def __post_init__(self) -> None:
+        for name in ("num_moduli", "input_bits", "twiddle_bits", "chunk_outputs", "memory_budget_bytes", "int8_group"):
+            v = getattr(self, name)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                    raise InputError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
+                object.__setattr__(self, name, int(v))  # numpy integers too, as plain ints (cache keys, shapes)
         fastest = self.backend == "int8" and self.epilogue == "triton"  # H200 run 10: fused_epi (garner: run 5's)
         if self.int8_group is None:
             object.__setattr__(self, "int8_group", 8 if fastest else 1)

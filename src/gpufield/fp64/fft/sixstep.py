@@ -98,7 +98,8 @@ def fft_last_axis(x_BN: torch.Tensor, plan: EmulatedFftPlan) -> torch.Tensor:
         complex128 [B, N] with B = x_BN.numel() / N, X[b, k] = sum_j x[b, j] exp(-2 pi i j k / N).
 
     Raises:
-        NumericsError: Inf/NaN in the input or an overflowing stage.
+        NumericsError: Inf/NaN in the input or an overflowing intermediate stage (an overflowing final
+            output comes back as +-inf).
     """
     flags: list = []
     N = x_BN.shape[-1]
@@ -117,12 +118,25 @@ def _check(x: torch.Tensor) -> None:
 
 def _as_tensor(x) -> tuple[torch.Tensor, bool]:
     if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bool:
+            raise InputError("emulated FFT needs numeric input, got dtype torch.bool")
         return x.to(torch.complex128), False
     a = np.asarray(x)
     if not (np.issubdtype(a.dtype, np.complexfloating) or np.issubdtype(a.dtype, np.floating)
             or np.issubdtype(a.dtype, np.integer)):
         raise InputError(f"emulated FFT needs numeric input, got dtype {a.dtype}")
+    _check(a)  # before the copy below, which would make a 0-D array 1-D
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.complex128)), True
+
+
+def _plan_of(plan, plan_kwargs: dict) -> EmulatedFftPlan:
+    if plan is None:
+        return EmulatedFftPlan(**plan_kwargs)
+    if not isinstance(plan, EmulatedFftPlan):
+        raise InputError(f"plan must be an EmulatedFftPlan (or None with plan fields as keywords), got {plan!r}")
+    if plan_kwargs:
+        raise InputError(f"give a plan or plan fields as keywords, not both (got plan and {sorted(plan_kwargs)})")
+    return plan
 
 
 def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
@@ -172,10 +186,12 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
         complex128 array or tensor of the input's shape.
 
     Raises:
-        InputError: bad dimensions, sizes, dtype or plan.
-        NumericsError: Inf/NaN in the input.
+        InputError: bad dimensions, sizes, dtype or plan (a plan and plan fields as keywords together, too).
+        NumericsError: Inf/NaN in the input, or a value beyond the float64 range inside the transform (an
+            intermediate stage's output, which the next stage cannot take). A final output beyond the float64
+            range comes back as +-inf, as numpy.fft's does.
     """
-    plan = plan or EmulatedFftPlan(**plan_kwargs)
+    plan = _plan_of(plan, plan_kwargs)
     t, was_np = _as_tensor(x)
     box = [t]
     del t
@@ -199,7 +215,7 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     Raises:
         InputError, NumericsError: as :func:`fftn_fp64_emulated`.
     """
-    plan = plan or EmulatedFftPlan(**plan_kwargs)
+    plan = _plan_of(plan, plan_kwargs)
     t, was_np = _as_tensor(x)
     y = _ifftn(t, plan)
     return y.cpu().numpy() if was_np else y
@@ -209,5 +225,6 @@ def _ifftn(t: torch.Tensor, plan: EmulatedFftPlan, flags: list | None = None) ->
     """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`)."""
     box = [torch.conj(t).resolve_conj()]
     y = _fftn(box, plan, flags)
-    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place
-    return y.div_(t.numel())
+    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place, per real part
+    torch.view_as_real(y).div_(t.numel())  # (complex / real would form inf * 0 = NaN for an infinite part)
+    return y

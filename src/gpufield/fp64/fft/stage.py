@@ -119,8 +119,8 @@ def check_finite_flags(flags: list[torch.Tensor]) -> None:
         NumericsError: a stage saw Inf or NaN (in the input, or from overflow near DBL_MAX).
     """
     if flags and not bool(torch.isfinite(torch.stack(flags)).all()):
-        raise NumericsError("emulated FFT input has Inf or NaN (or a stage overflowed); "
-                            "the emulation only handles finite values")
+        raise NumericsError("emulated FFT input has Inf or NaN (or an intermediate stage overflowed past "
+                            "DBL_MAX); the emulation only handles finite values")
 
 
 def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *, out: torch.Tensor | None = None,
