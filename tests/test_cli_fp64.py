@@ -32,6 +32,13 @@ def test_fft_check_json(capsys):
     assert out["round_trip_rel_l2"] < 4e-16
 
 
+def test_fft_check_above_the_long_double_size_reports_no_numpy_error(capsys):
+    """Above 32^3 points numpy.fft is the reference itself: its error is n/a, not a misleading 0."""
+    assert main(["fp64", "fft", "--shape", "64,64,16"]) == 0
+    out = capsys.readouterr().out
+    assert "reference: numpy.fft (float64)" in out and "rel_l2_numpy: n/a" in out
+
+
 def test_fft_bad_shape_exit_2(capsys):
     assert main(["fp64", "fft", "--shape", "12"]) == 2
 

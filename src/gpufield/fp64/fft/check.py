@@ -26,7 +26,8 @@ def check_fft(*, shape: tuple[int, ...], backend: str = "cpu", variant: str = "c
 
     Returns:
         dict with shape, backend, variant, num_moduli, time_s, rel_l2_emulated, rel_l2_numpy (both
-        against the reference), reference name and the round-trip error.
+        against the reference; rel_l2_numpy is None above 32^3 points, where numpy.fft is the reference),
+        reference name and the round-trip error.
 
     Raises:
         InputError: bad shape/backend/variant.
@@ -54,6 +55,6 @@ def check_fft(*, shape: tuple[int, ...], backend: str = "cpu", variant: str = "c
         "shape": list(shape), "backend": backend, "variant": variant,
         "num_moduli": plan.resolved_num_moduli, "moduli": plan.moduli_kind, "device": device,
         "time_s": dt, "reference": "long-double DFT" if small else "numpy.fft (float64)",
-        "rel_l2_emulated": rel_l2(y, ref), "rel_l2_numpy": rel_l2(np.fft.fftn(x), ref) if small else 0.0,
+        "rel_l2_emulated": rel_l2(y, ref), "rel_l2_numpy": rel_l2(np.fft.fftn(x), ref) if small else None,
         "round_trip_rel_l2": rel_l2(back, x),
     }
