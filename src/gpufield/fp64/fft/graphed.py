@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.sixstep import _check, _fftn, _ifftn
+from gpufield.fp64.fft.sixstep import _check, _fftn, _ifftn, _plan_of
 from gpufield.fp64.fft.stage import EmulatedFftPlan, check_finite_flags
 
 
@@ -47,7 +47,7 @@ class GraphedFftn:
             why = f"got {dev}" if dev.type != "cuda" else "but CUDA is not available on this machine"
             raise InputError(f"GraphedFftn needs a CUDA device (CUDA graphs), {why}; "
                              "use fftn_fp64_emulated elsewhere")
-        self.plan = plan or EmulatedFftPlan(backend="int8", epilogue="triton")
+        self.plan = EmulatedFftPlan(backend="int8", epilogue="triton") if plan is None else _plan_of(plan, {})
         self.inverse = inverse
         self.input = torch.zeros(tuple(shape), dtype=torch.complex128, device=dev)
         _check(self.input)
