@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import random
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -45,20 +46,20 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 def _recon(x_ptr, shift_ptr, out_ptr, n, R: tl.constexpr, PM: tl.constexpr, BM: tl.constexpr, BB: tl.constexpr,
            CL: tl.constexpr, SI: tl.constexpr, FL: tl.constexpr, FI: tl.constexpr, ML: tl.constexpr,
            W: tl.constexpr, L: tl.constexpr, FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr,
-           NW: tl.constexpr, BSH: tl.constexpr, FD: tl.constexpr, FQ: tl.constexpr, FK: tl.constexpr,
+           NW: tl.constexpr, BSH: tl.constexpr, FD: tl.constexpr, FK: tl.constexpr,
            FM: tl.constexpr, FOLD: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     x0 = tl.load(x_ptr + offs, mask=m, other=0)
     if FOLD:
-        a = _init_f64(x0, FQ[R])
+        a = _init_f64(x0)
     else:
         s = _init_like(SI, L, x0)
         f = _init_like(FI, NF, x0)
     for i in tl.static_range(R):
         x = tl.load(x_ptr + i * n + offs, mask=m, other=0)
         if FOLD:
-            a = _fold_f64(a, x, i, PM, BM, BB, BSH, FD, FQ, FK)
+            a = _fold_f64(a, x, i, PM, BM, BB, BSH, FD, FK)
         else:
             s, f = _fold_j(s, f, x, i, PM, BM, BB, CL, FL, L, NF, BSH, False)
     shift = tl.load(shift_ptr + offs, mask=m, other=0)
@@ -127,7 +128,7 @@ def test_f64_fold_rounds_like_python_and_the_integer_fold(variant):
 def test_f64_constants_are_balanced_and_checked():
     tab = epilogue_tables("int8", 16)
     c = f64_constants(tab, "crt")
-    assert len(c["FD"]) == 3 * 16 and len(c["FQ"]) == 17 and len(c["FM"]) == 3
+    assert len(c["FD"]) == 3 * 16 and len(c["FK"]) == 16 and len(c["FM"]) == 4
     digits = np.array(c["FD"], dtype=np.int64).view(np.float64).reshape(16, 3)
     from gpufield.fp64.ozaki.moduli import moduli_table
 
@@ -135,8 +136,9 @@ def test_f64_constants_are_balanced_and_checked():
     for C, row in zip(t.crt_C, digits, strict=True):  # the digits sum to C_i or C_i - M exactly
         v = sum(int(d) for d in row)
         assert v in (C, C - tab.M) and abs(v) * 2 <= tab.M
-    m = -sum(int(d) for d in np.array(c["FM"], dtype=np.int64).view(np.float64))
-    assert m == tab.M
+    fm = np.array(c["FM"], dtype=np.int64).view(np.float64)
+    assert -sum(int(d) for d in fm[:3]) == tab.M
+    assert fm[3] == float(Fraction(1, tab.M))  # the quotient's factor fl(1 / M), correctly rounded
     big = EpilogueTables(kind="int8", num_moduli=16, moduli=tab.moduli, M=tab.M << 40, n_limbs=tab.n_limbs,
                          C_limbs=tab.C_limbs, M_limbs=tab.M_limbs, frac=tab.frac, garner_inv=tab.garner_inv,
                          bulk=tab.bulk, n_bulk_limbs=tab.n_bulk_limbs)

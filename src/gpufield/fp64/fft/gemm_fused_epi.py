@@ -123,7 +123,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                       FI: tl.constexpr, ML: tl.constexpr, W: tl.constexpr, L: tl.constexpr,
                       FW: tl.constexpr, NF: tl.constexpr, QSH: tl.constexpr, NW: tl.constexpr,
                       BSH: tl.constexpr, ASM: tl.constexpr, FOLD: tl.constexpr, FD: tl.constexpr,
-                      FQ: tl.constexpr, FK: tl.constexpr, FM: tl.constexpr):
+                      FK: tl.constexpr, FM: tl.constexpr):
     pid = tl.program_id(0)
     # NGS > 1 (chunk of NGS whole twiddle groups): consecutive programs take the same row block of
     # consecutive groups, whose outputs are neighbours when the destination's group stride is one element
@@ -143,7 +143,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     grow = (c0 + rows) // RG
     zero = tl.zeros((BR, BK, 2), dtype=tl.int32)
     if FOLD:
-        a64 = _init_f64(zero, FQ[R])
+        a64 = _init_f64(zero)
     else:
         sacc = _init_like(SI, L, zero)
         facc = _init_like(FI, NF, zero)
@@ -173,7 +173,7 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                 am_ = tl.where((grow == gi)[:, None], at, tl.zeros_like(at))
                 acc += tl.dot(am_, bj, out_dtype=tl.int32)
         if FOLD:
-            a64 = _fold_f64(a64, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, BSH, FD, FQ, FK, ASM)
+            a64 = _fold_f64(a64, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, BSH, FD, FK)
         else:
             sacc, facc = _fold_j(sacc, facc, tl.reshape(acc, (BR, BK, 2)), i, PM, BM, BB, CL, FL, L, NF, BSH,
                                  ASM)
@@ -276,7 +276,7 @@ spill instructions at 128 registers)."""
 
 
 def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: bool) -> dict:
-    """The fold's kernel constants: ``FOLD`` and the FP64 fold's ``FD``, ``FQ``, ``FK``, ``FM``
+    """The fold's kernel constants: ``FOLD`` and the FP64 fold's ``FD``, ``FK``, ``FM``
     (:func:`gpufield.fp64.kernels.fft_epilogue_f64.f64_constants`; zeros, never read, for the integer fold),
     for the fold :func:`_resolve_fold` picks. A default FP64 fold (neither ``fold`` nor a non-empty
     ``GPUFIELD_FUSED_EPI_FOLD``) falls back to the integer one (same bits) for moduli sets whose FP64 sums
@@ -294,7 +294,7 @@ def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: 
                 asked = f"fold={fold!r}" if fold else "GPUFIELD_FUSED_EPI_FOLD=f64"
                 raise InputError(f"{asked}: {e}; the integer fold (fold='int') gives the same bits") from None
     r = tab.num_moduli
-    return {"FOLD": False, "FD": (0,) * (3 * r), "FQ": (0,) * (r + 1), "FK": (0,) * r, "FM": (0,) * 3}
+    return {"FOLD": False, "FD": (0,) * (3 * r), "FK": (0,) * r, "FM": (0,) * 4}
 
 
 def _resolve_fold(fold: str | None, gluon: bool) -> str:

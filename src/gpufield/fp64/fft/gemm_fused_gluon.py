@@ -73,7 +73,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             BB: gl.constexpr, CL: gl.constexpr, SI: gl.constexpr, FL: gl.constexpr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
-                            BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD, FQ: gl.constexpr, FK, FM,
+                            BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD, FK, FM,
                             num_warps: gl.constexpr):
     # row tile [BR, 2 NP] float64: XV = min(8, BR 2 NP / threads) consecutive columns per thread, 2 NP / XV
     # threads per row, 32 XV / (2 NP) rows per warp (BR rows over all warps: no replication, e.g. 8 columns
@@ -139,7 +139,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
 
     zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
     if FOLD:
-        a64 = _init_f64(zero, FQ[R])
+        a64 = _init_f64(zero)
     else:
         sacc = _init_like(SI, L, zero)
         facc = _init_like(FI, NF, zero)
@@ -153,7 +153,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         else:
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
         if FOLD:
-            a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FQ, FK, ASM)
+            a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FK)
         else:
             sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
 
