@@ -33,8 +33,8 @@ import torch
 SHAPES = {16: [(64, 8, 16, 0), (64, 8, 16, 128), (128, 16, 16, 0), (64, 16, 16, 0), (128, 8, 16, 0), (32, 4, 16, 0)],
           32: [(64, 16, 32, 0), (64, 8, 32, 0), (64, 8, 16, 0), (64, 8, 16, 128), (32, 4, 16, 0), (128, 16, 32, 0),
                (64, 4, 16, 0)]}
-"""Per N: (rows per program, warps, outputs per program, register cap or 0 for none); the first is the
-reference shape whose outputs every other shape must equal."""
+"""Per N: (rows per program, warps, outputs per program, register cap or 0 for none[, column passes]); the
+first is the reference shape whose outputs every other shape must equal."""
 P_INT = 16.73e12
 
 
@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="16,32")
     ap.add_argument("--rows-log2", type=int, default=20, help="chunk rows (2^k)")
     ap.add_argument("--shapes", default=None,
-                    help="only these shapes, e.g. '16:64,8,16,128;32:64,16,32,0' (default: the SHAPES table)")
+                    help="only these shapes, e.g. '16:64,8,16,128;32:64,8,32,128,2' (default: the SHAPES table)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu with TRITON_INTERPRET=1 (a test of the script)")
     a = ap.parse_args()
     from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
@@ -87,14 +87,14 @@ def main() -> None:
             continue
         x, args = _stage(n, dev, 1 << a.rows_log2)
         ref = None
-        for bm, warps, bk, reg in shapes[n]:
-            row = {"N": n, "rows": bm, "warps": warps, "outputs": bk, "maxnreg": reg}
+        for bm, warps, bk, reg, *kp in shapes[n]:
+            row = {"N": n, "rows": bm, "warps": warps, "outputs": bk, "maxnreg": reg, "passes": kp[0] if kp else 1}
             if time.time() - t_start > a.budget_s:
                 row["skipped"] = "budget"
                 res["shapes"].append(row)
                 continue
             call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk,
-                                     max_registers=reg or None)
+                                     max_registers=reg or None, passes=row["passes"])
             sync()
             t0 = time.time()
             y = call()[0]

@@ -42,6 +42,7 @@ for n, warps in ((16, 8), (32, 16)):
     t = fused_static_count(n, 64, warps, max_registers=128)
     g64 = fused_static_count(n, 64, warps, gluon=True, max_registers=128, fold="f64")
     out[n] = {"gluon": g, "triton": t, "gluon_f64": g64}
+out["passes"] = fused_static_count(32, 64, 8, gluon=True, max_registers=128, fold="f64", passes=2)
 print(json.dumps(out))
 """
 
@@ -73,6 +74,11 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
         # the float64 constants are kernel arguments read from the constant bank: as constexprs ptxas built
         # them with UMOV pairs (199 at N = 16, 233 at N = 32 per thread); now 35 and 71
         assert g64["ops"].get("UMOV", 0) <= 80
+    # N = 32 in two column passes of 8 warps (two programs per SM): twice the wgmmas per program, under the
+    # 114 KB of shared memory two programs may share, two barriers more (the twiddle tiles of the second pass)
+    p = counts["passes"]
+    assert sum(v for k, v in p["ops"].items() if k.startswith("IGMMA")) == 2 * 16 * 2
+    assert p["shared_bytes"] <= 114 * 1024 and p["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 7
 
 
 def _stage(n, rows_per_group, groups, seed):
@@ -132,3 +138,33 @@ def test_gluon_stage_equals_oracle_and_triton_kernel(n, fold):
     grid = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV).transpose(1, 2)
     got, s, _ = fused_epi_stage_triton(grid, *args[:5], 64, 64, impl="gluon", fold=fold, rows=192)
     assert _same(got.cpu().numpy().reshape(3, 64, n), want[1:]) and torch.equal(s, s_ref[64:])
+
+
+@pytest.mark.skipif(not HOPPER, reason="the Gluon kernel needs a Hopper GPU (wgmma)")
+@pytest.mark.parametrize("n,warps,passes", [(32, 8, 2), (16, 4, 2), (16, 8, 2)])
+def test_gluon_column_passes_and_row_blocks_give_the_same_bits(n, warps, passes):
+    """Launch shapes with the output columns in two passes (and, with fewer warps, the residues in two row
+    blocks, the row shifts reread from memory): the default launch's bits and the exact oracle, from rows
+    in place and in the six-step layout (loaded along the rows), into a transposed destination."""
+    x, idx, plan, tab, ops = _stage(n, 64, 4, 21 + n)
+    xt = torch.from_numpy(x.reshape(256, n)).to(DEV)
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
+    want = stage_exact_python(x, idx, plan.input_bits, plan.twiddle_bits)
+    ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="gluon")
+    got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon", num_warps=warps, passes=passes,
+                                       max_registers=128)
+    assert _same(got.cpu().numpy().reshape(4, 64, n), want) and torch.equal(s, s_ref)
+    assert np.array_equal(torch.view_as_real(got).cpu().numpy().view(np.int64),
+                          torch.view_as_real(ref).cpu().numpy().view(np.int64))
+    grid = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 2, 1))).to(DEV).transpose(1, 2)
+    dest = torch.zeros((n, 64, 4), dtype=torch.complex128, device=DEV)
+    fused_epi_stage_triton(grid, *args, impl="gluon", num_warps=warps, passes=passes, max_registers=128,
+                           out=dest.permute(2, 1, 0))
+    assert _same(np.ascontiguousarray(dest.permute(2, 1, 0).cpu().numpy()), want)
+
+
+def test_passes_out_of_range_are_refused():
+    x, idx, plan, tab, ops = _stage(16, 24, 4, 3)
+    xt = torch.from_numpy(x.reshape(96, 16)).to(DEV)
+    with pytest.raises(ValueError, match="passes"):
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, passes=3)

@@ -219,6 +219,17 @@ at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16) 
 Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
 
+DEFAULT_PASSES = {16: 1, 32: 1}
+"""Padded stage length NP -> column passes of the Gluon kernel (``passes`` of :func:`fused_epi_stage_triton`)."""
+
+
+def row_blocks(bm: int, np_: int, num_warps: int) -> int:
+    """Row blocks of the Gluon kernel's residue phase: the [bm, 2 np_] row tile in blocks of at most 8 float64
+    values per thread (more values live at once spill at 128 registers: 32-118 spill instructions at sm_90
+    for 16 values per thread), one block after the other."""
+    return max(1, bm * 2 * np_ // (256 * num_warps))
+
+
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
     """The 4M twiddle operand of the fused kernel from the per-modulus twiddle residues.
 
@@ -310,10 +321,10 @@ def _resolve_fold(fold: str | None, gluon: bool) -> str:
     return fold
 
 
-def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int) -> bool:
+def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int, passes: int = 1) -> bool:
     """Whether this launch runs the Gluon kernel: ``impl`` (resolved) is ``"gluon"``, a Hopper GPU (wgmma),
     Gluon importable, one twiddle group per program, 64 rows (one wgmma M) and an int8 wgmma N (2 BK /
-    warpgroups) that is a multiple of 8."""
+    (passes x warpgroups)) that is a multiple of 8."""
     if impl != "gluon" or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
         return False
     try:
@@ -321,7 +332,9 @@ def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_wa
     except ImportError:
         return False
     wn = num_warps // 4
-    return ngm == 1 and bm == 64 and num_warps in (4, 8, 16, 32) and (2 * bk) % wn == 0 and (2 * bk // wn) % 8 == 0
+    cb = 2 * bk // passes
+    return (ngm == 1 and bm == 64 and num_warps in (4, 8, 16, 32) and 2 * bk % passes == 0 and cb % wn == 0
+            and (cb // wn) % 8 == 0)
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -344,7 +357,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
                            swizzle: bool | None = None,
                            impl: str | None = None,
                            fold: str | None = None,
-                           rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           rows: int | None = None,
+                           passes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -373,8 +387,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
             tile splits the row's outputs over programs, each recomputing the row's residues (fewer
             registers, more residue work). The environment variable ``GPUFIELD_FUSED_EPI_LAUNCH`` =
-            ``"rows,warps[,outputs]"`` overrides the CUDA defaults (benchmarks/fp64_fused_epi_shapes.py).
-            Every launch shape gives the same bits.
+            ``"rows,warps[,outputs[,passes]]"`` overrides the CUDA defaults
+            (benchmarks/fp64_fused_epi_shapes.py). Every launch shape gives the same bits.
         out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the next
             stage's input): the kernel writes the chunk's rows c0 .. c0 + Rc - 1 of the flattened [G, R]
             grid straight into it (no [Rc, K] buffer, no copy).
@@ -394,6 +408,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` where the Gluon kernel runs and ``"int"`` for the
             Triton kernel. Same bits.
         rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
+        passes: Gluon kernel only: a program folds its 2 BK output columns in this many slices, one slice's
+            twiddle tiles in shared memory at a time (less shared memory and fewer registers per program for
+            the same residue work; 1 or 2); None: :data:`DEFAULT_PASSES` of the padded N. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -403,7 +420,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         ValueError: shapes or dtypes do not match (``x`` neither [Rc, N] rows nor the [G, R, N] grid, or
             ``rows`` given with [Rc, N] rows), a variant other than crt/kulisch, chunk rows outside
             the [G, R] grid, ``out`` sharing memory with ``x`` (:func:`gpufield.fp64.fft.stage.dft_stage`
-            then writes through a buffer), ``block_m`` / ``block_k`` not a power of two >= 16, or ``impl``
+            then writes through a buffer), ``block_m`` / ``block_k`` not a power of two >= 16, ``passes`` not
+            1 or 2, or ``impl``
             not in :data:`IMPLS`, or ``fold`` not in :data:`FOLDS`.
     """
     wres = ops["wres"]
@@ -424,6 +442,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
     if x.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
         raise ValueError("fused_epi stage shapes/dtypes do not match")
+    if passes not in (None, 1, 2):
+        raise ValueError(f"passes must be 1 or 2, got {passes!r}")
     for name, v in (("block_m", block_m), ("block_k", block_k)):
         if v is not None and (v < 16 or v & (v - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {v}")
@@ -462,6 +482,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         shape = [int(v) for v in env.split(",")]
         block_m, num_warps = block_m or shape[0], num_warps or shape[1]
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
+        passes = passes or (shape[3] if len(shape) > 3 else None)
     BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
     if cuda:
         cap = block_m or DEFAULT_LAUNCH[NP][0]
@@ -499,7 +520,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     except InputError as e:
         raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS={env_pairs}: {e}") from None
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
-    gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"])
+    kp = passes or DEFAULT_PASSES[NP]
+    gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"], kp)
     consts |= _fold_constants(tab, variant, fold, gluon)
     if gluon:
         from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
@@ -509,7 +531,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, **consts,
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=kp,
+            RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
             **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](

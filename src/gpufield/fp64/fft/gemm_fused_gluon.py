@@ -66,6 +66,25 @@ from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init
 
 
 @gluon.jit
+def _rows_tile(X_ptr, t0, g_lo, r_lo, i0: gl.constexpr, Rc, N, S_xg, S_xr, S_xe, XOFF, RB: gl.constexpr,
+               NP: gl.constexpr, XROWS: gl.constexpr, XL: gl.constexpr, XT: gl.constexpr):
+    """Rows t0 + i0 .. t0 + i0 + RB - 1 of the program's tile as float64 [RB, 2 NP] in layout ``XL``. With
+    ``XROWS`` (consecutive rows one complex element apart: a six-step pass over the outermost axis) each thread
+    loads one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column pair, then
+    one exchange through shared memory into ``XL``; else along each row."""
+    if XROWS:
+        i_t = i0 + gl.arange(0, RB, layout=gl.SliceLayout(1, XT))
+        jj_t = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XT))
+        roff_t = g_lo.to(gl.int64) * S_xg + (r_lo + i_t).to(gl.int64) * S_xr - XOFF
+        return gl.convert_layout(_load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe), XL)
+    else:
+        i_x = i0 + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
+        jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
+        roff = g_lo.to(gl.int64) * S_xg + (r_lo + i_x).to(gl.int64) * S_xr - XOFF
+        return _load_rows(X_ptr, roff, t0 + i_x, jj, Rc, N, S_xe)
+
+
+@gluon.jit
 def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             Rc, RG, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
                             YOFF, NGS, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr, XROWS: gl.constexpr,
@@ -74,99 +93,116 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
                             BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD, FK, FM,
-                            num_warps: gl.constexpr):
-    # row tile [BR, 2 NP] float64: XV = min(8, BR 2 NP / threads) consecutive columns per thread, 2 NP / XV
-    # threads per row, 32 XV / (2 NP) rows per warp (BR rows over all warps: no replication, e.g. 8 columns
-    # at (N = 16, 8 warps), 4 at (16, 16) and (32, 32)); twiddle tiles [2 BK, 2 NP] int8 likewise
-    # with TV = 2 BK 2 NP / (32 num_warps) consecutive bytes per thread (each byte loaded once)
-    XV: gl.constexpr = max(1, min(8, BR * 2 * NP // (32 * num_warps)))
+                            KP: gl.constexpr, RH: gl.constexpr, num_warps: gl.constexpr):
+    # row tile [RB, 2 NP] float64 (RH blocks of RB = BR / RH rows, one after the other: fewer registers):
+    # XV = min(8, RB 2 NP / threads) consecutive columns per thread, 2 NP / XV threads per row, 32 XV / (2 NP)
+    # rows per warp (RB rows over all warps: no replication, e.g. 8 columns at (N = 16, 8 warps), 4 at
+    # (16, 16) and (32, 32)); twiddle tiles [CB, 2 NP] int8 likewise with TV = CB 2 NP / (32 num_warps)
+    # consecutive bytes per thread (each byte loaded once)
+    RB: gl.constexpr = BR // RH
+    XV: gl.constexpr = max(1, min(8, RB * 2 * NP // (32 * num_warps)))
     XL: gl.constexpr = gl.BlockedLayout([1, XV], [32 // (2 * NP // XV), 2 * NP // XV], [num_warps, 1], [1, 0])
-    TV: gl.constexpr = max(1, 4 * BK * NP // (32 * num_warps))
+    # KP column passes: the program's 2 BK output columns in KP slices of CB = 2 BK / KP, each folded and
+    # stored before the next slice's twiddle tiles replace it in shared memory (less shared memory per
+    # program for the same residue work)
+    CB: gl.constexpr = 2 * BK // KP
+    TV: gl.constexpr = max(1, CB * 2 * NP // (32 * num_warps))
     TL: gl.constexpr = gl.BlockedLayout([1, TV], [32 // (2 * NP // TV), 2 * NP // TV], [num_warps, 1], [1, 0])
     WN: gl.constexpr = num_warps // 4  # warpgroups side by side along the outputs
     ACC: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WN],
-                                                  instr_shape=[16, 2 * BK // WN, 32])
+                                                  instr_shape=[16, CB // WN, 32])
     A_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, 2 * NP], gl.int8)
-    B_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([2 * BK, 2 * NP], gl.int8)
+    B_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CB, 2 * NP], gl.int8)
+    XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [RB // 32, num_warps * 32 // RB], [1, 0])
 
     pid = gl.program_id(0)
     t0 = (pid % NGS) * RG + (pid // NGS) * BR
-    rows = t0 + gl.arange(0, BR, layout=gl.SliceLayout(1, XL))
-    rmask = rows < Rc
     # all rows of a program lie in one group g_lo of the [G, R] grid (:func:`_gluon_fits`): one division
     g_lo = (c0 + t0) // RG
     r_lo = c0 + t0 - g_lo * RG
-    if XROWS:  # consecutive rows one complex element apart (a six-step pass over the outermost axis): each
-        # thread loads one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column
-        # pair, then one exchange through shared memory into the row layout XL
-        XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [BR // 32, num_warps * 32 // BR], [1, 0])
-        i_t = gl.arange(0, BR, layout=gl.SliceLayout(1, XT))
-        jj_t = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XT))
-        roff_t = g_lo.to(gl.int64) * S_xg + (r_lo + i_t).to(gl.int64) * S_xr - XOFF
-        x = gl.convert_layout(_load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe), XL)
-    else:
-        jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
-        roff = g_lo.to(gl.int64) * S_xg + (rows - t0 + r_lo).to(gl.int64) * S_xr - XOFF
-        x = _load_rows(X_ptr, roff, rows, jj, Rc, N, S_xe)
-    hf, lfm, s = _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr)
+    if RH == 1:  # the row loads first, the twiddle tiles' latency behind them
+        x = _rows_tile(X_ptr, t0, g_lo, r_lo, 0, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
 
     # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
-    cb = gl.arange(0, 2 * BK, layout=gl.SliceLayout(1, TL))
+    cb = gl.arange(0, CB, layout=gl.SliceLayout(1, TL))
     jb = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, TL))
     kcol = 2 * gl.program_id(1) * BK + cb
-    boff = g_lo.to(gl.int64) * S_bg + (kcol * (2 * NP))[:, None] + jb[None, :]
+    toff = (kcol * (2 * NP))[:, None] + jb[None, :]  # int32 offsets in a tile; the rest is one scalar per tile
+    b_grp = B_ptr + g_lo.to(gl.int64) * S_bg
     bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
     # one allocation per tile (distinct buffers: no barrier between their stores); all tile loads first
     tiles = ()
     for i in gl.static_range(R):
-        tiles = tiles + (gl.load(B_ptr + i * S_bi + boff, mask=bmask, other=0),)
+        tiles = tiles + (gl.load(b_grp + i * S_bi + toff, mask=bmask, other=0),)
     b_smem = ()
     for i in gl.static_range(R):
-        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [2 * BK, 2 * NP], B_SH, tiles[i]),)
+        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH, tiles[i]),)
     a_smem = ()
     for i in gl.static_range(R):
-        if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
-            at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
-        elif RK[i] == 2:
-            at = at2
-        elif RK[i] == 3:
-            at = _low_word(lfm)
-        else:
-            at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
-        a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH, at.to(gl.int8)),)
+        a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
+    for hr in gl.static_range(RH):
+        if RH > 1:
+            x = _rows_tile(X_ptr, t0, g_lo, r_lo, hr * RB, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
+        rows = t0 + hr * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
+        # the row split after the tiles are in shared memory: their registers are free for hf and lfm
+        hf, lfm, s = _row_split(x, rows, rows < Rc, BITS, s_ptr, amax_ptr)
+        for i in gl.static_range(R):
+            if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
+                at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
+            elif RK[i] == 2:
+                at = at2
+            elif RK[i] == 3:
+                at = _low_word(lfm)
+            else:
+                at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+            if RH == 1:
+                a_smem[i].store(at.to(gl.int8))
+            else:
+                a_smem[i].slice(hr * RB, RB, dim=0).store(at.to(gl.int8))
     fence_async_shared()
     gl.thread_barrier()
 
-    zero = gl.zeros([BR, 2 * BK], gl.int32, layout=ACC)
-    if FOLD:
-        a64 = _init_f64(zero)
-    else:
-        sacc = _init_like(SI, L, zero)
-        facc = _init_like(FI, NF, zero)
-    tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
-    for i in gl.static_range(R):
-        if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
-            nxt = warpgroup_mma(a_smem[i + 1], b_smem[i + 1].permute((1, 0)), zero, use_acc=False,
-                                is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(tok, ))
-            tok = nxt
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
+    for h in gl.static_range(KP):
+        if h > 0:  # every warp's wgmmas of the last slice are done: its twiddle tiles give way to this one's
+            gl.thread_barrier()
+            for i in gl.static_range(R):
+                b_smem[i].store(gl.load((b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
+                                        mask=((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :],
+                                        other=0))
+            fence_async_shared()
+            gl.thread_barrier()
+        zero = gl.zeros([BR, CB], gl.int32, layout=ACC)
         if FOLD:
-            a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FK)
+            a64 = _init_f64(zero)
         else:
-            sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
-
-    shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
-    if FOLD:
-        y = _finish_f64(a64, shift[:, None], FM)
-    else:
-        y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
-    # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (complex128 units);
-    # column 2 k + c holds part c of output k
-    i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
-    yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
-    col = gl.arange(0, 2 * BK, layout=gl.SliceLayout(0, ACC))
-    k = gl.program_id(1) * BK + col // 2
-    optr = Y_ptr + 2 * (yoff[:, None] + (k.to(gl.int64) * S_yk)[None, :]) + (col % 2)[None, :]
-    gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])
+            sacc = _init_like(SI, L, zero)
+            facc = _init_like(FI, NF, zero)
+        tok = warpgroup_mma(a_smem[0], b_smem[0].permute((1, 0)), zero, use_acc=False, is_async=True)
+        for i in gl.static_range(R):
+            if i + 1 < R:  # the next modulus's product runs on the tensor cores while this one is folded
+                nxt = warpgroup_mma(a_smem[i + 1], b_smem[i + 1].permute((1, 0)), zero, use_acc=False,
+                                    is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(tok, ))
+                tok = nxt
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(tok, ))
+            if FOLD:
+                a64 = _fold_f64(a64, acc, i, PM, BM, BB, BSH, FD, FK)
+            else:
+                sacc, facc = _fold_j(sacc, facc, acc, i, PM, BM, BB, CL, FL, L, NF, BSH, ASM)
+        i_o = gl.arange(0, BR, layout=gl.SliceLayout(1, ACC))
+        if RH == 1:
+            shift = gl.convert_layout((s + TW).to(gl.int32), gl.SliceLayout(1, ACC))
+        else:  # every block's shifts, stored by _row_split before the barrier
+            shift = (gl.load(s_ptr + t0 + i_o, mask=t0 + i_o < Rc, other=0) + TW).to(gl.int32)
+        if FOLD:
+            y = _finish_f64(a64, shift[:, None], FM)
+        else:
+            y = _finish(sacc, facc, shift[:, None], ML, W, L, FW, NF, QSH, NW)
+        # output row m = c0 + row of the [G, R] grid at (m // R) S_yg + (m % R) S_yr - YOFF (complex128
+        # units); column 2 k + c holds part c of output k
+        yoff = g_lo.to(gl.int64) * S_yg + (r_lo + i_o).to(gl.int64) * S_yr - YOFF
+        col = h * CB + gl.arange(0, CB, layout=gl.SliceLayout(0, ACC))
+        k = gl.program_id(1) * BK + col // 2
+        optr = Y_ptr + 2 * (yoff[:, None] + (k.to(gl.int64) * S_yk)[None, :]) + (col % 2)[None, :]
+        gl.store(optr, y, mask=(t0 + i_o < Rc)[:, None] & (k < K)[None, :])

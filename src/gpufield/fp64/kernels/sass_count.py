@@ -125,7 +125,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
                        max_registers: int | None = None, gluon: bool = False, fold: str = "int",
-                       xrows: bool = True, pairs: int | None = None) -> dict:
+                       xrows: bool = True, pairs: int | None = None, passes: int = 1) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -140,6 +140,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
             six-step stage reads them) rather than along each row's elements.
         pairs: residue pairs (:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`; None: the
             default :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N).
+        passes: the Gluon kernel's column passes (``passes`` of
+            :func:`gpufield.fp64.fft.gemm_fused_epi.fused_epi_stage_triton`).
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
@@ -172,7 +174,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
         residue_schedule(tab.moduli, pairs)
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
-    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk,
+    const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk, KP=passes,
+                 RH=gemm_fused_epi.row_blocks(block_m, np_, num_warps),
                  num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     runtime = {p.name for p in fn.params if not p.is_constexpr}  # e.g. constant tuples passed as arguments
@@ -190,7 +193,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     ops = sass_histogram(k.asm["cubin"])
     regs = ops.pop("REG", None)
     total = sum(ops.values())
-    return {"sass_per_thread": total, "regs": regs, "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
+    return {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared, "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
             "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
 
 
