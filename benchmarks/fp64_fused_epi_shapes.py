@@ -13,8 +13,12 @@ complex outputs at N = 16, 2^25 at N = 32) of random complex128 rows with magnit
 stage-2 twiddle groups of a 256 / 1024 point transform (R = 2^20 / G rows per group). For each shape
 (rows per program, warps, outputs per program, register cap): the first call (compile) is timed, its outputs must equal the
 default shape's bit for bit (else the shape is reported as WRONG), then the median of ``--reps`` calls timed
-with CUDA events. ``c_epi`` is the time-equivalent instructions per real output at 16.73 T INT32 instr/s (the
-floor model's definition, H200). Results go to DIR/fp64_fused_epi_shapes.json after every shape (an
+with CUDA events (``ms``: each call alone, so it includes the host's launch work while the GPU waits, ~0.1 ms)
+and ``--reps`` calls queued back to back between two events (``ms_queued``: the GPU time per stage, as inside a
+transform whose host enqueues ahead of the GPU). ``c_epi`` (from ``ms_queued``) is the time-equivalent
+instructions per real output at 16.73 T INT32 instr/s (the floor model's definition, H200). ``--layout
+sixstep`` stores the rows as a six-step pass reads them (consecutive rows one complex element apart: the
+Gluon kernel loads along the rows) instead of one contiguous row after the other. Results go to DIR/fp64_fused_epi_shapes.json after every shape (an
 interrupted run keeps the finished shapes); shapes not started before ``--budget-s`` are skipped.
 """
 
@@ -38,7 +42,7 @@ first is the reference shape whose outputs every other shape must equal."""
 P_INT = 16.73e12
 
 
-def _stage(n: int, dev: torch.device, rows: int, seed: int = 0):
+def _stage(n: int, dev: torch.device, rows: int, seed: int = 0, layout: str = "rows"):
     from gpufield.fp64.fft import EmulatedFftPlan
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.fft.operands import stage_operands
@@ -53,6 +57,8 @@ def _stage(n: int, dev: torch.device, rows: int, seed: int = 0):
     mag = torch.pow(2.0, torch.randint(-40, 41, (rows, n), generator=g).double())
     x = torch.complex(torch.randn(rows, n, generator=g, dtype=torch.float64) * mag,
                       torch.randn(rows, n, generator=g, dtype=torch.float64) * mag).to(dev)
+    if layout == "sixstep":  # [rows, n] view with row stride 1 and element stride rows: the same values
+        x = x.T.contiguous().T
     args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, rows // idx.shape[0])
     return x, args
 
@@ -67,6 +73,8 @@ def main() -> None:
     ap.add_argument("--shapes", default=None,
                     help="only these shapes, e.g. '16:64,8,16,128;32:64,8,32,128,2' (default: the SHAPES table)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu with TRITON_INTERPRET=1 (a test of the script)")
+    ap.add_argument("--layout", choices=("rows", "sixstep"), default="rows",
+                    help="input rows contiguous, or consecutive rows one element apart (a six-step pass)")
     a = ap.parse_args()
     from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
 
@@ -75,7 +83,8 @@ def main() -> None:
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    res = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "shapes": []}
+    res = {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "layout": a.layout,
+           "shapes": []}
     shapes = SHAPES
     if a.shapes:
         shapes = {}
@@ -85,7 +94,7 @@ def main() -> None:
     for n in (int(v) for v in a.sizes.split(",")):
         if n not in shapes:
             continue
-        x, args = _stage(n, dev, 1 << a.rows_log2)
+        x, args = _stage(n, dev, 1 << a.rows_log2, layout=a.layout)
         ref = None
         for bm, warps, bk, reg, *kp in shapes[n]:
             row = {"N": n, "rows": bm, "warps": warps, "outputs": bk, "maxnreg": reg, "passes": kp[0] if kp else 1}
@@ -94,7 +103,7 @@ def main() -> None:
                 res["shapes"].append(row)
                 continue
             call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk,
-                                     max_registers=reg or None, passes=row["passes"])
+                                     max_registers=reg or None, **({"passes": kp[0]} if kp else {}))
             sync()
             t0 = time.time()
             y = call()[0]
@@ -120,6 +129,15 @@ def main() -> None:
                     times.append((time.time() - t0) * 1e3)
             t = float(np.median(times))
             row["ms"] = round(t, 4)
+            if cuda:  # back to back: the host's launch work overlaps the previous call's kernel
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(a.reps):
+                    call()
+                e1.record()
+                sync()
+                t = e0.elapsed_time(e1) / a.reps
+                row["ms_queued"] = round(t, 4)
             row["c_epi"] = round(t * 1e-3 * P_INT / (2 * x.shape[0] * n), 1)
             res["shapes"].append(row)
             print(json.dumps(row), flush=True)
