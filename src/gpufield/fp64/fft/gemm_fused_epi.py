@@ -199,7 +199,8 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
 
 
 DEFAULT_LAUNCH = {16: (64, 8, 128), 32: (64, 16, None)}
-"""Padded stage length NP -> (largest rows per program, warps, register cap or None) on CUDA, measured
+"""Padded stage length NP -> (largest rows per program, warps, register cap or None) of the Triton kernel on
+CUDA (the Gluon kernel's are :data:`GLUON_LAUNCH`), measured
 fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows; runs 20 and 22, commits
 7bc0226 and 5af0188; bit-identical outputs for every shape):
 
@@ -219,8 +220,19 @@ at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16) 
 Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
 
-DEFAULT_PASSES = {16: 1, 32: 1}
-"""Padded stage length NP -> column passes of the Gluon kernel (``passes`` of :func:`fused_epi_stage_triton`)."""
+GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
+"""Padded stage length NP -> (rows per program, warps, register cap, column passes) of the Gluon kernel
+(Hopper), measured on one H200 with the rows in the six-step layout and calls queued back to back
+(benchmarks/fp64_fused_epi_shapes.py ``--layout sixstep``, ``ms_queued``; same bits for every shape):
+
+* NP = 16: (64, 8, 128, 1), two programs per SM: 0.68 ms per stage of 2^20 rows (run 52); four programs
+  of 4 warps in two column passes (64, 4, 128, 2) ran slower (run 51: 0.86-0.90 against 0.74-0.77 ms per
+  call).
+* NP = 32: (64, 8, 128, 2), two programs of 8 warps per SM, each folding its 64 output columns in two
+  passes of 32 (one pass's twiddle tiles in shared memory: 112 KB per program; the residues in two row
+  blocks; 58 spill instructions at 128 registers): 1.68 ms against 1.81 ms for one program of 16 warps
+  (64, 16, none, 1) per SM (run 52, with 4 residue pairs). Until session 11 the default was the latter.
+"""
 
 
 def row_blocks(bm: int, np_: int, num_warps: int) -> int:
@@ -321,15 +333,21 @@ def _resolve_fold(fold: str | None, gluon: bool) -> str:
     return fold
 
 
-def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int, passes: int = 1) -> bool:
-    """Whether this launch runs the Gluon kernel: ``impl`` (resolved) is ``"gluon"``, a Hopper GPU (wgmma),
-    Gluon importable, one twiddle group per program, 64 rows (one wgmma M) and an int8 wgmma N (2 BK /
-    (passes x warpgroups)) that is a multiple of 8."""
+def _gluon_device(impl: str, dev: torch.device) -> bool:
+    """``impl`` (resolved) is ``"gluon"``, the device a Hopper GPU (wgmma) and Gluon importable."""
     if impl != "gluon" or dev.type != "cuda" or torch.cuda.get_device_capability(dev)[0] != 9:
         return False
     try:
         import gpufield.fp64.fft.gemm_fused_gluon  # noqa: F401  (experimental Triton API)
     except ImportError:
+        return False
+    return True
+
+
+def _gluon_fits(impl: str, dev: torch.device, bm: int, ngm: int, bk: int, num_warps: int, passes: int = 1) -> bool:
+    """Whether this launch runs the Gluon kernel: :func:`_gluon_device`, one twiddle group per program, 64
+    rows (one wgmma M) and an int8 wgmma N (2 BK / (passes x warpgroups)) that is a multiple of 8."""
+    if not _gluon_device(impl, dev):
         return False
     wn = num_warps // 4
     cb = 2 * bk // passes
@@ -380,9 +398,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             in it under ``"b4m"``.
         c0: the chunk's first row in the flattened [G, R] row grid.
         R: rows per twiddle group.
-        block_m: largest rows per program (default :data:`DEFAULT_LAUNCH` of the padded N on CUDA, 4096 on
-            CPU).
-        num_warps: warps per program (default :data:`DEFAULT_LAUNCH` of the padded N on CUDA).
+        block_m: largest rows per program (default :data:`GLUON_LAUNCH` of the padded N where the Gluon
+            kernel runs, else :data:`DEFAULT_LAUNCH`, on CUDA; 4096 on CPU).
+        num_warps: warps per program (default as ``block_m``).
         asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
         block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
             tile splits the row's outputs over programs, each recomputing the row's residues (fewer
@@ -393,7 +411,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             stage's input): the kernel writes the chunk's rows c0 .. c0 + Rc - 1 of the flattened [G, R]
             grid straight into it (no [Rc, K] buffer, no copy).
         max_registers: registers per thread ptxas may use (Triton ``maxnreg``; CUDA only): at 128 two
-            programs of 8 warps fit an SM, at the price of some spills. None: :data:`DEFAULT_LAUNCH`; the
+            programs of 8 warps fit an SM, at the price of some spills. None: as ``block_m``; the
             environment variable ``GPUFIELD_FUSED_EPI_MAXNREG`` overrides it (``0``: no cap). Same bits.
             The residue schedule (how many modulus pairs share one float64 reduction) is
             :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N; the environment
@@ -410,7 +428,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
         passes: Gluon kernel only: a program folds its 2 BK output columns in this many slices, one slice's
             twiddle tiles in shared memory at a time (less shared memory and fewer registers per program for
-            the same residue work; 1 or 2); None: :data:`DEFAULT_PASSES` of the padded N. Same bits.
+            the same residue work; 1 or 2); None: :data:`GLUON_LAUNCH` of the padded N, or 1 when the
+            launch is given in warps (``num_warps`` or the environment). Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -483,9 +502,13 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         block_m, num_warps = block_m or shape[0], num_warps or shape[1]
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
         passes = passes or (shape[3] if len(shape) > 3 else None)
+    # defaults: the Gluon kernel's own launch table where it will run (Hopper), else the Triton kernel's; a
+    # launch given in warps (argument or environment) is taken as written, in one column pass unless given
+    table = (GLUON_LAUNCH[NP] if _gluon_device(impl, dev) else DEFAULT_LAUNCH[NP] + (1,)) if cuda else None
+    passes = passes or (1 if num_warps or not cuda else table[3])
     BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
     if cuda:
-        cap = block_m or DEFAULT_LAUNCH[NP][0]
+        cap = block_m or table[0]
         bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
     else:  # interpreter: few large programs (each costs ~1 s of Python); one masked dot per group spanned
         bm = min(block_m or 4096, _pow2_at_least(Rc, 16))
@@ -494,10 +517,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     if asm is None:
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
-    launch = {"num_warps": num_warps or (DEFAULT_LAUNCH[NP][1] if cuda else 4)}
+    launch = {"num_warps": num_warps or (table[1] if cuda else 4)}
     if cuda:
         env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")
-        reg = max_registers or (int(env_reg) if env_reg else DEFAULT_LAUNCH[NP][2])
+        reg = max_registers or (int(env_reg) if env_reg else table[2])
         if reg:
             launch["maxnreg"] = reg
     # group-interleaved program order when the destination's group stride is one complex element (a
@@ -520,8 +543,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     except InputError as e:
         raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS={env_pairs}: {e}") from None
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
-    kp = passes or DEFAULT_PASSES[NP]
-    gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"], kp)
+    gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"], passes)
     consts |= _fold_constants(tab, variant, fold, gluon)
     if gluon:
         from gpufield.fp64.fft.gemm_fused_gluon import _fused_epi_gluon_kernel
@@ -531,7 +553,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=kp,
+            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=passes,
             RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
             **launch)
     else:

@@ -200,14 +200,14 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
 def main(argv: list[str]) -> None:
     """Print old vs new counts and the predicted H200 epilogue time per 256^3 transform (2.0e8 real outputs)."""
     if argv[:1] == ["fused"]:
-        from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH
+        from gpufield.fp64.fft.gemm_fused_epi import DEFAULT_LAUNCH, GLUON_LAUNCH
 
         for gluon, fold in ((False, "int"), (True, "int"), (True, "f64")):
             for n in (16, 32):
-                c = fused_static_count(n, *DEFAULT_LAUNCH[n][:2], max_registers=DEFAULT_LAUNCH[n][2], gluon=gluon,
-                                       fold=fold)
+                bm, warps, cap, passes = GLUON_LAUNCH[n] if gluon else DEFAULT_LAUNCH[n] + (1,)
+                c = fused_static_count(n, bm, warps, max_registers=cap, gluon=gluon, fold=fold, passes=passes)
                 top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
-                print(f"fused {'gluon' if gluon else 'triton'} fold {fold} N = {n} {DEFAULT_LAUNCH[n]}: SASS "
+                print(f"fused {'gluon' if gluon else 'triton'} fold {fold} N = {n} {(bm, warps, cap, passes)}: SASS "
                       f"{c['sass_per_thread']}/thread, {c['regs']} regs, {c['spills']} spill instr, "
                       f"{c['sass_per_real_output']:.0f}/real output; {top}")
         return
