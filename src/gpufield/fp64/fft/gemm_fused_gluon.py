@@ -10,24 +10,31 @@ tile loads), wait 15 %, barrier 13 %, pipe throttle 12 %.
 Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in column 2 k, imaginary in
 2 k + 1) does:
 
-1. loads its rows once (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid; when
-   consecutive rows are one complex element apart (``XROWS``, every stage of a six-step pass, which reads
-   its input in place) it loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes)
-   and exchanges the tile through shared memory into the row layout; then the row shifts and the exact
-   split hi 2^29 + lo (as the Triton kernel, through the same helpers);
-2. writes the symmetric residues of all L moduli (the schedule of
+1. starts asynchronous copies (cp.async, no registers) of the L twiddle tiles of its group into shared
+   memory ([L, CB, 2 NP] int8, K-major as 8-bit wgmma requires; CB = 2 BK / KP columns, see 5.);
+2. loads its rows (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid, in RH blocks of at most
+   8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`); when consecutive rows are one
+   complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in place) it
+   loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes) and exchanges the tile
+   through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo (as the
+   Triton kernel, through the same helpers);
+3. writes the symmetric residues of all L moduli (the schedule of
    :func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`: p = 256 from the low byte, at N = 16
-   four pairs of odd moduli from one float64 reduction each) to shared memory ([L, BR, 2 NP] int8, K-major) and the
-   L twiddle tiles of its group ([L, 2 BK, 2 NP] int8, K-major as 8-bit wgmma requires), then ONE fence
-   and barrier: the row values are dead before the modulus loop starts (no spills);
-3. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
+   four pairs of odd moduli from one float64 reduction each) to shared memory ([L, BR, 2 NP] int8,
+   K-major), waits for the tile copies, then ONE fence and barrier: the row values are dead before the
+   modulus loop starts (no spills);
+4. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
    the previous modulus is folded (``FOLD``: the exact FP64 fold of
    :mod:`gpufield.fp64.kernels.fft_epilogue_f64`, the default, or the 32-bit integer one of
    :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop. At the default cap of 128
-   registers ptxas serialises the wgmmas (advisory C7512, too few registers); uncapped (154 registers, one
-   program per SM) they overlap, but that ran slower on the H200 (1.27 against ~1.0 ms per N = 16 stage,
-   run 30; integer fold);
-4. the matching finish (lift and one rounding) in the accumulator layout and one store per output.
+   registers ptxas serialised the wgmmas with the integer fold (advisory C7512); uncapped (154 registers,
+   one program per SM) they overlapped, but that ran slower on the H200 (1.27 against ~1.0 ms per N = 16
+   stage, run 30);
+5. the matching finish (lift and one rounding) in the accumulator layout and one store per output; with
+   KP = 2 column passes (:data:`gpufield.fp64.fft.gemm_fused_epi.GLUON_LAUNCH` at N = 32) steps 4-5 run
+   once per half of the output columns, the second half's twiddle tiles copied into the same buffers
+   between two barriers: half the shared memory for the tiles, so that two programs of 8 warps fit an SM
+   (run 53: 1024^3 331.4 against 352.8 ms).
 
 The float64 constants of the residues and of the FP64 fold (``FB``, ``FD``, ``FK``, ``FM``: bit patterns
 as int64) are kernel arguments, not constexprs as in the Triton kernel: ptxas then reads them from the
@@ -53,6 +60,11 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere.async_copy import (
+    async_copy_global_to_shared,
+    commit_group,
+    wait_group,
+)
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     warpgroup_mma,
@@ -130,13 +142,13 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     toff = (kcol * (2 * NP))[:, None] + jb[None, :]  # int32 offsets in a tile; the rest is one scalar per tile
     b_grp = B_ptr + g_lo.to(gl.int64) * S_bg
     bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
-    # one allocation per tile (distinct buffers: no barrier between their stores); all tile loads first
-    tiles = ()
-    for i in gl.static_range(R):
-        tiles = tiles + (gl.load(b_grp + i * S_bi + toff, mask=bmask, other=0),)
+    # one allocation per tile, filled by asynchronous copies (cp.async: no registers) that run while the rows
+    # are loaded and their residues computed; waited for before the barrier that precedes the first wgmma
     b_smem = ()
     for i in gl.static_range(R):
-        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH, tiles[i]),)
+        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH),)
+        async_copy_global_to_shared(b_smem[i], b_grp + i * S_bi + toff, mask=bmask)
+    commit_group()
     a_smem = ()
     for i in gl.static_range(R):
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
@@ -159,6 +171,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                 a_smem[i].store(at.to(gl.int8))
             else:
                 a_smem[i].slice(hr * RB, RB, dim=0).store(at.to(gl.int8))
+    wait_group(0)
     fence_async_shared()
     gl.thread_barrier()
 
@@ -166,9 +179,10 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         if h > 0:  # every warp's wgmmas of the last slice are done: its twiddle tiles give way to this one's
             gl.thread_barrier()
             for i in gl.static_range(R):
-                b_smem[i].store(gl.load((b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
-                                        mask=((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :],
-                                        other=0))
+                async_copy_global_to_shared(b_smem[i], (b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
+                                            mask=((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :])
+            commit_group()
+            wait_group(0)
             fence_async_shared()
             gl.thread_barrier()
         zero = gl.zeros([BR, CB], gl.int32, layout=ACC)
