@@ -10,8 +10,9 @@ tile loads), wait 15 %, barrier 13 %, pipe throttle 12 %.
 Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in column 2 k, imaginary in
 2 k + 1) does:
 
-1. starts asynchronous copies (cp.async, no registers) of the L twiddle tiles of its group into shared
-   memory ([L, CB, 2 NP] int8, K-major as 8-bit wgmma requires; CB = 2 BK / KP columns, see 5.);
+1. loads the L twiddle tiles of its group into shared memory ([L, CB, 2 NP] int8, K-major as 8-bit wgmma
+   requires; CB = 2 BK / KP columns, see 5.), with column passes by asynchronous copies (cp.async, no
+   registers) that complete behind steps 2-3;
 2. loads its rows (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid, in RH blocks of at most
    8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`); when consecutive rows are one
    complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in place) it
@@ -21,7 +22,7 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
 3. writes the symmetric residues of all L moduli (the schedule of
    :func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`: p = 256 from the low byte, at N = 16
    four pairs of odd moduli from one float64 reduction each) to shared memory ([L, BR, 2 NP] int8,
-   K-major), waits for the tile copies, then ONE fence and barrier: the row values are dead before the
+   K-major), waits for any tile copies, then ONE fence and barrier: the row values are dead before the
    modulus loop starts (no spills);
 4. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
    the previous modulus is folded (``FOLD``: the exact FP64 fold of
@@ -142,13 +143,24 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     toff = (kcol * (2 * NP))[:, None] + jb[None, :]  # int32 offsets in a tile; the rest is one scalar per tile
     b_grp = B_ptr + g_lo.to(gl.int64) * S_bg
     bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
-    # one allocation per tile, filled by asynchronous copies (cp.async: no registers) that run while the rows
-    # are loaded and their residues computed; waited for before the barrier that precedes the first wgmma
+    # one allocation per tile (distinct buffers: no barrier between their stores). With column passes
+    # (ASYNC_B) filled by asynchronous copies (cp.async: no registers) that run while the rows are loaded and
+    # their residues computed, waited for before the barrier that precedes the first wgmma (run 54: N = 32
+    # stage 1.65-1.67 against 1.71-1.72 ms); else loaded into registers first and stored (run 54: N = 16
+    # 0.679 against 0.686 ms with cp.async). cp.async moves 4, 8 or 16 bytes per thread: TV >= 4.
+    ASYNC_B: gl.constexpr = KP > 1 and TV >= 4
     b_smem = ()
-    for i in gl.static_range(R):
-        b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH),)
-        async_copy_global_to_shared(b_smem[i], b_grp + i * S_bi + toff, mask=bmask)
-    commit_group()
+    if ASYNC_B:
+        for i in gl.static_range(R):
+            b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH),)
+            async_copy_global_to_shared(b_smem[i], b_grp + i * S_bi + toff, mask=bmask)
+        commit_group()
+    else:
+        tiles = ()
+        for i in gl.static_range(R):
+            tiles = tiles + (gl.load(b_grp + i * S_bi + toff, mask=bmask, other=0),)
+        for i in gl.static_range(R):
+            b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH, tiles[i]),)
     a_smem = ()
     for i in gl.static_range(R):
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
@@ -171,18 +183,24 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                 a_smem[i].store(at.to(gl.int8))
             else:
                 a_smem[i].slice(hr * RB, RB, dim=0).store(at.to(gl.int8))
-    wait_group(0)
+    if ASYNC_B:
+        wait_group(0)
     fence_async_shared()
     gl.thread_barrier()
 
     for h in gl.static_range(KP):
         if h > 0:  # every warp's wgmmas of the last slice are done: its twiddle tiles give way to this one's
             gl.thread_barrier()
+            hmask = ((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
             for i in gl.static_range(R):
-                async_copy_global_to_shared(b_smem[i], (b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
-                                            mask=((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :])
-            commit_group()
-            wait_group(0)
+                if ASYNC_B:
+                    async_copy_global_to_shared(b_smem[i], (b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
+                                                mask=hmask)
+                else:
+                    b_smem[i].store(gl.load((b_grp + (i * S_bi + h * CB * 2 * NP)) + toff, mask=hmask, other=0))
+            if ASYNC_B:
+                commit_group()
+                wait_group(0)
             fence_async_shared()
             gl.thread_barrier()
         zero = gl.zeros([BR, CB], gl.int32, layout=ACC)
