@@ -37,8 +37,8 @@ import torch
 SHAPES = {16: [(64, 8, 16, 0), (64, 8, 16, 128), (128, 16, 16, 0), (64, 16, 16, 0), (128, 8, 16, 0), (32, 4, 16, 0)],
           32: [(64, 16, 32, 0), (64, 8, 32, 0), (64, 8, 16, 0), (64, 8, 16, 128), (32, 4, 16, 0), (128, 16, 32, 0),
                (64, 4, 16, 0)]}
-"""Per N: (rows per program, warps, outputs per program, register cap or 0 for none[, column passes]); the
-first is the reference shape whose outputs every other shape must equal."""
+"""Per N: (rows per program, warps, outputs per program, register cap or 0 for the launcher's default[, column
+passes]); the first is the reference shape whose outputs every other shape must equal."""
 P_INT = 16.73e12
 
 

@@ -125,6 +125,19 @@ def test_f64_fold_rounds_like_python_and_the_integer_fold(variant):
     assert np.array_equal(ref.view(np.int64), want.view(np.int64))
 
 
+@pytest.mark.parametrize("r", [5, 12])
+def test_f64_fold_exact_for_smaller_moduli_sets(r):
+    """Narrow plans pick fewer moduli (12 for 40-bit inputs and twiddles, 5 for 12-bit): the quotient from the
+    digit sums is exact there too (the top digit sum alone was not: 12 moduli, session 11's review)."""
+    tab = epilogue_tables("int8", r)
+    ys = [y for y in _cases(tab.M, 7 + r) if abs(y) <= tab.M // 2 - (tab.M >> 5)]  # (2^53 + 1 > M at r = 5)
+    rng = random.Random(8 + r)
+    shifts = [rng.choice([0, 0, 60, -60, 1100]) for _ in ys]
+    want = np.array([_ldexp(y, s) for y, s in zip(ys, shifts, strict=True)])
+    got = _run(tab, "crt", ys, shifts, 1, 9 + r)
+    assert np.array_equal(got.view(np.int64), want.view(np.int64))
+
+
 def test_f64_constants_are_balanced_and_checked():
     tab = epilogue_tables("int8", 16)
     c = f64_constants(tab, "crt")

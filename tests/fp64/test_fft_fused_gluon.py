@@ -25,7 +25,7 @@ from test_fft_fused_epi import _adversarial, _plan  # noqa: E402
 from test_fft_launch import DEV, _same  # noqa: E402
 
 from gpufield.fp64.fft.epilogue import epilogue_tables  # noqa: E402
-from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton  # noqa: E402
+from gpufield.fp64.fft.gemm_fused_epi import COMPILED, fused_epi_stage_triton  # noqa: E402
 from gpufield.fp64.fft.operands import stage_operands  # noqa: E402
 from gpufield.fp64.fft.reference import stage_exact_python  # noqa: E402
 from gpufield.fp64.fft.sixstep import _fused_idx  # noqa: E402
@@ -43,6 +43,7 @@ for n, warps in ((16, 8), (32, 16)):
     g64 = fused_static_count(n, 64, warps, gluon=True, max_registers=128, fold="f64")
     out[n] = {"gluon": g, "triton": t, "gluon_f64": g64}
 out["passes"] = fused_static_count(32, 64, 8, gluon=True, max_registers=128, fold="f64", passes=2)
+out["w4"] = fused_static_count(32, 64, 4, gluon=True, max_registers=128, fold="f64")  # 2 row blocks of 32
 print(json.dumps(out))
 """
 
@@ -82,6 +83,8 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
     assert sum(v for k, v in p["ops"].items() if k.startswith("IGMMA")) == 2 * 16 * 2
     assert sum(v for k, v in p["ops"].items() if k.startswith("LDGSTS")) == 2 * 16
     assert p["shared_bytes"] <= 114 * 1024 and p["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 8
+    # 4 warps at N = 32 in the six-step layout: row blocks of 32 rows (a warp's rows), so it compiles
+    assert sum(v for k, v in counts["w4"]["ops"].items() if k.startswith("IGMMA")) == 16 * 2
 
 
 def _stage(n, rows_per_group, groups, seed):
@@ -156,6 +159,8 @@ def test_gluon_column_passes_and_row_blocks_give_the_same_bits(n, warps, passes)
     ref, s_ref, _ = fused_epi_stage_triton(xt, *args, impl="gluon")
     got, s, _ = fused_epi_stage_triton(xt, *args, impl="gluon", num_warps=warps, passes=passes,
                                        max_registers=128)
+    k = COMPILED[("int8", tab.num_moduli, "crt")]  # the launch ran the Gluon kernel, not the Triton fallback
+    assert k.name == "_fused_epi_gluon_kernel" and k.metadata.num_warps == warps
     assert _same(got.cpu().numpy().reshape(4, 64, n), want) and torch.equal(s, s_ref)
     assert np.array_equal(torch.view_as_real(got).cpu().numpy().view(np.int64),
                           torch.view_as_real(ref).cpu().numpy().view(np.int64))
@@ -171,3 +176,19 @@ def test_passes_out_of_range_are_refused():
     xt = torch.from_numpy(x.reshape(96, 16)).to(DEV)
     with pytest.raises(ValueError, match="passes"):
         fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, passes=3)
+
+
+def test_passes_from_the_environment_are_checked(monkeypatch):
+    """The launch's 4th field (column passes) is checked like the argument, and the error names the variable
+    (the environment is read on CUDA only: elsewhere the variable is ignored and the launch runs)."""
+    x, idx, plan, tab, ops = _stage(16, 64, 4, 3)
+    xt = torch.from_numpy(x.reshape(256, 16)).to(DEV)
+    monkeypatch.setenv("GPUFIELD_FUSED_EPI_LAUNCH", "64,8,16,4")
+    args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_LAUNCH.*passes must be 1 or 2"):
+            fused_epi_stage_triton(xt, *args)
+    else:
+        got, _, _ = fused_epi_stage_triton(xt, *args)
+        assert _same(got.cpu().numpy().reshape(4, 64, 16), stage_exact_python(x, idx, plan.input_bits,
+                                                                               plan.twiddle_bits))

@@ -27,7 +27,7 @@ Then, one modulus p_i at a time (the outer loop, unrolled):
    CRT limb and quotient-chunk sums. The CRT bulk is a linear combination of the per-modulus residues,
    so after step 3 the two accumulators are dead: 2 int32 dot accumulators per output plus the L + NF
    sums live at a time, never the 48 raw products. With ``fold="f64"`` (:data:`FOLDS`) the same
-   residues go into four exact FP64 sums instead (:func:`gpufield.fp64.kernels.fft_epilogue_f64._fold_f64`).
+   residues go into three exact FP64 sums instead (:func:`gpufield.fp64.kernels.fft_epilogue_f64._fold_f64`).
 
 Finally :func:`gpufield.fp64.kernels.fft_epilogue._finish` (lift, carries, one rounding, scaling by
 2^-(s + b_w); or :func:`gpufield.fp64.kernels.fft_epilogue_f64._finish_f64`, the same bits) and one store
@@ -213,9 +213,10 @@ fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows
   (64, 8) 5.08 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 9.05 / 9.48;
   (128, 16) 15.4.
 
-The same shapes suit the Gluon kernel (runs 30-33, commits 66414d1 .. b37e983): NP = 16 at (64, 8, 128)
-0.95-1.09 ms (500 SASS per real output, 16 spill instructions; uncapped, 154 registers: 1.27 ms; capped
-at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16) 2.20-2.48 ms (516).
+The Gluon kernel (runs 30-33, commits 66414d1 .. b37e983) was fastest at the same shapes until session 11:
+NP = 16 at (64, 8, 128) 0.95-1.09 ms (500 SASS per real output, 16 spill instructions; uncapped, 154
+registers: 1.27 ms; capped at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16)
+2.20-2.48 ms (516); since then its NP = 32 default is two column passes (:data:`GLUON_LAUNCH`).
 
 Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
 
@@ -238,8 +239,9 @@ GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
 def row_blocks(bm: int, np_: int, num_warps: int) -> int:
     """Row blocks of the Gluon kernel's residue phase: the [bm, 2 np_] row tile in blocks of at most 8 float64
     values per thread (more values live at once spill at 128 registers: 32-118 spill instructions at sm_90
-    for 16 values per thread), one block after the other."""
-    return max(1, bm * 2 * np_ // (256 * num_warps))
+    for 16 values per thread), one block after the other; blocks of at least 32 rows (a warp loads 32
+    consecutive rows in the six-step layout), so 64 rows make at most 2 blocks."""
+    return max(1, min(bm * 2 * np_ // (256 * num_warps), bm // 32))
 
 
 def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> torch.Tensor:
@@ -398,8 +400,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             in it under ``"b4m"``.
         c0: the chunk's first row in the flattened [G, R] row grid.
         R: rows per twiddle group.
-        block_m: largest rows per program (default :data:`GLUON_LAUNCH` of the padded N where the Gluon
-            kernel runs, else :data:`DEFAULT_LAUNCH`, on CUDA; 4096 on CPU).
+        block_m: largest rows per program (default on CUDA: :data:`GLUON_LAUNCH` of the padded N where the
+            Gluon kernel runs with that table's launch, i.e. on Hopper with aligned 64-row tiles, else
+            :data:`DEFAULT_LAUNCH`; 4096 on CPU).
         num_warps: warps per program (default as ``block_m``).
         asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
         block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
@@ -428,8 +431,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
         passes: Gluon kernel only: a program folds its 2 BK output columns in this many slices, one slice's
             twiddle tiles in shared memory at a time (less shared memory and fewer registers per program for
-            the same residue work; 1 or 2); None: :data:`GLUON_LAUNCH` of the padded N, or 1 when the
-            launch is given in warps (``num_warps`` or the environment). Same bits.
+            the same residue work; 1 or 2, also from the environment's 4th field); None: :data:`GLUON_LAUNCH`
+            of the padded N, or 1 when the launch is given in warps (``num_warps`` or the environment). The
+            Triton kernel (non-Hopper GPUs, ``impl="triton"``, tiles the Gluon kernel does not take) has no
+            passes and ignores it. Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -461,8 +466,6 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         raise ValueError(f"fused_epi runs the 32-bit epilogue: variant 'crt' or 'kulisch', got {variant!r}")
     if x.dtype != torch.complex128 or Nw != N or wres[0].dtype != torch.int8 or L != tab.num_moduli or N > 32:
         raise ValueError("fused_epi stage shapes/dtypes do not match")
-    if passes not in (None, 1, 2):
-        raise ValueError(f"passes must be 1 or 2, got {passes!r}")
     for name, v in (("block_m", block_m), ("block_k", block_k)):
         if v is not None and (v < 16 or v & (v - 1)):
             raise ValueError(f"{name} must be a power of two >= 16, got {v}")
@@ -502,22 +505,34 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         block_m, num_warps = block_m or shape[0], num_warps or shape[1]
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
         passes = passes or (shape[3] if len(shape) > 3 else None)
-    # defaults: the Gluon kernel's own launch table where it will run (Hopper), else the Triton kernel's; a
-    # launch given in warps (argument or environment) is taken as written, in one column pass unless given
-    table = (GLUON_LAUNCH[NP] if _gluon_device(impl, dev) else DEFAULT_LAUNCH[NP] + (1,)) if cuda else None
-    passes = passes or (1 if num_warps or not cuda else table[3])
+    if passes not in (None, 1, 2):
+        where = f"GPUFIELD_FUSED_EPI_LAUNCH={env!r}: " if env and len(env.split(",")) > 3 else ""
+        raise ValueError(f"{where}passes must be 1 or 2, got {passes!r}")
     BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
-    if cuda:
+
+    def _shape(table: tuple) -> tuple[int, int, int, int]:
+        """(passes, rows per program, groups per program, warps) with ``table``'s values where none given;
+        a launch given in warps (argument or environment) keeps one column pass unless passes are given."""
         cap = block_m or table[0]
         bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
+        return passes or (1 if num_warps else table[3]), bm, ngm, num_warps or table[1]
+
+    if cuda:  # the Gluon kernel's launch table where it runs (Hopper, a fitting tile), else the Triton kernel's
+        table = DEFAULT_LAUNCH[NP] + (1,)
+        if _gluon_device(impl, dev):
+            kp, bm, ngm, warps = _shape(GLUON_LAUNCH[NP])
+            if _gluon_fits(impl, dev, bm, ngm, BK, warps, kp):
+                table = GLUON_LAUNCH[NP]
+        passes, bm, ngm, warps = _shape(table)
     else:  # interpreter: few large programs (each costs ~1 s of Python); one masked dot per group spanned
         bm = min(block_m or 4096, _pow2_at_least(Rc, 16))
         while (ngm := _groups_spanned(Rc, R, c0, bm)) > 16 and bm > 16:
             bm //= 2
+        passes, warps = 1, num_warps or 4
     if asm is None:
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
     asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
-    launch = {"num_warps": num_warps or (table[1] if cuda else 4)}
+    launch = {"num_warps": warps}
     if cuda:
         env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")
         reg = max_registers or (int(env_reg) if env_reg else table[2])

@@ -11,8 +11,9 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
 2 k + 1) does:
 
 1. loads the L twiddle tiles of its group into shared memory ([L, CB, 2 NP] int8, K-major as 8-bit wgmma
-   requires; CB = 2 BK / KP columns, see 5.), with column passes by asynchronous copies (cp.async, no
-   registers) that complete behind steps 2-3;
+   requires; CB = 2 BK / KP columns, see 5.): with column passes and at least 4 bytes per thread by
+   asynchronous copies (cp.async, no registers) that complete behind steps 2-3, else through registers
+   (with one row block after the rows' loads are issued);
 2. loads its rows (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid, in RH blocks of at most
    8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`); when consecutive rows are one
    complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in place) it
@@ -162,13 +163,13 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         for i in gl.static_range(R):
             b_smem = b_smem + (gl.allocate_shared_memory(gl.int8, [CB, 2 * NP], B_SH, tiles[i]),)
     a_smem = ()
-    for i in gl.static_range(R):
+    for _i in gl.static_range(R):
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
     for hr in gl.static_range(RH):
         if RH > 1:
             x = _rows_tile(X_ptr, t0, g_lo, r_lo, hr * RB, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
         rows = t0 + hr * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
-        # the row split after the tiles are in shared memory: their registers are free for hf and lfm
+        # the row split after the tiles are stored (or their copies started): no tile registers live here
         hf, lfm, s = _row_split(x, rows, rows < Rc, BITS, s_ptr, amax_ptr)
         for i in gl.static_range(R):
             if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction

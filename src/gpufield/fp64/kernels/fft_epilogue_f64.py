@@ -4,8 +4,8 @@ Why: Nsight Compute on the H200 (runs 30 and 35) shows the Gluon stage kernel th
 (``math_pipe_throttle`` the largest stall with ``not_selected``), and the integer fold is 11 multiply-adds
 per modulus on the one FMA-heavy pipe (22 cycles of a 2-cycle pipe per 12 issued instructions) while the
 FP64 pipe, as fast as the integer one on Hopper, sat at 12-22 %. Here a modulus costs the Barrett
-reduction (3 integer instructions), one move, one DADD and three DFMA (the quotient comes from the top digit
-sum once per output, session 11: until then one more instruction per modulus); the lift and rounding ~40
+reduction (3 integer instructions), one move, one DADD and three DFMA (the quotient comes from the digit
+sums once per output, session 11: until then one more instruction per modulus); the lift and rounding ~40
 instructions instead of ~120. Static sm_90 count of the Gluon
 stage kernel (N = 16, 128 registers): 391 SASS per real output against 500 (run 36, same output digests:
 N = 16 stage 0.88-1.01 ms against 1.03-1.13 ms; FP64 pipe 45 % busy, ALU and FMA-heavy 25 % each, were 22,
@@ -23,13 +23,15 @@ every output bit is the same as the 32-bit kernel's; tested bit for bit against 
    are exact: every partial sum stays below 2^53 units (checked per moduli set by :func:`f64_constants`).
    Y' changes by -M sum_{flipped} d_i against the integer path, which the quotient absorbs, so Y = Y' - q M
    is the same integer;
-3. the quotient from the top digit sum alone (session 11): q = rint(S_2 fl(1 / M)) by one DFMA with 1.5 2^52
-   added (round to nearest integer) and one DADD. |S_0 + S_1| / M < 2^-30 and the product's error is below
-   2^-42 for the default 16 INT8 moduli (:func:`f64_constants` checks the sum of these bounds < 2^-5 per
-   moduli set), so q = floor(Y' / M + 1/2) for every |Y| < M (1/2 - 2^-5) (:data:`QUOT_RANGE`); a stage
-   guarantees |Y| <= M / 4 (the plan's moduli count). Until session 10 the quotient was accumulated per
-   modulus (a DFMA, then one integer multiply-add on 16-bit fractions): one instruction per modulus and
-   output more, and one more accumulator. T_l = S_l - q M_l (balanced digits of M, exact: |T_l| < 2^53
+3. the quotient once per output from the digit sums (session 11): q = rint(fl(fl(S_0 + S_1) + S_2) fl(1 / M))
+   by two DADD, one DFMA with 1.5 2^52 added (round to nearest integer) and one DADD. The sums' rounding
+   and the product's are below 2^-51 sum_l |S_l| / M, under 2^-40 for the default 16 INT8 moduli
+   (:func:`f64_constants` checks < 2^-5 per moduli set), so q = floor(Y' / M + 1/2) for every
+   |Y| < M (1/2 - 2^-5) (:data:`QUOT_RANGE`); a stage guarantees |Y| <= M / 4 (the plan's moduli count).
+   Until session 11 the quotient was accumulated per modulus (first a DFMA, then one integer multiply-add
+   on 16-bit fractions): one instruction per modulus and output more, and one more accumulator; the top
+   digit sum S_2 alone would do for 13-16 INT8 moduli but not for fewer (12 moduli: 134 wrong quotients in
+   20,000, session 11's review). T_l = S_l - q M_l (balanced digits of M, exact: |T_l| < 2^53
    units), so Y = T_0 + T_1 + T_2 exactly;
 4. RN(T_0 + T_1 + T_2) by Boldo and Melquiond's correctly rounded sum of three numbers (IEEE Trans.
    Computers 57(4), 2008, the variation for any three floating-point numbers): two TwoSums, the error
@@ -107,7 +109,7 @@ def f64_constants(tab: EpilogueTables, variant: str) -> dict:
     M, w = tab.M, DIGIT_BITS
     ks = [p // 2 for p in tab.moduli]
     digits = []
-    for C, p in zip(t.crt_C, tab.moduli, strict=True):
+    for C in t.crt_C:
         if 2 * C > M:  # symmetric constant C - M
             C -= M
         digits.append(_balanced(C, N_DIGITS, w))
@@ -117,8 +119,9 @@ def f64_constants(tab: EpilogueTables, variant: str) -> dict:
     y_max = sum(max(k, p - 1 - k) * abs(sum(d[j] << (w * j) for j in range(N_DIGITS)))
                 for k, p, d in zip(ks, tab.moduli, digits, strict=True))
     q_max = y_max // M + 1
-    # step 3: the lower digit sums left out, and the rounding of fl(1 / M) (relative 2^-53) times |S_2| / M
-    err = sum(b << (w * j) for j, b in enumerate(s_bound[:-1])) / M + 2.0**-52 * (y_max / M + 1)
+    # step 3: two additions and the product, each rounding at most 2^-53 of a value below sum_l |S_l|, and
+    # fl(1 / M) (relative 2^-53): at most 2^-51 sum_l |S_l| / M
+    err = 2.0**-51 * (sum(b << (w * j) for j, b in enumerate(s_bound)) / M)
     if (err >= 0.5 - QUOT_RANGE
             or any(s + q_max * abs(m) >= 1 << 53 for s, m in zip(s_bound, m_dig, strict=True))):
         raise InputError(f"{tab.num_moduli} {tab.kind} moduli: the FP64 fold would not be exact")
@@ -162,7 +165,7 @@ def _two_sum(a, b):
 @triton.jit
 def _finish_f64(a, shift, FM):
     """float64 of Y 2^-shift from the accumulators (steps 3-5); ``shift`` (int32) broadcasts."""
-    q = tl.fma(a[2], _f64(FM[3]), MAGIC) - MAGIC  # floor(Y' / M + 1/2), exact (step 3)
+    q = tl.fma((a[0] + a[1]) + a[2], _f64(FM[3]), MAGIC) - MAGIC  # floor(Y' / M + 1/2), exact (step 3)
     t0 = tl.fma(q, _f64(FM[0]), a[0])
     t1 = tl.fma(q, _f64(FM[1]), a[1])
     t2 = tl.fma(q, _f64(FM[2]), a[2])
