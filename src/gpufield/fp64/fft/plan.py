@@ -77,7 +77,7 @@ class EmulatedFftPlan:
     Hopper, ``benchmarks/results/h200-run32/``, fp64 code b37e983: 7.43 ms, 58.47 ms, 0.491 s; run 37, the
     FP64 fold, c131ede: 6.40 ms, 52.86 ms, 0.449 s with kulisch; run 42, in-place stages, c7a5ce6: 5.90 ms,
     46.80 ms, 0.400 s with kulisch; run 49, residue pairs, integer quotient and 128-bit loads, 1821565:
-    4.79 ms, 39.42 ms, 0.354 s with kulisch; run 55, quotient from the top digit sum and N = 32 in two column
+    4.79 ms, 39.42 ms, 0.354 s with kulisch; run 55, quotient from the digit sums and N = 32 in two column
     passes, 81ac053: 4.54 ms, 37.29 ms, 0.333 s with kulisch), same bits.
     ``"fused_epi"`` runs only the 32-bit crt/kulisch epilogue, so with ``variant="garner"`` the default
     stays the run-5 choice ``"triton"`` (g = 8, one-launch Triton stage GEMM). g = 8 is the default
