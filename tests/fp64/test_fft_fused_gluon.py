@@ -192,3 +192,15 @@ def test_passes_from_the_environment_are_checked(monkeypatch):
         got, _, _ = fused_epi_stage_triton(xt, *args)
         assert _same(got.cpu().numpy().reshape(4, 64, 16), stage_exact_python(x, idx, plan.input_bits,
                                                                                plan.twiddle_bits))
+
+
+def test_launch_environment_values_are_parsed_or_refused_by_name():
+    from gpufield.fp64.fft.gemm_fused_epi import env_ints
+
+    assert env_ints("GPUFIELD_FUSED_EPI_LAUNCH", "64, 8,32,2", 2, 4) == [64, 8, 32, 2]
+    assert env_ints("GPUFIELD_FUSED_EPI_MAXNREG", "0", 1, 1) == [0]
+    for bad in ("64", "64,8,32,2,1", "64,eight", "64,-8", ""):
+        with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_LAUNCH=.*comma-separated non-negative integers"):
+            env_ints("GPUFIELD_FUSED_EPI_LAUNCH", bad, 2, 4)
+    with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_MAXNREG='128k': expected a non-negative integer"):
+        env_ints("GPUFIELD_FUSED_EPI_MAXNREG", "128k", 1, 1)

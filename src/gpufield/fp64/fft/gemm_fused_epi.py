@@ -236,6 +236,21 @@ GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
 """
 
 
+def env_ints(name: str, value: str, least: int, most: int) -> list[int]:
+    """The comma-separated non-negative integers of environment variable ``name`` (``value``), ``least`` to
+    ``most`` of them (e.g. ``GPUFIELD_FUSED_EPI_LAUNCH="64,8,32,2"``).
+
+    Raises:
+        ValueError: a field that is not a non-negative integer, or too few or too many fields; the message
+            names the variable and its value.
+    """
+    fields = [v.strip() for v in value.split(",")]
+    if not least <= len(fields) <= most or not all(v.isdigit() for v in fields):
+        raise ValueError(f"{name}={value!r}: expected {least} to {most} comma-separated non-negative integers"
+                         if most > 1 else f"{name}={value!r}: expected a non-negative integer")
+    return [int(v) for v in fields]
+
+
 def row_blocks(bm: int, np_: int, num_warps: int) -> int:
     """Row blocks of the Gluon kernel's residue phase: the [bm, 2 np_] row tile in blocks of at most 8 float64
     values per thread (more values live at once spill at 128 registers: 32-118 spill instructions at sm_90
@@ -501,7 +516,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     b4 = ops["b4m"]
     env = os.environ.get("GPUFIELD_FUSED_EPI_LAUNCH") if cuda else None
     if env:
-        shape = [int(v) for v in env.split(",")]
+        shape = env_ints("GPUFIELD_FUSED_EPI_LAUNCH", env, 2, 4)
         block_m, num_warps = block_m or shape[0], num_warps or shape[1]
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
         passes = passes or (shape[3] if len(shape) > 3 else None)
@@ -535,7 +550,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     launch = {"num_warps": warps}
     if cuda:
         env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")
-        reg = max_registers or (int(env_reg) if env_reg else table[2])
+        reg = max_registers or (env_ints("GPUFIELD_FUSED_EPI_MAXNREG", env_reg, 1, 1)[0] if env_reg else table[2])
         if reg:
             launch["maxnreg"] = reg
     # group-interleaved program order when the destination's group stride is one complex element (a
