@@ -56,8 +56,8 @@ from gpufield.fp64.fft.gemm_triton import (
     _pow2_at_least,
     _row_scale,
 )
-from gpufield.fp64.fft.stage_residues import MAGIC, _low_word, _pair_res, _sym_res_rn
-from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
+from gpufield.fp64.fft.stage_residues import MAGIC, _low_word, _residue
+from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import (
     RESIDUE_PAIRS,
     barrett_constants,
@@ -149,15 +149,9 @@ def _fused_epi_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         facc = _init_like(FI, NF, zero)
     if NGM == 1:
         b = _b_tile(B_ptr, 0, S_bg, S_bi, g_lo, boff, bmask)
+    at2 = _low_word(lfm)  # (a pair's second residue, set by its first)
     for i in tl.static_range(R):
-        if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
-            at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
-        elif RK[i] == 2:
-            at = at2
-        elif RK[i] == 3:
-            at = _low_word(lfm)
-        else:
-            at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+        at, at2 = _residue(hf, lfm, FB, PM, RK, i, ASM, at2)
         at = at.to(tl.int8)
         if NGM == 1:
             if i + 1 < R:  # the next modulus's tile is loaded while this one is folded

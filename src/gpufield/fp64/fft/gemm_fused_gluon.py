@@ -74,8 +74,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from gpufield.fp64.fft.gemm_fused_epi import _load_rows, _row_split
-from gpufield.fp64.fft.stage_residues import _low_word, _pair_res, _sym_res_rn
-from gpufield.fp64.kernels.fft_epilogue import _f64, _finish, _fold_j, _init_like
+from gpufield.fp64.fft.stage_residues import _low_word, _residue
+from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init_f64
 
 
@@ -171,15 +171,9 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         rows = t0 + hr * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
         # the row split after the tiles are stored (or their copies started): no tile registers live here
         hf, lfm, s = _row_split(x, rows, rows < Rc, BITS, s_ptr, amax_ptr)
+        at2 = _low_word(lfm)  # (a pair's second residue, set by its first)
         for i in gl.static_range(R):
-            if RK[i] == 1:  # residue_schedule's PAIR_FIRST: this and the next modulus from one reduction
-                at, at2 = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
-            elif RK[i] == 2:
-                at = at2
-            elif RK[i] == 3:
-                at = _low_word(lfm)
-            else:
-                at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+            at, at2 = _residue(hf, lfm, FB, PM, RK, i, ASM, at2)
             if RH == 1:
                 a_smem[i].store(at.to(gl.int8))
             else:

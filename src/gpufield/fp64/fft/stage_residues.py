@@ -2,7 +2,7 @@
 instructions: one modulus from one float64 reduction (:func:`_sym_res_rn`), two odd moduli from one float64
 reduction mod their product plus a float32 rounding each (:func:`_pair_res`), p = 256 from the low byte
 (:func:`_low_word`). The schedule that picks one per modulus is
-:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`; the stage kernels of
+:func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`, and :func:`_residue` follows it; the stage kernels of
 :mod:`gpufield.fp64.fft.gemm_fused_epi` (Triton) and :mod:`gpufield.fp64.fft.gemm_fused_gluon` (Gluon) call
 these helpers, and tests/fp64/test_fft_fused_epi.py checks them against Python's exact residues on every
 half-integer boundary.
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+from gpufield.fp64.kernels.fft_epilogue import _f64
 
 MAGIC = tl.constexpr(6755399441055744.0)
 """1.5 * 2^52: adding it to a float64 |t| < 2^51 rounds t to the nearest integer (ties to even), which
@@ -98,3 +100,21 @@ def _low_word(lfm):
     """int32 whose low byte is the symmetric residue mod 256 of v = hi 2^29 + lo: the low word of lfm = lo +
     1.5 2^52 is lo (0 <= lo < 2^29), and 2^29 = 0 mod 256."""
     return lfm.to(tl.int64, bitcast=True).to(tl.int32)
+
+
+@triton.jit
+def _residue(hf, lfm, FB, PM: tl.constexpr, RK: tl.constexpr, i: tl.constexpr, ASM: tl.constexpr, nxt):
+    """Modulus i's residue of the row integers as :func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`
+    says (``RK[i]``): the low byte, a pair's first (which also computes the next modulus's), a pair's second
+    (``nxt``, from the call before) or one float64 reduction. ``FB``: the schedule's float64 constants (bit
+    patterns). Returns (residue, ``nxt`` for the next call); int32 whose low byte is the residue (odd moduli
+    of a pair) or the symmetric residue itself."""
+    if RK[i] == 1:  # PAIR_FIRST: this and the next modulus from one reduction
+        at, nxt = _pair_res(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], PM[i + 1], ASM)
+    elif RK[i] == 2:
+        at = nxt
+    elif RK[i] == 3:
+        at = _low_word(lfm)
+    else:
+        at = _sym_res_rn(hf, lfm, _f64(FB[2 * i]), _f64(FB[2 * i + 1]), PM[i], ASM)
+    return at, nxt
