@@ -225,8 +225,9 @@ GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
   call).
 * NP = 32: (64, 8, 128, 2), two programs of 8 warps per SM, each folding its 64 output columns in two
   passes of 32 (one pass's twiddle tiles in shared memory: 112 KB per program; the residues in two row
-  blocks; 58 spill instructions at 128 registers): 1.68 ms against 1.81 ms for one program of 16 warps
-  (64, 16, none, 1) per SM (run 52, with 4 residue pairs). Until session 11 the default was the latter.
+  blocks; the tiles by cp.async; 64 spill instructions at 128 registers): 1.68 ms against 1.81 ms for one
+  program of 16 warps (64, 16, none, 1) per SM (run 52, with 4 residue pairs, before cp.async: -3.5 % more
+  in run 54). Until session 11 the default was the latter.
 """
 
 

@@ -145,7 +145,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
 
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
-        ``spills`` = local-memory load/store instructions per thread.
+        ``spills`` = local-memory load/store instructions per thread, ``shared_bytes`` = shared memory per
+        program (bytes).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -193,7 +194,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     ops = sass_histogram(k.asm["cubin"])
     regs = ops.pop("REG", None)
     total = sum(ops.values())
-    return {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared, "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
+    return {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared,
+            "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
             "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
 
 
