@@ -66,3 +66,26 @@ def test_model_json_is_the_library_rows(capsys):
 
     assert main(["fp64", "model", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps([r.to_dict() for r in model_table()]))
+
+
+def test_fft_check_narrow_plan_from_the_options(capsys):
+    """--input-bits / --twiddle-bits reach the plan: 40 + 40 bits need log2 M >= 40 + 40 + 5 + 3 = 88, the
+    smallest INT8 moduli count whose product reaches it (computed here from the raw moduli), and the error
+    grows to the 2^-40 quantisation level (numpy's stays ~1e-16)."""
+    import math
+
+    from gpufield.fp64.ozaki.moduli import RAW_MODULI
+
+    assert main(["fp64", "fft", "--shape", "8,8", "--input-bits", "40", "--twiddle-bits", "40", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    want = next(r for r in range(2, 21) if math.log2(math.prod(RAW_MODULI["int8"][:r])) >= 88)
+    assert (out["input_bits"], out["twiddle_bits"], out["num_moduli"]) == (40, 40, want)
+    assert out["epilogue"] == "torch"  # the CPU backend
+    assert 2.0**-46 < out["rel_l2_emulated"] < 2.0**-33 and out["rel_l2_numpy"] < 1e-15
+
+
+def test_fft_check_bad_seed_and_epilogue_exit_2(capsys):
+    assert main(["fp64", "fft", "--shape", "8,8", "--seed", "-1"]) == 2
+    assert "seed must be >= 0" in capsys.readouterr().err
+    assert main(["fp64", "fft", "--shape", "8,8", "--epilogue", "cuda"]) == 2
+    assert "epilogue must be one of" in capsys.readouterr().err

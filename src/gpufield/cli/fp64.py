@@ -96,15 +96,19 @@ def fft_cmd(
     shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides (1 to 3 axes)")] = "16,16,16",
     backend: Annotated[str, typer.Option(help="cpu | int8 | fp8")] = "cpu",
     variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
-    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    epilogue: Annotated[str | None, typer.Option(help="torch | triton; default: triton (the fused stage kernel) "
+                                                      "for int8 on a GPU, else torch")] = None,
+    input_bits: Annotated[int, typer.Option(help="bits of the scaled input integers (8-60)")] = 58,
+    twiddle_bits: Annotated[int, typer.Option(help="bits of the twiddle integers (8-60)")] = 56,
+    seed: Annotated[int, typer.Option(help="random seed (>= 0)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's."""
     from gpufield.fp64.fft.check import check_fft
 
     sides = _shape(shape)
-    res = check_fft(shape=sides, backend=backend,
-                    variant=variant, seed=seed)
+    res = check_fft(shape=sides, backend=backend, variant=variant, seed=seed, epilogue=epilogue,
+                    input_bits=input_bits, twiddle_bits=twiddle_bits)
     if as_json:
         typer.echo(json.dumps(res, indent=1))
     else:
