@@ -299,7 +299,9 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
         num_warps: warps per program (None: :data:`DEFAULT_LAUNCH`); a tuning knob, same bits.
         impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing); the
-            environment variable ``GPUFIELD_EPILOGUE_IMPL=int64`` forces the previous kernel everywhere.
+            environment variable ``GPUFIELD_EPILOGUE_IMPL=int64`` forces the previous kernel wherever this
+            function runs (not in the fused stage kernel, ``int8_gemm="fused_epi"``, the FFT's default on
+            CUDA, whose epilogue is its own).
         asm: limb sums as PTX ``mad.lo.s32`` chains (same bits; ~25% fewer instructions than LLVM's
             reassociated mul/add trees). None: on when compiled for CUDA, unless the environment sets
             ``GPUFIELD_EPILOGUE_ASM=0``; never in the interpreter.

@@ -257,7 +257,9 @@ def scale_residues_triton(
             [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
             ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
         impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, :mod:`.residue_int64`, for A/B
-            timing). None: int32 unless the environment sets ``GPUFIELD_RESIDUE_IMPL=int64``.
+            timing). None: int32 unless the environment sets ``GPUFIELD_RESIDUE_IMPL=int64``. The fused stage
+            kernel (``int8_gemm="fused"`` / ``"fused_epi"``, the FFT's default on CUDA) computes its residues
+            itself, so neither this kernel nor the variable is used there.
         block: (BLOCK_R, BLOCK_K cap, warps), a tuning knob (same bits); None: :data:`DEFAULT_BLOCK` on CUDA.
         bounded: the caller guarantees |X * 2**shift| < 2**62 for every finite element (e.g. the FFT
             stage: shifts b_x - e_row from the row maxima, b_x <= 60), so no tile can be flagged and the
