@@ -188,11 +188,11 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
             gl.thread_barrier()
             hmask = ((kcol + h * CB) < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
             for i in gl.static_range(R):
+                tile = (b_grp + (i * S_bi + h * CB * 2 * NP)) + toff
                 if ASYNC_B:
-                    async_copy_global_to_shared(b_smem[i], (b_grp + (i * S_bi + h * CB * 2 * NP)) + toff,
-                                                mask=hmask)
+                    async_copy_global_to_shared(b_smem[i], tile, mask=hmask)
                 else:
-                    b_smem[i].store(gl.load((b_grp + (i * S_bi + h * CB * 2 * NP)) + toff, mask=hmask, other=0))
+                    b_smem[i].store(gl.load(tile, mask=hmask, other=0))
             if ASYNC_B:
                 commit_group()
                 wait_group(0)
