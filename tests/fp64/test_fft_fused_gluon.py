@@ -85,6 +85,28 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
     assert p["shared_bytes"] <= 114 * 1024 and p["ops"].get("BAR.SYNC.DEFER_BLOCKING", 0) <= 8
     # 4 warps at N = 32 in the six-step layout: row blocks of 32 rows (a warp's rows), so it compiles
     assert sum(v for k, v in counts["w4"]["ops"].items() if k.startswith("IGMMA")) == 16 * 2
+    # the phase split adds up to the total, and every phase is there (input residues, fold, finish)
+    for c in (counts["16"]["gluon_f64"], p):
+        ph = c["phases_per_real_output"]
+        assert abs(sum(ph.values()) - c["sass_per_real_output"]) < 1e-9 and min(ph.values()) > 0, ph
+
+
+def test_sass_phases_split_of_a_listing():
+    """:func:`sass_phases` on a hand-written listing: 3 instructions before the first IGMMA, two column passes
+    whose IGMMA runs a barrier separates (2 + 4 instructions from first to last IGMMA), and NOP/BRA not
+    counted."""
+    from gpufield.fp64.kernels.sass_count import sass_phases
+
+    ops = ["IMAD R1, R2, R3, RZ", "DFMA R4, R4, R6, R8", "NOP", "STS [R1], R2",  # residues: 3
+           "IGMMA.64x16x32.S8.S8 R40, gdesc[UR4], RZ, !UPT", "IGMMA.64x16x32.S8.S8 R48, gdesc[UR8], RZ, !UPT",
+           "WARPGROUP.DEPBAR.LE gsb0, 0x0", "DFMA R4, R40, R6, R8", "STG.E.128 [R2], R4",  # finish of pass 1
+           "BAR.SYNC.DEFER_BLOCKING 0x0", "LDGSTS.E.64 [R1], [R2]", "BRA 0x100",
+           "IGMMA.64x16x32.S8.S8 R40, gdesc[UR4], RZ, !UPT", "DFMA R4, R40, R6, R8", "IADD3 R1, R1, 0x1, RZ",
+           "IGMMA.64x16x32.S8.S8 R48, gdesc[UR8], RZ, !UPT", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "EXIT"]
+    sass = "\n".join(f"        /*{16 * i:04x}*/                   {op} ;   /* 0x0 */" for i, op in enumerate(ops))
+    assert sass_phases(sass) == {"residues": 3, "fold": 2 + 4, "finish": 5 + 2}
+    with pytest.raises(ValueError, match="IGMMA"):
+        sass_phases("        /*0000*/                   IMAD R1, R2, R3, RZ ;")
 
 
 def _stage(n, rows_per_group, groups, seed):

@@ -75,23 +75,66 @@ def _ast_source(kind: str, r: int, variant: str, impl: str, block: int, grouped:
 
 def sass_histogram(cubin: bytes) -> Counter:
     """Opcode histogram of a cubin's SASS (bundled cuobjdump); key ``"REG"``: registers per thread."""
+    sass = _sass_text(cubin)
+    ops = Counter(op for op, _ in _sass_ops(sass))
+    reg = re.search(r"REG:(\d+)", sass)
+    if reg:
+        ops["REG"] = int(reg.group(1))
+    return ops
+
+
+def _sass_text(cubin: bytes) -> str:
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        sass = subprocess.run([tool, "-sass", "-res-usage", f.name], capture_output=True, text=True,
+        return subprocess.run([tool, "-sass", "-res-usage", f.name], capture_output=True, text=True,
                               check=True).stdout
-    ops = Counter()
-    reg = re.search(r"REG:(\d+)", sass)
+
+
+def _sass_ops(sass: str) -> list[tuple[str, str]]:
+    """(opcode, whole line) of every SASS instruction in listing order, NOP and BRA left out."""
+    out = []
     for ln in sass.splitlines():
         m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", ln)
         if m and not m.group(2).startswith(("NOP", "BRA")):
-            ops[m.group(2)] += 1
-    if reg:
-        ops["REG"] = int(reg.group(1))
-    return ops
+            out.append((m.group(2), ln))
+    return out
+
+
+def sass_phases(sass: str) -> dict[str, int]:
+    """Split a fused stage kernel's SASS listing (one straight-line program) into its three phases.
+
+    ``residues``: everything before the first wgmma (IGMMA): tile loads, row loads, row split, the residues of the
+    input and their shared-memory stores; ``fold``: from a column pass's first IGMMA to its last (the passes are
+    the IGMMA runs that a barrier, BAR, separates): the products and the CRT fold of every modulus but the last;
+    ``finish``: the rest: the last modulus's fold (it needs the last product), the lift, the one rounding, the
+    stores and the next pass's tile copies. ptxas moves a few instructions across these boundaries, so the split
+    is approximate; the total is exact.
+
+    Args:
+        sass: ``cuobjdump -sass`` text of one kernel.
+
+    Returns:
+        {"residues": n, "fold": n, "finish": n}: instructions per thread (NOP and BRA left out).
+
+    Raises:
+        ValueError: the listing has no IGMMA (not a fused stage kernel).
+    """
+    ops = [op for op, _ in _sass_ops(sass)]
+    mma = [i for i, op in enumerate(ops) if op.startswith("IGMMA")]
+    if not mma:
+        raise ValueError("no IGMMA: not a fused stage kernel listing")
+    bars = [i for i, op in enumerate(ops) if op.startswith("BAR")]
+    passes = [[mma[0], mma[0]]]
+    for i in mma[1:]:
+        if any(passes[-1][1] < b < i for b in bars):
+            passes.append([i, i])
+        passes[-1][1] = i
+    fold = sum(last + 1 - first for first, last in passes)
+    return {"residues": mma[0], "fold": fold, "finish": len(ops) - mma[0] - fold}
 
 
 def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: int = 128, num_warps: int = 4,
@@ -146,7 +189,8 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
         ``spills`` = local-memory load/store instructions per thread, ``shared_bytes`` = shared memory per
-        program (bytes).
+        program (bytes); Gluon kernel only: ``phases_per_real_output`` = :func:`sass_phases` per real output
+        (``residues``, ``fold``, ``finish``; they add up to ``sass_per_real_output``).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -191,12 +235,17 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
                     attrs=attrs)
     opts = {"num_warps": num_warps} | ({"maxnreg": max_registers} if max_registers else {})
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
-    ops = sass_histogram(k.asm["cubin"])
-    regs = ops.pop("REG", None)
+    sass = _sass_text(k.asm["cubin"])
+    ops = Counter(op for op, _ in _sass_ops(sass))
+    regs = int(re.search(r"REG:(\d+)", sass).group(1))
     total = sum(ops.values())
-    return {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared,
-            "sass_per_real_output": total * 32 * num_warps / (2 * block_m * bk),
-            "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
+    per_out = 32 * num_warps / (2 * block_m * bk)
+    out = {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared,
+           "sass_per_real_output": total * per_out,
+           "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
+    if gluon:
+        out["phases_per_real_output"] = {p: v * per_out for p, v in sass_phases(sass).items()}
+    return out
 
 
 def main(argv: list[str]) -> None:
@@ -209,9 +258,11 @@ def main(argv: list[str]) -> None:
                 bm, warps, cap, passes = GLUON_LAUNCH[n] if gluon else DEFAULT_LAUNCH[n] + (1,)
                 c = fused_static_count(n, bm, warps, max_registers=cap, gluon=gluon, fold=fold, passes=passes)
                 top = ", ".join(f"{k} {v}" for k, v in list(c["ops"].items())[:8])
+                ph = c.get("phases_per_real_output")
+                ph = " (" + ", ".join(f"{k} {v:.0f}" for k, v in ph.items()) + ")" if ph else ""
                 print(f"fused {'gluon' if gluon else 'triton'} fold {fold} N = {n} {(bm, warps, cap, passes)}: SASS "
                       f"{c['sass_per_thread']}/thread, {c['regs']} regs, {c['spills']} spill instr, "
-                      f"{c['sass_per_real_output']:.0f}/real output; {top}")
+                      f"{c['sass_per_real_output']:.0f}/real output{ph}; {top}")
         return
     kind, r = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
     n_real = 6 * 2 * 256**3
