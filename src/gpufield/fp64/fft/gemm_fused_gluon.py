@@ -99,15 +99,6 @@ def _rows_tile(X_ptr, t0, g_lo, r_lo, i0: gl.constexpr, Rc, N, S_xg, S_xr, S_xe,
 
 
 @gluon.jit
-def _wait_ns(x, NS: gl.constexpr):
-    """Spin (nanosleep steps) until NS nanoseconds of %globaltimer have passed; returns x."""
-    return gl.inline_asm_elementwise(
-        "{ .reg .u64 t0, t1; .reg .pred p; mov.u64 t0, %globaltimer; WAIT_NS_LOOP: nanosleep.u32 500; "
-        "mov.u64 t1, %globaltimer; sub.u64 t1, t1, t0; setp.lt.u64 p, t1, $2; @p bra WAIT_NS_LOOP; "
-        "mov.u32 $0, $1; }", "=r,r,l", [x, x.to(gl.int64) * 0 + NS], dtype=gl.int32, is_pure=False, pack=1)
-
-
-@gluon.jit
 def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             Rc, RG, c0, N, K, S_xg, S_xr, S_xe, XOFF, S_bg, S_bi, BITS, TW, S_yg, S_yr, S_yk,
                             YOFF, NGS, NP: gl.constexpr, BR: gl.constexpr, BK: gl.constexpr, XROWS: gl.constexpr,
@@ -116,8 +107,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                             FI: gl.constexpr, ML: gl.constexpr, W: gl.constexpr, L: gl.constexpr,
                             FW: gl.constexpr, NF: gl.constexpr, QSH: gl.constexpr, NW: gl.constexpr,
                             BSH: gl.constexpr, ASM: gl.constexpr, FOLD: gl.constexpr, FD, FK, FM,
-                            KP: gl.constexpr, RH: gl.constexpr, STAG, STAG_NS: gl.constexpr,
-                            num_warps: gl.constexpr):
+                            KP: gl.constexpr, RH: gl.constexpr, num_warps: gl.constexpr):
     # row tile [RB, 2 NP] float64 (RH blocks of RB = BR / RH rows, one after the other: fewer registers):
     # XV = min(8, RB 2 NP / threads) consecutive columns per thread, 2 NP / XV threads per row, 32 XV / (2 NP)
     # rows per warp (RB rows over all warps: no replication, e.g. 8 columns at (N = 16, 8 warps), 4 at
@@ -140,9 +130,6 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [RB // 32, num_warps * 32 // RB], [1, 0])
 
     pid = gl.program_id(0)
-    if STAG_NS > 0:  # programs STAG .. 2 STAG - 1 (the first wave's second program per SM) start STAG_NS later
-        if (pid >= STAG) & (pid < 2 * STAG):
-            _wait_ns(pid, STAG_NS)
     t0 = (pid % NGS) * RG + (pid // NGS) * BR
     # all rows of a program lie in one group g_lo of the [G, R] grid (:func:`_gluon_fits`): one division
     g_lo = (c0 + t0) // RG
