@@ -579,7 +579,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
             *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=passes,
-            RH=int(os.environ.get("GPUFIELD_FUSED_EPI_ROWBLOCKS") or row_blocks(bm, NP, launch["num_warps"])), **consts,
+            RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
             **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](

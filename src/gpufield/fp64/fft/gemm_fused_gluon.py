@@ -127,9 +127,7 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
                                                   instr_shape=[16, CB // WN, 32])
     A_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BR, 2 * NP], gl.int8)
     B_SH: gl.constexpr = gl.NVMMASharedLayout.get_default_for([CB, 2 * NP], gl.int8)
-    TR: gl.constexpr = min(32, RB)  # threads of a warp along the rows (RB < 32: the rest along the columns)
-    XT: gl.constexpr = gl.BlockedLayout([1, 2], [TR, 32 // TR], [max(1, RB // 32), num_warps // max(1, RB // 32)],
-                                        [1, 0])
+    XT: gl.constexpr = gl.BlockedLayout([1, 2], [32, 1], [RB // 32, num_warps * 32 // RB], [1, 0])
 
     pid = gl.program_id(0)
     t0 = (pid % NGS) * RG + (pid // NGS) * BR

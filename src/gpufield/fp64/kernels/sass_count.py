@@ -168,8 +168,7 @@ def static_count(kind: str, r: int, variant: str, impl: str = "int32", block: in
 def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block_k: int | None = None,
                        variant: str = "crt", kind: str = "int8", r: int = 16,
                        max_registers: int | None = None, gluon: bool = False, fold: str = "int",
-                       xrows: bool = True, pairs: int | None = None, passes: int = 1,
-                       row_blocks: int | None = None) -> dict:
+                       xrows: bool = True, pairs: int | None = None, passes: int = 1) -> dict:
     """Compile the fused stage kernel (:mod:`gpufield.fp64.fft.gemm_fused_epi`) for sm_90 and count it.
 
     Args:
@@ -221,7 +220,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     const = dict(kernel_constants(tab, variant), **barrett_constants(tab.moduli, gemm_fused_epi.DOT_BOUND),
                  **f64_constants(tab, variant), FOLD=fold == "f64")
     const.update(NP=np_, BR=block_m, BK=bk, NGM=1, ASM=True, XROWS=xrows, FB=fb, RK=rk, KP=passes,
-                 RH=row_blocks or gemm_fused_epi.row_blocks(block_m, np_, num_warps),
+                 RH=gemm_fused_epi.row_blocks(block_m, np_, num_warps),
                  num_warps=num_warps)
     ptrs = {"B_ptr": "*i8", "s_ptr": "*i64"}
     runtime = {p.name for p in fn.params if not p.is_constexpr}  # e.g. constant tuples passed as arguments
