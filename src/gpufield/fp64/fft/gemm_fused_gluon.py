@@ -15,8 +15,9 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
    asynchronous copies (cp.async, no registers) that complete behind steps 2-3, else through registers
    (with one row block after the rows' loads are issued);
 2. loads its rows (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid, in RH blocks of at most
-   8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`); when consecutive rows are one
-   complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in place) it
+   8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`), each next block's loads
+   issued before this block's residues are computed (their latency behind that work; session 12); when
+   consecutive rows are one complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in place) it
    loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes) and exchanges the tile
    through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo (as the
    Triton kernel, through the same helpers);
@@ -80,22 +81,31 @@ from gpufield.fp64.kernels.fft_epilogue_f64 import _finish_f64, _fold_f64, _init
 
 
 @gluon.jit
-def _rows_tile(X_ptr, t0, g_lo, r_lo, i0: gl.constexpr, Rc, N, S_xg, S_xr, S_xe, XOFF, RB: gl.constexpr,
-               NP: gl.constexpr, XROWS: gl.constexpr, XL: gl.constexpr, XT: gl.constexpr):
-    """Rows t0 + i0 .. t0 + i0 + RB - 1 of the program's tile as float64 [RB, 2 NP] in layout ``XL``. With
-    ``XROWS`` (consecutive rows one complex element apart: a six-step pass over the outermost axis) each thread
-    loads one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column pair, then
-    one exchange through shared memory into ``XL``; else along each row."""
+def _rows_raw(X_ptr, t0, g_lo, r_lo, i0: gl.constexpr, Rc, N, S_xg, S_xr, S_xe, XOFF, RB: gl.constexpr,
+              NP: gl.constexpr, XROWS: gl.constexpr, XL: gl.constexpr, XT: gl.constexpr):
+    """Rows t0 + i0 .. t0 + i0 + RB - 1 of the program's tile as float64 [RB, 2 NP], loaded in the load layout:
+    with ``XROWS`` (consecutive rows one complex element apart: a six-step pass over the outermost axis) ``XT``,
+    each thread one row's (re, im) pair of 16 bytes, a warp 32 consecutive rows (512 bytes) per column pair;
+    else ``XL``, along each row. :func:`_rows_xl` puts it into ``XL``."""
     if XROWS:
         i_t = i0 + gl.arange(0, RB, layout=gl.SliceLayout(1, XT))
         jj_t = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XT))
         roff_t = g_lo.to(gl.int64) * S_xg + (r_lo + i_t).to(gl.int64) * S_xr - XOFF
-        return gl.convert_layout(_load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe), XL)
+        return _load_rows(X_ptr, roff_t, t0 + i_t, jj_t, Rc, N, S_xe)
     else:
         i_x = i0 + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
         jj = gl.arange(0, 2 * NP, layout=gl.SliceLayout(0, XL))
         roff = g_lo.to(gl.int64) * S_xg + (r_lo + i_x).to(gl.int64) * S_xr - XOFF
         return _load_rows(X_ptr, roff, t0 + i_x, jj, Rc, N, S_xe)
+
+
+@gluon.jit
+def _rows_xl(x, XROWS: gl.constexpr, XL: gl.constexpr):
+    """A :func:`_rows_raw` tile in the row layout ``XL`` (with ``XROWS`` one exchange through shared memory)."""
+    if XROWS:
+        return gl.convert_layout(x, XL)
+    else:
+        return x
 
 
 @gluon.jit
@@ -134,8 +144,10 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     # all rows of a program lie in one group g_lo of the [G, R] grid (:func:`_gluon_fits`): one division
     g_lo = (c0 + t0) // RG
     r_lo = c0 + t0 - g_lo * RG
-    if RH == 1:  # the row loads first, the twiddle tiles' latency behind them
-        x = _rows_tile(X_ptr, t0, g_lo, r_lo, 0, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
+    # the row loads first, the twiddle tiles' latency behind them (with row blocks: the first block's loads)
+    xr = _rows_raw(X_ptr, t0, g_lo, r_lo, 0, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
+    if RH == 1:
+        x = _rows_xl(xr, XROWS, XL)
 
     # the group's L twiddle tiles, K-major: element (c, j) of modulus i at B_ptr + g S_bg + i S_bi + c 2 NP + j
     cb = gl.arange(0, CB, layout=gl.SliceLayout(1, TL))
@@ -167,7 +179,10 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
         a_smem = a_smem + (gl.allocate_shared_memory(gl.int8, [BR, 2 * NP], A_SH),)
     for hr in gl.static_range(RH):
         if RH > 1:
-            x = _rows_tile(X_ptr, t0, g_lo, r_lo, hr * RB, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP, XROWS, XL, XT)
+            x = _rows_xl(xr, XROWS, XL)
+            if hr + 1 < RH:  # the next block's loads in flight while this block's residues are computed
+                xr = _rows_raw(X_ptr, t0, g_lo, r_lo, (hr + 1) * RB, Rc, N, S_xg, S_xr, S_xe, XOFF, RB, NP,
+                               XROWS, XL, XT)
         rows = t0 + hr * RB + gl.arange(0, RB, layout=gl.SliceLayout(1, XL))
         # the row split after the tiles are stored (or their copies started): no tile registers live here
         hf, lfm, s = _row_split(x, rows, rows < Rc, BITS, s_ptr, amax_ptr)
