@@ -105,14 +105,16 @@ def _sass_ops(sass: str) -> list[tuple[str, str]]:
 
 
 def sass_phases(sass: str) -> dict[str, int]:
-    """Split a fused stage kernel's SASS listing (one straight-line program) into its three phases.
+    """Split a fused stage kernel's SASS listing (straight-line code but for the exits) into its three phases.
 
     ``residues``: everything before the first wgmma (IGMMA): tile loads, row loads, row split, the residues of the
     input and their shared-memory stores; ``fold``: from a column pass's first IGMMA to its last (the passes are
     the IGMMA runs that a barrier, BAR, separates): the products and the CRT fold of every modulus but the last;
     ``finish``: the rest: the last modulus's fold (it needs the last product), the lift, the one rounding, the
-    stores and the next pass's tile copies. ptxas moves a few instructions across these boundaries, so the split
-    is approximate; the total is exact.
+    stores and the next pass's tile copies. With the FP64 fold ptxas keeps the phases apart (the residues end
+    at the barrier before the first wgmma, and the passes are two IGMMA runs around the tile reload); with the
+    integer fold it issues most products first and sinks the fold after the last one, so there the split says
+    little and :func:`fused_static_count` does not report it. The total is exact.
 
     Args:
         sass: ``cuobjdump -sass`` text of one kernel.
@@ -189,8 +191,9 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     Returns:
         dict as :func:`static_count`; ``sass_per_real_output`` = SASS per thread x threads / (2 BR BK),
         ``spills`` = local-memory load/store instructions per thread, ``shared_bytes`` = shared memory per
-        program (bytes); Gluon kernel only: ``phases_per_real_output`` = :func:`sass_phases` per real output
-        (``residues``, ``fold``, ``finish``; they add up to ``sass_per_real_output``).
+        program (bytes); Gluon kernel with the FP64 fold only: ``phases_per_real_output`` =
+        :func:`sass_phases` per real output (``residues``, ``fold``, ``finish``; they add up to
+        ``sass_per_real_output``).
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -243,7 +246,7 @@ def fused_static_count(n: int = 16, block_m: int = 64, num_warps: int = 8, block
     out = {"sass_per_thread": total, "regs": regs, "shared_bytes": k.metadata.shared,
            "sass_per_real_output": total * per_out,
            "spills": sum(v for o, v in ops.items() if o.startswith(("LDL", "STL"))), "ops": dict(ops.most_common())}
-    if gluon:
+    if gluon and fold == "f64":
         out["phases_per_real_output"] = {p: v * per_out for p, v in sass_phases(sass).items()}
     return out
 
