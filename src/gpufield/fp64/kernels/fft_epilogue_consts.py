@@ -137,8 +137,7 @@ per stage with 4 pairs, 0.78-0.79 with 7, 0.86-0.90 with none, against 0.92-1.01
 slot per pair; the NP = 32 kernel (16 warps, one program per SM) is not bound there. Since session 11 the
 NP = 32 stage runs as two programs of 8 warps per SM in two column passes, and its residue phase issues slowly
 (Nsight Compute, run 57: 55 % of the stall samples for 34 % of the instructions; math-pipe throttle and short
-dependency chains); re-measured
-(run 58, same digests, two rounds alternating, queued): 2 pairs 1.644-1.645 ms per stage, 4 pairs 1.647-1.653,
+dependency chains); re-measured (run 58, same digests, two rounds alternating, queued): 2 pairs 1.644-1.645 ms per stage, 4 pairs 1.647-1.653,
 none 1.697-1.698 (and 1.695-1.703 at the previous commit); but whole transforms with 2 pairs (run 59, two rounds
 alternating) were slower at 1024^3, 336.0-337.2 ms against 332.4-333.9 with none (512^3 37.07-38.10 against
 37.05-37.73), so NP = 32 keeps none: the stage benchmark's one chunk of stage-2 rows does not stand for all six
