@@ -18,8 +18,8 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
    8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`), each next block's loads
    issued before this block's residues are computed (their latency behind that work; run 62: 1024^3
    -1.3 %); when consecutive rows are one complex element apart (``XROWS``, every stage of a six-step
-   pass, which reads its input in place) it loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes) and exchanges the tile
-   through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo (as the
+   pass, which reads its input in place) it loads along the rows (a warp reads 32 rows' (re, im) pairs,
+   512 contiguous bytes) and exchanges the tile through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo (as the
    Triton kernel, through the same helpers);
 3. writes the symmetric residues of all L moduli (the schedule of
    :func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`: p = 256 from the low byte, at N = 16
