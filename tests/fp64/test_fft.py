@@ -130,6 +130,18 @@ def test_inverse_against_mpmath():
     assert rel_l2(y, ref) <= max(rel_l2(np.fft.ifftn(x), ref), 2**-54)
 
 
+def test_inverse_zero_parts_are_positive_zero_like_numpy():
+    """ifft of a real input: the zero-frequency and Nyquist imaginary parts are exactly zero, +0.0 as numpy's
+    (the conjugation once left them -0.0)."""
+    x = np.arange(8, dtype=np.float64) ** 2
+    y = ifftn_fp64_emulated(x)
+    want = np.fft.ifft(x)
+    zero = want.imag == 0
+    assert zero.sum() == 2 and np.array_equal(y.imag == 0, zero)
+    assert np.array_equal(np.signbit(y.imag[zero]), np.signbit(want.imag[zero]))
+    assert not np.signbit(y.imag[zero]).any()
+
+
 def test_backends_and_variants_give_identical_bits_3d():
     x = _gen("wide", (4, 2, 16), np.random.default_rng(11))
     base = fftn_fp64_emulated(x)

@@ -202,7 +202,8 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
 def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """Inverse of :func:`fftn_fp64_emulated` (``numpy.fft.ifftn`` convention, 1/N normalisation).
 
-    Computed as conj(fft(conj(x))) / N_total; the conjugations and the power-of-two division are exact.
+    Computed as conj(fft(conj(x))) / N_total; the conjugations and the power-of-two division are exact, and
+    an output part that is exactly zero is +0.0 (as the forward transform's).
 
     Args:
         x: as :func:`fftn_fp64_emulated`.
@@ -225,6 +226,10 @@ def _ifftn(t: torch.Tensor, plan: EmulatedFftPlan, flags: list | None = None) ->
     """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`)."""
     box = [torch.conj(t).resolve_conj()]
     y = _fftn(box, plan, flags)
-    y.imag.neg_()  # conj in place (exact), then the exact power-of-two division in place, per real part
+    # conj in place as 0 - imag (exact): an exactly zero part stays +0.0, as the forward transform's and
+    # numpy.fft.ifft's (neg_ made -0.0 of it, e.g. every real input's zero-frequency imaginary part)
+    im = y.imag
+    torch.sub(torch.zeros((), dtype=im.dtype, device=im.device), im, out=im)
+    # then the exact power-of-two division in place, per real part
     torch.view_as_real(y).div_(t.numel())  # (complex / real would form inf * 0 = NaN for an infinite part)
     return y
