@@ -560,10 +560,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     xrows = xstr[1] == 1  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
     env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS") or ""  # empty: the default, as the other knobs
-    if env_pairs and not env_pairs.isdigit():
-        raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS must be a non-negative integer, got {env_pairs!r}")
+    pairs = env_ints("GPUFIELD_FUSED_EPI_PAIRS", env_pairs, 1, 1)[0] if env_pairs else None
     try:
-        rk, fb = (residue_schedule(tab.moduli, int(env_pairs)) if env_pairs
+        rk, fb = (residue_schedule(tab.moduli, pairs) if pairs is not None
                   else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # default: as many as fit
     except InputError as e:
         raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS={env_pairs}: {e}") from None
