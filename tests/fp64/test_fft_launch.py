@@ -145,6 +145,8 @@ def test_32x16x8_grouped_kulisch_accuracy_and_round_trip():
     assert rel_l2(back, x) <= rel_l2(np.fft.ifftn(np.fft.fftn(x)), x)
 
 
+# the interpreter casts the NaN/Inf rows to int64 as the GPU does, and numpy warns about it
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 def test_non_finite_and_overflow_detected_at_the_end():
     x = _wide((4, 8, 64), 5)
     x[3, 7, 63] = np.nan
@@ -193,7 +195,7 @@ def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
     def counting(x, idx, plan, **kw):
         gc.collect()
         ptrs = {t.untyped_storage().data_ptr() for t in gc.get_objects()
-                if isinstance(t, torch.Tensor) and t.dtype == torch.complex128 and t.untyped_storage().nbytes() >= full}
+                if issubclass(type(t), torch.Tensor) and t.dtype == torch.complex128 and t.untyped_storage().nbytes() >= full}
         seen.append(len(ptrs))
         return orig(x, idx, plan, **kw)
 
