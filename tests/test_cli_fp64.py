@@ -89,3 +89,30 @@ def test_fft_check_bad_seed_and_epilogue_exit_2(capsys):
     assert "seed must be >= 0" in capsys.readouterr().err
     assert main(["fp64", "fft", "--shape", "8,8", "--epilogue", "cuda"]) == 2
     assert "epilogue must be one of" in capsys.readouterr().err
+
+
+def test_model_rejects_non_finite_c_epi_and_json_stays_valid(capsys):
+    """--c-epi nan/inf once printed a row (emulated = the roof) and bare NaN/Infinity tokens in --json."""
+    for bad in ("nan", "inf", "-1"):
+        assert main(["fp64", "model", "--gpu", "H200", "--c-epi", bad, "--json"]) == 2
+        assert "c_epi must be a finite number > 0" in capsys.readouterr().err
+
+
+def test_model_vendor_prefixed_short_name(capsys):
+    assert main(["fp64", "model", "--gpu", "NVIDIA H100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["gpu"] == "H100-SXM"
+
+
+def test_model_small_sizes_show_digits_not_zeros(capsys):
+    """At n = 16 every time is below 1 ms: three significant digits instead of 0.00."""
+    assert main(["fp64", "model", "--gpu", "H200", "--n", "16", "--json"]) == 0
+    roof_ms = json.loads(capsys.readouterr().out)[0]["roof_s"] * 1e3
+    assert main(["fp64", "model", "--gpu", "H200", "--n", "16"]) == 0
+    out = capsys.readouterr().out
+    assert f"{roof_ms:.3g}" in out and " 0.00 " not in out
+
+
+def test_fft_shape_with_an_empty_field_or_too_many_axes_exit_2(capsys):
+    for bad in ("8,,8", "8,", "2,2,2,2", "12"):
+        assert main(["fp64", "fft", "--shape", bad]) == 2
+        assert "expected 1 to 3 comma-separated powers of two" in capsys.readouterr().err

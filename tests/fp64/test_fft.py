@@ -166,6 +166,8 @@ def test_auto_moduli_counts_cover_the_crt_bound():
     assert auto_num_moduli("int8") == 16 and moduli_table("int8", 15).log2_M < 122
     assert auto_num_moduli("fp8") == 14 and moduli_table("fp8", 13).log2_M < 122
     assert auto_num_moduli("int8", 53, 53) == 15
+    with pytest.raises(InputError, match="moduli kind must be one of"):
+        auto_num_moduli("int4")
 
 
 @pytest.mark.parametrize(

@@ -75,10 +75,22 @@ def test_default_table_and_params_have_sources():
     assert p["c_epi"]["source"]
 
 
-@pytest.mark.parametrize("kw", [{"n": 1000}, {"dims": 4}, {"c_epi": [0]}])
-def test_bad_input(kw):
-    with pytest.raises(InputError):
+@pytest.mark.parametrize(("kw", "what"), [
+    ({"n": 1000}, "power-of-two"), ({"dims": 4}, "dims"), ({"c_epi": [0]}, "c_epi"), ({"c_epi": []}, "c_epi"),
+    ({"c_epi": [float("nan")]}, "c_epi"), ({"c_epi": [float("inf")]}, "c_epi"), ({"c_epi": ["x"]}, "c_epi"),
+    ({"n": 16.7}, "n must be a whole number"), ({"dims": 2.9}, "dims must be a whole number"),
+    ({"hbm_bandwidth_bytes_per_s": 0}, "hbm_bandwidth"), ({"hbm_bandwidth_bytes_per_s": -1e12}, "hbm_bandwidth"),
+    ({"int32_instr_per_s": -5}, "int32_instr_per_s"), ({"int32_instr_per_s": float("nan")}, "int32_instr_per_s"),
+])
+def test_bad_input(kw, what):
+    """Every size, c_epi and override is checked (a NaN c_epi once gave T_epi = NaN and max() the roof; a
+    zero bandwidth override was taken for 'none')."""
+    with pytest.raises(InputError, match=what):
         fft_floor_model("B300", **kw)
+
+
+def test_whole_float_sizes_accepted():
+    assert fft_floor_model("H200", n=16.0, dims=2.0).points == 256
 
 
 def test_unknown_gpu():

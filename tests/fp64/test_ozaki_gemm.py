@@ -211,6 +211,12 @@ def test_input_errors():
         ozaki_matmul(A, A.T, num_moduli=30)
     with pytest.raises(InputError):
         ozaki_error_bound(A.clone().fill_(float("nan")), A.T)
+    # batch shapes that do not broadcast (torch.matmul's rule): named, not a torch RuntimeError
+    A2, B3 = torch.randn(2, 3, 4, dtype=torch.float64), torch.randn(3, 4, 3, dtype=torch.float64)
+    with pytest.raises(InputError, match=r"batch shapes do not broadcast: A is \(2, 3, 4\), B is \(3, 4, 3\)"):
+        ozaki_matmul(A2, B3)
+    with pytest.raises(InputError, match="batch shapes"):
+        ozaki_error_bound(A2, B3)
 
 
 def test_ill_conditioned_cancellation_vs_exact():

@@ -23,6 +23,7 @@ def test_catalogue_has_the_required_skus():
 @pytest.mark.parametrize(("name", "key"), [
     ("NVIDIA H200", "H200-SXM"), ("NVIDIA H100 80GB HBM3", "H100-SXM"), ("NVIDIA B200", "B200"),
     ("nvidia  b300 sxm6 ac", "B300"), ("NVIDIA B300 SXM6 AC rev2", "B300"), ("h200_sxm", "H200-SXM"),
+    ("NVIDIA H100", "H100-SXM"), ("nvidia h100 sxm5 80gb", "H100-SXM"), ("NVIDIA Rubin", "Rubin"),
 ])
 def test_lookup_by_nvml_name(name, key):
     assert gpu_spec(name).key == key
@@ -32,6 +33,11 @@ def test_lookup_by_nvml_name(name, key):
 def test_unknown_or_variant_names_refused(name):
     with pytest.raises(InputError, match="unknown GPU"):
         gpu_spec(name)
+
+
+def test_unknown_name_error_lists_the_short_keys_users_type():
+    with pytest.raises(InputError, match=r"H100-SXM \('NVIDIA H100 80GB HBM3'\).*B300 \('NVIDIA B300'\)"):
+        gpu_spec("A100")
 
 
 @pytest.mark.parametrize("spec", gpu_specs(), ids=lambda s: s.key)

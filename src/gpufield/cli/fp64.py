@@ -12,11 +12,16 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="FP64 on low-precision tensor cores: Ozaki-II DGEMM, emulated FFT, floor model.", no_args_is_help=True)
+app = typer.Typer(help="FP64 on low-precision tensor cores: the emulated FFT check and the floor model "
+                       "(Ozaki-II DGEMM is Python only: gpufield.fp64.ozaki_matmul).", no_args_is_help=True)
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{x * 1e3:.2f}"
+    """Seconds as milliseconds: two decimals, or three significant digits below 1 ms (small sizes)."""
+    if x is None:
+        return "-"
+    v = x * 1e3
+    return f"{v:.2f}" if v >= 0.995 else f"{v:.3g}"
 
 
 #: table columns: (header, shown by default); --wide shows all of them
@@ -24,7 +29,16 @@ _MODEL_COLUMNS = (("GPU", True), ("roof", True), ("native", True), ("c_epi", Tru
                   ("x roof", True), ("x native", True), ("floor T/s", False), ("TC int8/fp8", False))
 
 
-@app.command("model")
+_MODEL_HELP = (
+    "Emulated FP64 FFT floor model (FP8 is All You Need, Part 3) per GPU, for n^dims points.\n\n"
+    "The default table fits 80 columns: times in ms (roof, native FP64, emulated) and the emulated time as a "
+    "multiple of the roof and of native. --wide adds \"floor T/s\" (the INT32 instructions per second the "
+    "epilogue would need to reach the roof, in tera) and the INT8/FP8 tensor-core times; --json prints every "
+    "field."
+)
+
+
+@app.command("model", help=_MODEL_HELP)
 def model_cmd(
     gpu: Annotated[list[str] | None, typer.Option("--gpu", help="GPU name (repeatable); default B300 B200 Rubin H100 H200")] = None,
     c_epi: Annotated[list[float] | None, typer.Option("--c-epi", help="epilogue instructions per real output (repeatable); default 203 281")] = None,
@@ -34,13 +48,7 @@ def model_cmd(
     wide: Annotated[bool, typer.Option("--wide", help="add the INT32-floor and tensor-core time columns "
                                        "(wider than 80 columns)")] = False,
 ) -> None:
-    """Emulated FP64 3-D FFT floor model (FP8 is All You Need, Part 3) per GPU.
-
-    The default table fits 80 columns: times in ms (roof, native FP64, emulated) and the emulated
-    time as a multiple of the roof and of native. --wide adds "floor T/s" (the INT32 instructions
-    per second the epilogue would need to reach the roof, in tera) and the INT8/FP8 tensor-core
-    times; --json prints every field.
-    """
+    """The floor model table (help: :data:`_MODEL_HELP`, one paragraph per line so that it wraps cleanly)."""
     from gpufield.fp64.model import model_table
 
     rows = model_table(gpu or None, c_epi=c_epi or None, n=n, dims=dims)
@@ -80,20 +88,21 @@ def model_cmd(
 
 
 def _shape(value: str) -> tuple[int, ...]:
-    """``--shape`` text to a tuple of sides: comma-separated positive integers (powers of two: the library checks)."""
+    """``--shape`` text to a tuple of sides: 1 to 3 comma-separated powers of two (the library checks the
+    upper limit)."""
     try:
-        sides = tuple(int(s) for s in value.split(",") if s.strip())
-    except ValueError:
+        sides = tuple(int(s) for s in value.split(","))
+    except ValueError:  # text, or an empty field ("8,,8", "8,")
         sides = ()
-    if not sides or any(n <= 0 for n in sides):
-        raise typer.BadParameter(f"{value!r}: expected comma-separated positive integers, e.g. 16,16,16",
+    if not 1 <= len(sides) <= 3 or any(n <= 0 or n & (n - 1) for n in sides):
+        raise typer.BadParameter(f"{value!r}: expected 1 to 3 comma-separated powers of two, e.g. 16,16,16",
                                  param_hint="'--shape'")
     return sides
 
 
 @app.command("fft")
 def fft_cmd(
-    shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides (1 to 3 axes)")] = "16,16,16",
+    shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides up to 1024 (1 to 3 axes)")] = "16,16,16",
     backend: Annotated[str, typer.Option(help="cpu | int8 | fp8")] = "cpu",
     variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
     epilogue: Annotated[str | None, typer.Option(help="torch | triton; default: triton (the fused stage kernel) "

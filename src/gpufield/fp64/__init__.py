@@ -15,6 +15,9 @@ Public API:
   Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time).
 """
 
+# first: where there is no CUDA it turns Triton's interpreter on before anything here imports triton
+import gpufield.fp64.kernels  # noqa: F401, I001
+
 # FFT (issue 7): emulated FP64 FFT and its floor model
 from gpufield.fp64.fft import (
     EmulatedFftPlan,

@@ -11,8 +11,9 @@ FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilog
     N_out   = dims * stages_per_dim * 2 * N                         (12 N real outputs)
     T_epi   = c_epi * N_out / P_INT32                               (epilogue time)
     floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM
-    T_emu   = max(T_roof, T_epi, T_tc)                              (overlapped)
-    T_tc    = stages*dims*N * 3 * moduli * gemms_per_modulus * 2k / P_TC   (tensor-core work)
+    T_emu   = max(T_roof, T_epi)                                    (the paper's model: overlapped)
+    T_tc    = stages*dims*N * 3 * moduli * gemms_per_modulus * 2k / P_TC   (tensor-core work, reported
+                                                                     apart: not in T_emu, as in Part 3)
 
 Hardware numbers come from the telemetry catalogue (:func:`gpufield.telemetry.gpu_spec`); only
 model parameters (c_epi range, passes, bytes per point, remedy cases) come from
@@ -110,6 +111,24 @@ def _need(value: float | None, gpu: str, what: str) -> float:
     return float(value)
 
 
+def _positive(value: Any, what: str) -> float:
+    """``value`` as a finite float > 0, else :class:`InputError` naming ``what``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{what} must be a finite number > 0, got {value!r}") from None
+    if not (math.isfinite(v) and v > 0):
+        raise InputError(f"{what} must be a finite number > 0, got {value!r}")
+    return v
+
+
+def _whole(value: Any, what: str) -> int:
+    """``value`` as an int when it is a whole number (``16``, ``16.0``), else :class:`InputError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise InputError(f"{what} must be a whole number, got {value!r}")
+    return int(value)
+
+
 def fft_floor_model(
     gpu: str,
     *,
@@ -133,24 +152,26 @@ def fft_floor_model(
         :class:`FftFloorModel`.
 
     Raises:
-        InputError: unknown GPU, a catalogue field the model needs is null, or bad sizes.
+        InputError: unknown GPU, a catalogue field the model needs is null, bad sizes (n not a whole power of
+            two >= 2, dims not 1-3), or a c_epi or override that is not a finite number > 0.
     """
     from gpufield.telemetry import gpu_spec
 
     p = model_params()
     tr = p["transform"]
-    n = int(tr["n_per_axis"] if n is None else n)
-    dims = int(tr["dims"] if dims is None else dims)
+    n = _whole(tr["n_per_axis"] if n is None else n, "n")
+    dims = _whole(tr["dims"] if dims is None else dims, "dims")
     if n < 2 or n & (n - 1) or not 1 <= dims <= 3:
         raise InputError(f"model needs a power-of-two n >= 2 and 1 <= dims <= 3, got n={n}, dims={dims}")
-    cs = tuple(float(c) for c in (p["c_epi"]["range"] if c_epi is None else c_epi))
-    if not cs or any(c <= 0 for c in cs):
-        raise InputError(f"c_epi values must be positive, got {cs}")
+    cs = tuple(_positive(c, "c_epi") for c in (p["c_epi"]["range"] if c_epi is None else c_epi))
+    if not cs:
+        raise InputError("c_epi: at least one value is needed")
     spec = gpu_spec(gpu)
-    bw = float(hbm_bandwidth_bytes_per_s) if hbm_bandwidth_bytes_per_s else _need(
-        spec.hbm_bandwidth_bytes_per_s, spec.key, "hbm_bandwidth_bytes_per_s")
+    bw = _positive(hbm_bandwidth_bytes_per_s, "hbm_bandwidth_bytes_per_s") \
+        if hbm_bandwidth_bytes_per_s is not None else _need(spec.hbm_bandwidth_bytes_per_s, spec.key,
+                                                             "hbm_bandwidth_bytes_per_s")
     p_fp64 = _need(getattr(spec, p["native_fp64_rate_field"]["value"]), spec.key, "FP64 rate")
-    p_int = float(int32_instr_per_s) if int32_instr_per_s else _need(
+    p_int = _positive(int32_instr_per_s, "int32_instr_per_s") if int32_instr_per_s is not None else _need(
         spec.int32_ops_per_s, spec.key, "int32_ops_per_s")
 
     points = n**dims

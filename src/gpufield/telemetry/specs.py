@@ -155,19 +155,23 @@ def gpu_spec(name: str) -> GpuSpec:
     Raises:
         InputError: no entry matches; the message lists the known names.
     """
-    want = _norm(name)
+    full = _norm(name)
     specs = _load()
-    for s in specs:
-        if want in {_norm(s.key), *(_norm(n) for n in s.nvml_names)}:
-            return s
-    if not any(tag in want.split() for tag in ("pcie", "nvl")):
-        best: tuple[int, GpuSpec] | None = None
+    # the name as given, then without the vendor word ("NVIDIA H100" -> "h100", an alias)
+    wants = [full] + ([full[len("nvidia "):]] if full.startswith("nvidia ") else [])
+    for want in wants:
         for s in specs:
-            for n in (s.key, *s.nvml_names):
-                a = _norm(n)
-                if want.startswith(a + " ") and (best is None or len(a) > best[0]):
-                    best = (len(a), s)
-        if best is not None:
-            return best[1]
-    known = ", ".join(repr(n) for s in specs for n in s.nvml_names[:1])
+            if want in {_norm(s.key), *(_norm(n) for n in s.nvml_names)}:
+                return s
+    if not any(tag in full.split() for tag in ("pcie", "nvl")):
+        for want in wants:
+            best: tuple[int, GpuSpec] | None = None
+            for s in specs:
+                for n in (s.key, *s.nvml_names):
+                    a = _norm(n)
+                    if want.startswith(a + " ") and (best is None or len(a) > best[0]):
+                        best = (len(a), s)
+            if best is not None:
+                return best[1]
+    known = ", ".join(f"{s.key} ({s.nvml_names[0]!r})" for s in specs)
     raise InputError(f"unknown GPU {name!r}; the catalogue knows {known} (PCIe/NVL variants are not catalogued)")

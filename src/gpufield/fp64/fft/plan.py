@@ -35,7 +35,8 @@ class EmulatedFftPlan:
     """How the emulated FFT runs.
 
     Attributes:
-        backend: ``"cpu"`` (exact float64 BLAS residue GEMMs), ``"int8"`` (torch._int_mm) or
+        backend: ``"cpu"`` (exact int64 residue products: the ``"cpu-exact"`` backend of
+            :func:`gpufield.fp64.ozaki_matmul`, on any device), ``"int8"`` (torch._int_mm) or
             ``"fp8"`` (torch._scaled_mm on E4M3 digits).
         variant: CRT reconstruction, ``"garner"``, ``"crt"`` or ``"kulisch"``.
         moduli: ``"int8"`` or ``"fp8"`` moduli table; None = the backend's own (cpu: int8).
@@ -168,8 +169,10 @@ def auto_num_moduli(kind: str, input_bits: int = 58, twiddle_bits: int = 56) -> 
     """Smallest number of ``kind`` moduli whose product M keeps the stage CRT unique.
 
     Raises:
-        InputError: even all moduli of the table are not enough.
+        InputError: an unknown ``kind``, or even all moduli of the table are not enough.
     """
+    if kind not in RAW_MODULI:
+        raise InputError(f"moduli kind must be one of {tuple(RAW_MODULI)}, got {kind!r}")
     need = _needed_log2_m(input_bits, twiddle_bits)
     for r in range(2, len(RAW_MODULI[kind]) + 1):
         if moduli_table(kind, r).log2_M >= need:

@@ -151,6 +151,10 @@ def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.
     """
     x = box.pop()
     _check(x)
+    if plan.epilogue == "triton" and x.device.type != "cuda":
+        from gpufield.fp64.kernels import require_cpu_interpreter
+
+        require_cpu_interpreter()
     shape = tuple(x.shape)
     chunk = chunk_outputs_for(plan, shape, x.device)
     check = flags is None

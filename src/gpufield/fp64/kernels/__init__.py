@@ -14,9 +14,17 @@ before any kernel is defined.
 from __future__ import annotations
 
 import os
+import sys
+
+from gpufield.errors import InputError
+
+_PARTIAL_INTERPRETER = False
+"""True when triton was imported before this package turned its interpreter on (no CUDA): triton.language's
+own @jit functions (``tl.zeros``, ...) were then made for a GPU, and a kernel run on CPU fails inside."""
 
 
 def _configure_interpreter() -> None:
+    global _PARTIAL_INTERPRETER
     try:
         import torch
 
@@ -24,7 +32,27 @@ def _configure_interpreter() -> None:
     except Exception:  # pragma: no cover
         has_cuda = False
     if not has_cuda:
+        _PARTIAL_INTERPRETER = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
         os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def require_cpu_interpreter() -> None:
+    """Check that the Triton kernels can run on CPU tensors here (Triton's interpreter, fully on).
+
+    Raises:
+        InputError: ``TRITON_INTERPRET`` is not ``1`` (the kernels would be compiled for a GPU that is not
+            there), or triton was imported before gpufield on a machine without CUDA (its own functions
+            are then not interpretable); the message says what to change.
+    """
+    if os.environ.get("TRITON_INTERPRET", "0") != "1":
+        raise InputError("the Triton kernels run on CUDA tensors, or on CPU in Triton's interpreter, but "
+                         f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r}: unset it (gpufield turns "
+                         "the interpreter on where there is no CUDA) or use the torch path (epilogue='torch', "
+                         "kernels='torch')")
+    if _PARTIAL_INTERPRETER:
+        raise InputError("triton was imported before gpufield on this machine without CUDA, so Triton's "
+                         "interpreter is only partly on: import gpufield.fp64 before triton, or set "
+                         "TRITON_INTERPRET=1 before Python starts")
 
 
 _configure_interpreter()

@@ -40,9 +40,18 @@ KERNEL_MODES = ("auto", "triton", "torch")
 
 
 def use_triton(kernels: str, device: torch.device) -> bool:
-    """Whether the fused passes should run in Triton for this kernel mode and device."""
+    """Whether the fused passes should run in Triton for this kernel mode and device.
+
+    Raises:
+        InputError: an unknown mode, or ``"triton"`` on a CPU tensor where Triton's interpreter is not
+            (fully) on (:func:`gpufield.fp64.kernels.require_cpu_interpreter`).
+    """
     if kernels not in KERNEL_MODES:
         raise InputError(f"kernels must be one of {KERNEL_MODES}, got {kernels!r}")
+    if kernels == "triton" and device.type != "cuda":
+        from gpufield.fp64.kernels import require_cpu_interpreter
+
+        require_cpu_interpreter()
     return kernels == "triton" or (kernels == "auto" and device.type == "cuda")
 
 

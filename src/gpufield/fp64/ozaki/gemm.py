@@ -229,6 +229,15 @@ def _check(A, B, num_moduli, backend, mode):
     return be, table
 
 
+def _batch(A: torch.Tensor, B: torch.Tensor) -> torch.Size:
+    """The broadcast batch shape of A [..., M, K] and B [..., K, N] (torch.matmul's rule)."""
+    try:
+        return torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except RuntimeError:
+        raise InputError(f"batch shapes do not broadcast: A is {tuple(A.shape)}, B is {tuple(B.shape)} "
+                         "(as torch.matmul: the dimensions before the last two must be equal or 1)") from None
+
+
 def ozaki_matmul(
     A: torch.Tensor,
     B: torch.Tensor,
@@ -260,7 +269,7 @@ def ozaki_matmul(
     be, table = _check(A, B, num_moduli, backend, mode)
     if A.dtype != B.dtype:
         raise InputError(f"A is {A.dtype} but B is {B.dtype}")
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = _batch(A, B)
     if not batch:
         return _product_2d(A, B, table, be, mode)
     Ab = A.expand(batch + A.shape[-2:]).reshape((-1,) + A.shape[-2:])
@@ -297,7 +306,7 @@ def ozaki_error_bound(
     be, table = _check(A, B, num_moduli, backend, mode)
     if not (bool(torch.isfinite(A).all()) and bool(torch.isfinite(B).all())):
         raise InputError("ozaki_error_bound needs finite inputs (Inf/NaN outputs are native)")
-    batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    batch = _batch(A, B)
     Ab = A.expand(batch + A.shape[-2:]).reshape((-1,) + A.shape[-2:])
     Bb = B.expand(batch + B.shape[-2:]).reshape((-1,) + B.shape[-2:])
     outs = []
