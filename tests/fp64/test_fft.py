@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import random
 
+import mpmath
 import numpy as np
 import pytest
 import torch
@@ -197,15 +198,32 @@ def test_plan_fields_are_integers_and_a_plan_excludes_keywords():
 
 
 def test_overflow_of_the_final_output_is_inf_like_numpy():
-    """A final output beyond DBL_MAX comes back as inf (as numpy.fft's), with no NaN from the inverse's
-    power-of-two division; an overflow inside the transform (an intermediate stage) raises."""
+    """A final output beyond DBL_MAX comes back as inf (as numpy.fft's); an overflow inside the transform (an
+    intermediate stage) raises."""
     y = fftn_fp64_emulated(np.full(4, 1.7e308))
     assert np.isinf(y[0].real) and y[0].imag == 0 and np.all(y[1:] == 0)
-    z = ifftn_fp64_emulated(np.array([1.7e308, -1.7e308]))
-    want = np.fft.ifft(np.array([1.7e308, -1.7e308]))  # [0, inf] with an overflow warning
-    assert not np.isnan(z).any() and np.array_equal(z, want)
     with pytest.raises(NumericsError, match="intermediate"):
         fftn_fp64_emulated(np.full((4, 4), 1e308))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_inverse_divides_inside_the_one_rounding():
+    """The inverse's 1/N is part of the last stage's rounding: an output that fits float64 does not overflow on
+    the way (numpy.fft.ifft gives inf there), and a subnormal output is rounded once (numpy rounds twice).
+    Exact values from Python fractions / mpmath."""
+    z = ifftn_fp64_emulated(np.array([1.7e308, -1.7e308]))  # exactly [0, 1.7e308]
+    assert np.array_equal(z, [0, 1.7e308]) and np.isinf(np.fft.ifft(np.array([1.7e308, -1.7e308]))[1])
+    assert np.array_equal(ifftn_fp64_emulated(np.full(4, 1.7e308)), [1.7e308, 0, 0, 0])
+    x = np.zeros(8, dtype=complex)
+    x[1] = 6 * 5e-324  # outputs 6 * 2^-1074 w^k / 8: 0.75 or 0.53 of the smallest subnormal per part
+    mpmath.mp.prec = 200
+    want = []
+    for k in range(8):
+        v = mpmath.mpf(6) * mpmath.mpf(2) ** -1074 * mpmath.expjpi(mpmath.mpf(2 * k) / 8) / 8
+        want.append(complex(float(v.real), float(v.imag)))  # mpmath's float(): round to nearest, once
+    z = ifftn_fp64_emulated(x)
+    assert np.array_equal(z, want), (z, want)
+    assert np.count_nonzero(np.fft.ifft(x) != want) > 0  # numpy's double rounding differs here
 
 
 def test_non_finite_refused_and_bad_plans():
@@ -238,3 +256,20 @@ def test_power_of_two_scale_invariance_and_spike():
     s[1, 2, 3] = 1e8
     ref = dft_longdouble(s)
     assert rel_l2(fftn_fp64_emulated(s), ref) <= rel_l2(np.fft.fftn(s), ref)
+
+
+def test_lazily_conjugated_tensor_and_size_one_output_is_new():
+    """A torch conjugate view is transformed as its value (it once failed in view_as_real), and a transform
+    of all-size-1 sides returns a new array, never the caller's memory (numpy.fft returns a copy)."""
+    t = torch.from_numpy(_gen("random", (8, 4), np.random.default_rng(5))).conj()
+    assert t.is_conj()
+    want = fftn_fp64_emulated(t.resolve_conj().numpy())
+    assert np.array_equal(fftn_fp64_emulated(t).numpy(), want)
+    assert np.array_equal(fftn_fp64_emulated(t.T).numpy(), fftn_fp64_emulated(t.resolve_conj().T.numpy()))
+    for shape in ((1,), (1, 1, 1)):
+        x = np.full(shape, 1 + 2j)
+        y = fftn_fp64_emulated(x)
+        assert not np.shares_memory(x, y) and np.array_equal(y, x)
+        xt = torch.from_numpy(x.copy())
+        assert fftn_fp64_emulated(xt).data_ptr() != xt.data_ptr()
+        assert ifftn_fp64_emulated(xt).data_ptr() != xt.data_ptr()

@@ -74,6 +74,26 @@ def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilog
     assert _same(dft_stage(xt, idx, plan).cpu().numpy(), want)  # own buffer, same chunks
 
 
+@pytest.mark.parametrize("gemm", ["cublas", "triton", "fused", "fused_epi"])
+def test_inverse_division_in_the_last_rounding_same_bits_on_every_path(gemm):
+    """The inverse's 1/N enters the last stage's one rounding on every kernel path, bit for bit as the exact
+    CPU path: a length-32 inverse (one stage) whose output 16 sums to 4 x 1.7e308 and fits only after the
+    division (numpy.fft.ifft gives inf there), a 2-D one with subnormal outputs (rounded once) and a 2-D
+    spike near DBL_MAX (the division on the last of two passes)."""
+    big = np.zeros(32, dtype=complex)
+    big[:4] = [1.7e308, -1.7e308, 1.7e308, -1.7e308]
+    tiny = _wide((4, 64), 3) * 1e-320
+    spike = np.zeros((4, 64), dtype=complex)
+    spike[1, 3] = -1.7e308 + 1e300j
+    plan = EmulatedFftPlan(backend="int8", epilogue="triton", int8_gemm=gemm)
+    for x in (big, tiny, spike):
+        want = ifftn_fp64_emulated(x)
+        assert np.isfinite(want).all()
+        got = ifftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
+        assert _same(got, want)
+    assert want[1, 0] != 0 and ifftn_fp64_emulated(big)[16] == 1.7e308 / 8
+
+
 def _counting(monkeypatch, module, name, counts):
     orig = getattr(module, name)
 

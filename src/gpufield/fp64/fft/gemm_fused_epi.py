@@ -50,9 +50,7 @@ import triton.language as tl
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import EpilogueTables
 from gpufield.fp64.fft.gemm_triton import (
-    _abs_inf,
     _block,
-    _fmax,
     _pow2_at_least,
     _row_scale,
 )
@@ -403,7 +401,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
                            impl: str | None = None,
                            fold: str | None = None,
                            rows: int | None = None,
-                           passes: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           passes: int | None = None,
+                           out_shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -417,7 +416,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             one complex element apart, as a six-step pass over the outermost axis reads them, the Gluon
             kernel loads along the rows.
         bits: b_x (<= 60).
-        twiddle_bits: b_w (the output scale is 2^-(s + b_w)).
+        twiddle_bits: b_w (the output scale is 2^-(s + b_w + out_shift)).
         tab: epilogue tables of the r INT8 moduli.
         variant: ``"crt"`` or ``"kulisch"`` (the 32-bit epilogue's variants).
         ops: the (cached) dict of :func:`gpufield.fp64.fft.operands.stage_operands` for these moduli
@@ -461,6 +460,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             Triton kernel (non-Hopper GPUs, ``impl="triton"``, tiles the Gluon kernel does not take) has no
             passes and ignores it. Same bits.
 
+        out_shift: an extra power of two in the one rounding: outputs Y 2^-(s + b_w + out_shift), e.g. the
+            inverse transform's 1/N on its last stage (no second rounding, no overflow of an output that
+            only fits after the division).
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
         float64 [Rc] row maxima (Inf where a row has Inf/NaN).
@@ -591,13 +593,13 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             ops["b4m_t"] = b4.transpose(2, 3).contiguous()  # [G, L, 2 K, 2 NP]: K-major tiles for 8-bit wgmma
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
-            xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits, twiddle_bits,
-            *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=passes,
+            xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits,
+            twiddle_bits + out_shift, *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=passes,
             RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
             **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
             xv, b4, y, s, amax, Rc, R, c0, G, N, K,
-            *xstr, b4.stride(0), b4.stride(1), bits, twiddle_bits, *ystr, ngs,
+            *xstr, b4.stride(0), b4.stride(1), bits, twiddle_bits + out_shift, *ystr, ngs,
             NP=NP, BR=bm, BK=BK, NGM=ngm, ASM=asm, FB=fb, RK=rk, **consts, **launch)
     return (out if out is not None else torch.view_as_complex(y.view(Rc, K, 2))), s, amax

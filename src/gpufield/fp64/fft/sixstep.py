@@ -54,7 +54,8 @@ def _fused_idx(n: int) -> np.ndarray:
     return root_index(n, j2 * (k1 + n1 * k2))
 
 
-def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None) -> torch.Tensor:
+def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None,
+               out_shift: int = 0) -> torch.Tensor:
     """Forward DFT along the first axis of ``box.pop()``: x_NB [N, B] complex128, any strides (fastest when
     rows b are consecutive elements, the outermost axis of a contiguous array) -> X_BN [B, N] contiguous.
 
@@ -63,16 +64,18 @@ def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int 
     y[k1, j2, b]; stage 2 takes, per k1, rows b with vector j2 from y and writes X[b, k1 + n1 k2]. So a pass
     transposes the outermost axis to the innermost, and holds at most two full-size arrays of its own at a
     time (the input and y, then y and the output): the input is taken out of ``box`` so that the last
-    reference to it (when the caller holds no other) dies once stage 1 has read it.
+    reference to it (when the caller holds no other) dies once stage 1 has read it. ``out_shift``: the last
+    stage's outputs are scaled by 2^-out_shift in its one rounding (N > 1).
     """
     x_NB = box.pop()
     N, B = x_NB.shape
     dev = x_NB.device
-    if N == 1:
-        return x_NB.T.contiguous()
+    if N == 1:  # a new array also here: the output never shares memory with the caller's input
+        return x_NB.T.clone(memory_format=torch.contiguous_format)
     if N <= 32:
         z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k]
-        dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N), plan, out=z.unsqueeze(0), flags=flags, chunk_outputs=chunk)
+        dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N), plan, out=z.unsqueeze(0), flags=flags, chunk_outputs=chunk,
+                  out_shift=out_shift)
         return z
     n1, n2 = _split(N)
     a = x_NB.reshape(n1, n2 * B).T.unsqueeze(0)  # [1, (j2, b), j1]: a view when x_NB's rows are contiguous
@@ -82,7 +85,7 @@ def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int 
     del a
     z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k1 + n1 k2], after the input is gone
     dft_stage(y.view(n1, n2, B).transpose(1, 2), _fused_idx(N), plan, out=z.view(B, n2, n1).permute(2, 0, 1),
-              flags=flags, chunk_outputs=chunk)
+              flags=flags, chunk_outputs=chunk, out_shift=out_shift)
     return z
 
 
@@ -120,7 +123,7 @@ def _as_tensor(x) -> tuple[torch.Tensor, bool]:
     if isinstance(x, torch.Tensor):
         if x.dtype == torch.bool:
             raise InputError("emulated FFT needs numeric input, got dtype torch.bool")
-        return x.to(torch.complex128), False
+        return x.to(torch.complex128).resolve_conj(), False  # a lazily conjugated view is materialised
     a = np.asarray(x)
     if not (np.issubdtype(a.dtype, np.complexfloating) or np.issubdtype(a.dtype, np.floating)
             or np.issubdtype(a.dtype, np.integer)):
@@ -139,7 +142,7 @@ def _plan_of(plan, plan_kwargs: dict) -> EmulatedFftPlan:
     return plan
 
 
-def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
+def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None, out_shift: int = 0) -> torch.Tensor:
     """n-D forward transform of ``box.pop()`` (dropped once its first stage has read it, see
     :func:`_axis_pass`).
 
@@ -148,6 +151,7 @@ def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.
     input. One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
     on the device, and nothing waits for the device before the transform is fully queued. With ``flags``
     given, the row maxima are appended there and the check is left to the caller (a CUDA graph capture).
+    ``out_shift``: the outputs are X 2^-out_shift, in the last stage's one rounding (the inverse's 1/N).
     """
     x = box.pop()
     _check(x)
@@ -162,8 +166,10 @@ def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None) -> torch.
     order = list(range(x.ndim))  # axes in memory order, outermost first
     pass_in = [x.reshape(shape[0], -1)]  # the list holds the only reference: dropped inside _axis_pass
     del x
-    for _ in shape:
-        z = _axis_pass(pass_in, plan, flags, chunk)  # [B, N]: the transformed axis is now innermost
+    # pass i transforms axis i (the outermost of the memory order then): the last one with a stage rounds last
+    last = max((i for i, n in enumerate(shape) if n > 1), default=-1)
+    for i in range(len(shape)):
+        z = _axis_pass(pass_in, plan, flags, chunk, out_shift if i == last else 0)  # [B, N]: the axis is now innermost
         order = order[1:] + order[:1]
         pass_in = [z.view(shape[order[0]], -1)]
         del z
@@ -178,6 +184,13 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     Forward transform with numpy's sign and normalisation (``numpy.fft.fftn(x)``): the length-32
     DFTs are modular integer GEMMs with fused twiddles, complex products by residue-domain
     Karatsuba, exact CRT reconstruction and one rounding per stage (see the package docstring).
+
+    Accuracy is normwise per row, as for any FFT that scales each row by one power of two (block floating
+    point): a stage's input row (the real and imaginary parts of its N values together) is truncated to
+    ``input_bits`` (58) bits below its largest magnitude, so a part more than ~2^-58 times smaller than
+    its row's largest part is lost (numpy.fft([1 + 1e-20j, 0, 0, 0]) keeps the 1e-20; this gives 1 + 0j).
+    Measured relative L2 error: at or below numpy.fft's on random, smooth and wide-exponent inputs
+    (tests/fp64/test_fft.py; 1.1e-16 against cuFFT's 3.9-4.8e-16 at 256^3-1024^3 on an H200).
 
     Args:
         x: complex (or real) array of 1 to 3 power-of-two sides <= 1024: numpy array (returns
@@ -206,8 +219,11 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
 def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """Inverse of :func:`fftn_fp64_emulated` (``numpy.fft.ifftn`` convention, 1/N normalisation).
 
-    Computed as conj(fft(conj(x))) / N_total; the conjugations and the power-of-two division are exact, and
-    an output part that is exactly zero is +0.0 (as the forward transform's).
+    Computed as conj(fft(conj(x))) / N_total with the division inside the last stage's one rounding: each
+    output is the exactly reconstructed stage result times 2^-log2(N_total), rounded once (also where it is
+    subnormal), and an output that fits float64 never overflows on the way (numpy.fft.ifft divides after
+    rounding: inf for inputs near DBL_MAX, and a second rounding for subnormal results). The conjugations
+    are exact, and an output part that is exactly zero is +0.0 (as the forward transform's).
 
     Args:
         x: as :func:`fftn_fp64_emulated`.
@@ -227,13 +243,12 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
 
 
 def _ifftn(t: torch.Tensor, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
-    """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`)."""
+    """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`); the division by the
+    power of two N_total happens inside the last stage's one rounding."""
     box = [torch.conj(t).resolve_conj()]
-    y = _fftn(box, plan, flags)
+    y = _fftn(box, plan, flags, out_shift=t.numel().bit_length() - 1)
     # conj in place as 0 - imag (exact): an exactly zero part stays +0.0, as the forward transform's and
     # numpy.fft.ifft's (neg_ made -0.0 of it, e.g. every real input's zero-frequency imaginary part)
     im = y.imag
     torch.sub(torch.zeros((), dtype=im.dtype, device=im.device), im, out=im)
-    # then the exact power-of-two division in place, per real part
-    torch.view_as_real(y).div_(t.numel())  # (complex / real would form inf * 0 = NaN for an infinite part)
     return y

@@ -124,7 +124,7 @@ def check_finite_flags(flags: list[torch.Tensor]) -> None:
 
 
 def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *, out: torch.Tensor | None = None,
-              flags: list | None = None, chunk_outputs: int | None = None) -> torch.Tensor:
+              flags: list | None = None, chunk_outputs: int | None = None, out_shift: int = 0) -> torch.Tensor:
     """Y[g, b, k] = sum_j W_g[k, j] X[g, b, j] with emulated FP64 (see module docstring).
 
     The G x R rows are processed as one flattened row range in chunks of ``chunk_outputs`` outputs:
@@ -143,6 +143,8 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             finiteness check is left to the caller (:func:`check_finite_flags`, once per transform).
             None: the input is checked here (one host sync).
         chunk_outputs: outputs per chunk; None = :func:`gpufield.fp64.fft.memory.chunk_outputs_for`.
+        out_shift: outputs are Y 2^-out_shift, in the stage's one rounding (the inverse transform's 1/N on
+            its last stage).
 
     Returns:
         complex128 [G, R, K] on the input's device.
@@ -190,7 +192,8 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             # the kernel reads the chunk's rows where they are in the [G, R] grid (no copy, any strides)
             direct = y is not None and not _overlap(y, x_GRN)  # rows written straight into y, unless in place
             res, _, amax = fused_epi_stage_triton(x_GRN, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
-                                                  ops, c0, R, out=y if direct else None, rows=Rc)
+                                                  ops, c0, R, out=y if direct else None, rows=Rc,
+                                                  out_shift=out_shift)
             if flags is not None:
                 flags.append(amax.amax())
             if y is None:
@@ -224,7 +227,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
                 xres = scale_residues_triton(xc, s, table, bk.residue_dtype, bounded=True).view(3, r, Rc, N)
         else:
             xres = _residues3(*_quantize(xc, s), tab.tensors(str(dev))["p"], bk.residue_dtype)  # 3 x [L, Rc, N]
-        shift = s + plan.twiddle_bits  # per row; the Triton epilogue reads it per row (shift_row_len = K)
+        shift = s + (plan.twiddle_bits + out_shift)  # per row; the Triton epilogue reads it per row (shift_row_len = K)
         epi_kw = {"shift_row_len": K} if plan.epilogue == "triton" else {}
         if plan.epilogue != "triton":
             shift = shift[:, None].expand(Rc, K).reshape(-1)
