@@ -107,3 +107,18 @@ def test_tensor_term_uses_the_fft_moduli_counts():
     m = fft_floor_model("H200")
     # INT8: 2 stages x 3 dims x 2^30 points x 3 (3M) x 16 moduli x 2 x 32 / 1979 TOPS
     assert m.tensor_s["int8"] == pytest.approx(6 * 2**30 * 3 * 16 * 64 / 1978.9e12)
+
+
+def test_passes_follow_dims_and_stages_follow_n():
+    """One HBM pass per axis and ceil(log2 n / 5) DFT-GEMM stages of k <= 32 per pass (fp64.md 1.4, 5.4); the
+    roof and N_out were once fixed at 3 passes and 2 stages whatever dims and n."""
+    base = fft_floor_model("B300")
+    bw = base.hbm_bandwidth_bytes_per_s
+    for dims in (1, 2, 3):
+        m = fft_floor_model("B300", n=1024, dims=dims)
+        assert m.traffic_bytes == dims * 32 * 1024**dims and math.isclose(m.roof_s, m.traffic_bytes / bw)
+        assert m.real_outputs == dims * 2 * 2 * 1024**dims and m.bytes_per_output == 8
+    m32 = fft_floor_model("B300", n=32)  # one stage per axis: 2 real outputs per 32 B pass and point
+    assert m32.real_outputs == 3 * 1 * 2 * 32**3 and m32.bytes_per_output == 16
+    m2k = fft_floor_model("B300", n=2048, dims=1)  # three stages
+    assert m2k.real_outputs == 3 * 2 * 2048

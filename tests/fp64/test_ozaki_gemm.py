@@ -263,3 +263,16 @@ def test_error_curve_vs_moduli_wide_exponents(phi):
             for n in (8, 12, 16, 18)]
     assert errs[0] > errs[1] > errs[2] >= errs[3]
     assert errs[3] <= native
+
+
+@pytest.mark.parametrize(("a", "b"), [((3, 0), (0, 2)), ((0, 4), (4, 2)), ((3, 4), (4, 0)), ((0, 3, 4), (0, 4, 2)),
+                                      ((2, 3, 0), (0, 2))])
+def test_empty_operands_like_torch_matmul(a, b):
+    """Empty M, K, N or batch: the product is torch.matmul's (zeros when K = 0) and its error bound is 0
+    (the bound once failed to reshape 0 elements)."""
+    A, B = torch.ones(a, dtype=torch.float64), torch.ones(b, dtype=torch.float64)
+    want = torch.matmul(A, B)
+    got = ozaki_matmul(A, B)
+    assert got.shape == want.shape and torch.equal(got, want)
+    bound = ozaki_error_bound(A, B)
+    assert bound.shape == want.shape and not bound.any()

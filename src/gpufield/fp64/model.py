@@ -4,11 +4,12 @@ The model (fp64.md sections 1.4, 5.4, reconstructed from the Part 3 abstract) fo
 FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilogue:
 
     N       = n**dims complex points
-    Q       = passes * bytes_per_point_per_pass * N                 (96 GiB for 1024^3)
+    Q       = dims * bytes_per_point_per_pass * N                   (one pass per axis: 96 GiB for 1024^3)
     T_roof  = Q / B_HBM                                             (memory roof)
     F       = 5 N log2 N                                            (FP64 flops, 161.06 GFLOP)
     T_native= max(T_roof, F / P_FP64)                               (native FP64 path)
-    N_out   = dims * stages_per_dim * 2 * N                         (12 N real outputs)
+    stages  = ceil(log2 n / log2 32)                                (DFT-GEMM stages of k <= 32 per axis)
+    N_out   = dims * stages * 2 * N                                 (12 N real outputs for 1024^3)
     T_epi   = c_epi * N_out / P_INT32                               (epilogue time)
     floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM
     T_emu   = max(T_roof, T_epi)                                    (the paper's model: overlapped)
@@ -16,7 +17,7 @@ FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilog
                                                                      apart: not in T_emu, as in Part 3)
 
 Hardware numbers come from the telemetry catalogue (:func:`gpufield.telemetry.gpu_spec`); only
-model parameters (c_epi range, passes, bytes per point, remedy cases) come from
+model parameters (c_epi range, passes per axis, stage length, bytes per point, remedy cases) come from
 ``gpufield/fp64/data/model_params.json``, each with its source.
 
 Units: seconds, bytes, bytes/s, flop/s, instructions/s. No tensors in this module.
@@ -175,10 +176,12 @@ def fft_floor_model(
         spec.int32_ops_per_s, spec.key, "int32_ops_per_s")
 
     points = n**dims
-    passes = int(tr["passes"])
+    passes = dims * int(tr["passes_per_dim"])
     traffic = float(passes * tr["bytes_per_point_per_pass"] * points)
+    kmax = int(tr["max_stage_length"])
+    stages = -(-(n.bit_length() - 1) // (kmax.bit_length() - 1))  # ceil(log2 n / log2 kmax)
     flops = 5.0 * points * math.log2(points)
-    n_out = dims * int(tr["stages_per_dim"]) * int(tr["real_outputs_per_complex_output"]) * points
+    n_out = dims * stages * int(tr["real_outputs_per_complex_output"]) * points
     roof = traffic / bw
     native = max(roof, flops / p_fp64)
     bpo = traffic / n_out
@@ -189,7 +192,7 @@ def fft_floor_model(
     tensor: dict[str, float | None] = {}
     for kind in ("int8", "fp8"):
         rate = getattr(spec, tt[kind]["rate_field"])
-        work = (int(tr["stages_per_dim"]) * dims * points * tt["complex_products_per_gemm"]
+        work = (stages * dims * points * tt["complex_products_per_gemm"]
                 * tt[kind]["moduli"] * tt[kind]["gemms_per_modulus"] * 2 * tt["gemm_k"])
         tensor[kind] = None if not rate else work / float(rate)
 
