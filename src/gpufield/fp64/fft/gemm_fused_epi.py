@@ -50,7 +50,9 @@ import triton.language as tl
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import EpilogueTables
 from gpufield.fp64.fft.gemm_triton import (
+    _abs_inf,
     _block,
+    _fmax,
     _pow2_at_least,
     _row_scale,
 )
@@ -73,27 +75,12 @@ COMPILED: dict = {}
 
 
 @triton.jit
-def _imax(a, b):
-    return tl.maximum(a, b)
-
-
-@triton.jit
-def _row_amax(x):
-    """Row maxima of |x| (float64 [BR, C] -> [BR]) with NaN -> Inf, as ``max(_abs_inf(x))`` but on the bit
-    patterns: for non-negative floats the int64 order of the patterns is the order of the values, and every
-    NaN pattern (sign cleared) lies above Inf's, so one 64-bit integer max per value and one clamp per row
-    replace the NaN-aware float64 max (sm_90: DSETP.MAX, FSEL, SEL, DSETP.NAN and moves per value)."""
-    b = tl.reduce(x.to(tl.int64, bitcast=True) & 0x7FFFFFFFFFFFFFFF, 1, _imax)
-    return tl.minimum(b, 0x7FF0000000000000).to(tl.float64, bitcast=True)
-
-
-@triton.jit
 def _row_split(x, rows, rmask, BITS, s_ptr, amax_ptr):
     """Rows x (float64 [BR, 2 NP], padding 0) -> (hf, lfm, s): the row shifts s (stored with the row maxima,
     :func:`gpufield.fp64.fft.gemm_triton._row_scale`), the exact integers v = trunc(x 2^s) (|v| < 2^60)
     split as v = hi 2^29 + lo, hf = float(hi) and lfm = float(lo) + 1.5 2^52 (exact): the inputs of
     :func:`gpufield.fp64.fft.stage_residues._sym_res_rn`. Shared by the Triton and Gluon stage kernels (any layout)."""
-    f1, f2, s = _row_scale(_row_amax(x), rows, rmask, BITS, s_ptr, amax_ptr)
+    f1, f2, s = _row_scale(tl.reduce(_abs_inf(x), 1, _fmax), rows, rmask, BITS, s_ptr, amax_ptr)
     v = ((x * f1) * f2).to(tl.int64)  # exact x 2^s, truncated; padding 0 (residue 0)
     hv = v >> 29
     return hv.to(tl.float64), (v - (hv << 29)).to(tl.float64) + MAGIC, s
@@ -459,10 +446,10 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             of the padded N, or 1 when the launch is given in warps (``num_warps`` or the environment). The
             Triton kernel (non-Hopper GPUs, ``impl="triton"``, tiles the Gluon kernel does not take) has no
             passes and ignores it. Same bits.
-
         out_shift: an extra power of two in the one rounding: outputs Y 2^-(s + b_w + out_shift), e.g. the
             inverse transform's 1/N on its last stage (no second rounding, no overflow of an output that
             only fits after the division).
+
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
         float64 [Rc] row maxima (Inf where a row has Inf/NaN).
@@ -594,8 +581,8 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         bt = ops["b4m_t"]
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_gluon_kernel[grid](
             xv, bt, y, s, amax, Rc, R, c0, N, K, *xstr, bt.stride(0), bt.stride(1), bits,
-            twiddle_bits + out_shift, *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk, KP=passes,
-            RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
+            twiddle_bits + out_shift, *ystr, ngs, NP=NP, BR=bm, BK=BK, ASM=asm, XROWS=xrows, FB=fb, RK=rk,
+            KP=passes, RH=row_blocks(bm, NP, launch["num_warps"]), **consts,
             **launch)
     else:
         COMPILED[(tab.kind, tab.num_moduli, variant)] = _fused_epi_kernel[grid](
