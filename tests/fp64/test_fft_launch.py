@@ -94,6 +94,19 @@ def test_inverse_division_in_the_last_rounding_same_bits_on_every_path(gemm):
     assert want[1, 0] != 0 and ifftn_fp64_emulated(big)[16] == 1.7e308 / 8
 
 
+@pytest.mark.skipif(DEV != "cuda", reason="the CUDA launch choice for stages with few rows per twiddle group")
+@pytest.mark.parametrize("shape", [(32,), (1024,), (4, 64), (1024, 4)])
+def test_stages_with_few_rows_per_group_on_cuda_match_the_cpu_bits(shape):
+    """Stages with fewer than 16 rows per twiddle group (1-D transforms, thin 2-D ones) take per-group cuBLAS
+    GEMMs on CUDA instead of the fused kernel, whose unrolled per-group dots took Triton's compiler over 200 s
+    for a length-32 inverse (H200 run 67); same bits as the exact CPU path, forward and inverse."""
+    x = _wide(shape, 7)
+    plan = EmulatedFftPlan(backend="int8", epilogue="triton")
+    xt = torch.from_numpy(x).to(DEV)
+    assert _same(fftn_fp64_emulated(xt, plan).cpu().numpy(), fftn_fp64_emulated(x))
+    assert _same(ifftn_fp64_emulated(xt, plan).cpu().numpy(), ifftn_fp64_emulated(x))
+
+
 def _counting(monkeypatch, module, name, counts):
     orig = getattr(module, name)
 

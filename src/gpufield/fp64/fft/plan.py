@@ -62,7 +62,9 @@ class EmulatedFftPlan:
             (:func:`gpufield.fp64.fft.gemm_triton.fused_stage_gemm_triton`: row shifts, scaling and residues
             computed in that launch too, no residue planes; same bits) or ``"fused_epi"``
             (:func:`gpufield.fp64.fft.gemm_fused_epi.fused_epi_stage_triton`: the epilogue too, on the
-            dot accumulators in registers; no int32 product planes; variants crt/kulisch; same bits).
+            dot accumulators in registers; no int32 product planes; variants crt/kulisch; same bits; on
+            CUDA a stage with fewer than 16 rows per twiddle group, as in 1-D and thin 2-D transforms, runs
+            ``"cublas"`` instead: the kernel would unroll one dot per group in a tile).
             None (default): ``"fused_epi"`` with ``backend="int8", epilogue="triton"`` and variant crt or
             kulisch, ``"triton"`` with those and variant garner, else ``"cublas"`` (see below).
 

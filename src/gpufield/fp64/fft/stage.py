@@ -183,10 +183,16 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     if y is None and rows < Mrows:
         y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
     Q = -(-r // gsz)
+    gemm = plan.int8_gemm
+    if gemm == "fused_epi" and dev.type == "cuda" and R < 16:
+        # fewer rows per twiddle group than the smallest tile (e.g. stage 2 of a 1-D transform, R = 1): the
+        # fused kernel would unroll a masked dot and fold per group in a tile (up to 64; H200 run 67: over
+        # 200 s in Triton's compiler for a length-32 1-D inverse); per-group cuBLAS GEMMs, same bits
+        gemm = "cublas"
     for c0 in range(0, Mrows, rows):
         c1 = min(Mrows, c0 + rows)
         Rc = c1 - c0
-        if plan.int8_gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
+        if gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
             from gpufield.fp64.fft.gemm_fused_epi import _overlap, fused_epi_stage_triton
 
             # the kernel reads the chunk's rows where they are in the [G, R] grid (no copy, any strides)
@@ -206,7 +212,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             T = torch.empty((3, Q, Rc, gsz * K), dtype=torch.int32, device=dev)
         else:
             T = torch.empty((r, 3, Rc, K), dtype=torch.int32, device=dev)
-        if plan.int8_gemm == "fused":  # shifts, residues and GEMMs in one launch
+        if gemm == "fused":  # shifts, residues and GEMMs in one launch
             from gpufield.fp64.fft.gemm_triton import fused_stage_gemm_triton
 
             s, amax = fused_stage_gemm_triton(xc, plan.input_bits, table.moduli, gsz, bd,
@@ -216,7 +222,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
             s, amax = _shifts_amax(xc, plan.input_bits)
         if flags is not None:
             flags.append(amax.amax())
-        if plan.int8_gemm == "fused":
+        if gemm == "fused":
             pass
         elif plan.epilogue == "triton":  # fused scaling + residues of re, im, re+im (one pass)
             # bounded: s = b_x - e_row keeps |x 2^s| < 2^b_x <= 2^60, so the big-value pass is never needed
@@ -231,11 +237,11 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         epi_kw = {"shift_row_len": K} if plan.epilogue == "triton" else {}
         if plan.epilogue != "triton":
             shift = shift[:, None].expand(Rc, K).reshape(-1)
-        if plan.int8_gemm == "triton":  # one launch for every group, component and moduli group
+        if gemm == "triton":  # one launch for every group, component and moduli group
             from gpufield.fp64.fft.gemm_triton import stage_gemm_triton
 
             stage_gemm_triton(xres, bd, T if gsz > 1 else T.transpose(0, 1), c0, R)
-        for gi, s0, s1 in chunk_segments(c0, c1, R) if plan.int8_gemm == "cublas" else ():
+        for gi, s0, s1 in chunk_segments(c0, c1, R) if gemm == "cublas" else ():
             for comp in range(3):
                 if gsz > 1:
                     for q in range(Q):
