@@ -78,15 +78,17 @@ def test_chunks_cutting_through_groups_match_the_oracle(backend, variant, epilog
 def test_inverse_division_in_the_last_rounding_same_bits_on_every_path(gemm):
     """The inverse's 1/N enters the last stage's one rounding on every kernel path, bit for bit as the exact
     CPU path: a length-32 inverse (one stage) whose output 16 sums to 4 x 1.7e308 and fits only after the
-    division (numpy.fft.ifft gives inf there), a 2-D one with subnormal outputs (rounded once) and a 2-D
-    spike near DBL_MAX (the division on the last of two passes)."""
+    division (numpy.fft.ifft gives inf there), a 2-D one with subnormal outputs (rounded once), a 2-D
+    spike near DBL_MAX (the division on the last of two passes) and a 32 x 64 one whose last stage has 32 rows
+    per twiddle group (on CUDA the others' last stages have fewer than 16 and run cuBLAS GEMMs)."""
     big = np.zeros(32, dtype=complex)
     big[:4] = [1.7e308, -1.7e308, 1.7e308, -1.7e308]
     tiny = _wide((4, 64), 3) * 1e-320
     spike = np.zeros((4, 64), dtype=complex)
     spike[1, 3] = -1.7e308 + 1e300j
+    wide = _wide((32, 64), 4) * 1e-300  # the last stage has 32 rows per group: the fused kernel also on CUDA
     plan = EmulatedFftPlan(backend="int8", epilogue="triton", int8_gemm=gemm)
-    for x in (big, tiny, spike):
+    for x in (big, tiny, spike, wide):
         want = ifftn_fp64_emulated(x)
         assert np.isfinite(want).all()
         got = ifftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
@@ -96,15 +98,26 @@ def test_inverse_division_in_the_last_rounding_same_bits_on_every_path(gemm):
 
 @pytest.mark.skipif(DEV != "cuda", reason="the CUDA launch choice for stages with few rows per twiddle group")
 @pytest.mark.parametrize("shape", [(32,), (1024,), (4, 64), (1024, 4)])
-def test_stages_with_few_rows_per_group_on_cuda_match_the_cpu_bits(shape):
+def test_stages_with_few_rows_per_group_on_cuda_match_the_cpu_bits(shape, monkeypatch):
     """Stages with fewer than 16 rows per twiddle group (1-D transforms, thin 2-D ones) take per-group cuBLAS
     GEMMs on CUDA instead of the fused kernel, whose unrolled per-group dots took Triton's compiler over 200 s
     for a length-32 inverse (H200 run 67); same bits as the exact CPU path, forward and inverse."""
+    from gpufield.fp64.fft import gemm_fused_epi
+
     x = _wide(shape, 7)
     plan = EmulatedFftPlan(backend="int8", epilogue="triton")
     xt = torch.from_numpy(x).to(DEV)
+    rows_per_group = []
+    orig = gemm_fused_epi.fused_epi_stage_triton
+
+    def spy(*a, **k):
+        rows_per_group.append(a[7])  # R
+        return orig(*a, **k)
+
+    monkeypatch.setattr(gemm_fused_epi, "fused_epi_stage_triton", spy)
     assert _same(fftn_fp64_emulated(xt, plan).cpu().numpy(), fftn_fp64_emulated(x))
     assert _same(ifftn_fp64_emulated(xt, plan).cpu().numpy(), ifftn_fp64_emulated(x))
+    assert all(r >= 16 for r in rows_per_group), rows_per_group  # R < 16 went to cuBLAS
 
 
 def _counting(monkeypatch, module, name, counts):

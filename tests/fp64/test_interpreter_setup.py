@@ -57,12 +57,23 @@ def test_interpreter_switched_off_is_named_in_the_error():
     assert line.startswith("InputError: the Triton kernels run on CUDA tensors") and "TRITON_INTERPRET='0'" in line
 
 
+def test_interpreter_spelled_as_triton_reads_it():
+    """Triton reads TRITON_INTERPRET as a boolean (true, on, yes, any case): so do we."""
+    line = _run("import triton\n", "True")
+    assert line.startswith("OK"), line
+
+
 def test_ozaki_triton_kernels_on_cpu_checked_too(monkeypatch):
     """``kernels="triton"`` on a CPU tensor goes through the same check (here: the interpreter off)."""
     from gpufield.errors import InputError
-    from gpufield.fp64.ozaki.backends import use_triton
+    from gpufield.fp64.ozaki.backends import Fp8Backend, Int8Backend, use_triton
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(InputError, match="TRITON_INTERPRET='0'"):
         use_triton("triton", torch.device("cpu"))
     assert use_triton("auto", torch.device("cpu")) is False
+    # building a backend checks the mode only: the device is known when a product runs (on a CUDA machine the
+    # interpreter is off and kernels="triton" is the GPU path)
+    assert Int8Backend(kernels="triton").kernels == "triton" and Fp8Backend(kernels="triton").kernels == "triton"
+    with pytest.raises(InputError, match="kernels must be one of"):
+        Int8Backend(kernels="gpu")

@@ -11,10 +11,10 @@ FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilog
     stages  = ceil(log2 n / log2 32)                                (DFT-GEMM stages of k <= 32 per axis)
     N_out   = dims * stages * 2 * N                                 (12 N real outputs for 1024^3)
     T_epi   = c_epi * N_out / P_INT32                               (epilogue time)
-    floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM
+    floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM   (Q/N_out = 16/stages B: 8 at 2 stages)
     T_emu   = max(T_roof, T_epi)                                    (the paper's model: overlapped)
-    T_tc    = stages*dims*N * 3 * moduli * gemms_per_modulus * 2k / P_TC   (tensor-core work, reported
-                                                                     apart: not in T_emu, as in Part 3)
+    T_tc    = dims*N * sum(k) * 3 * moduli * gemms_per_modulus * 2 / P_TC   (k: each stage's length;
+                                                tensor-core work, reported apart: not in T_emu, as in Part 3)
 
 Hardware numbers come from the telemetry catalogue (:func:`gpufield.telemetry.gpu_spec`); only
 model parameters (c_epi range, passes per axis, stage length, bytes per point, remedy cases) come from
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from importlib import resources
@@ -124,10 +125,14 @@ def _positive(value: Any, what: str) -> float:
 
 
 def _whole(value: Any, what: str) -> int:
-    """``value`` as an int when it is a whole number (``16``, ``16.0``), else :class:`InputError`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise InputError(f"{what} must be a whole number, got {value!r}")
-    return int(value)
+    """``value`` as an int when it is a whole number (``16``, ``numpy.int64(16)``, ``16.0``), else
+    :class:`InputError`."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) \
+            and value == int(value):
+        return int(value)
+    raise InputError(f"{what} must be a whole number, got {value!r}")
 
 
 def fft_floor_model(
@@ -180,6 +185,8 @@ def fft_floor_model(
     traffic = float(passes * tr["bytes_per_point_per_pass"] * points)
     kmax = int(tr["max_stage_length"])
     stages = -(-(n.bit_length() - 1) // (kmax.bit_length() - 1))  # ceil(log2 n / log2 kmax)
+    q, extra = divmod(n.bit_length() - 1, stages)
+    lengths = [2 ** (q + 1)] * extra + [2**q] * (stages - extra)  # balanced stage lengths k (32, 32 at 1024)
     flops = 5.0 * points * math.log2(points)
     n_out = dims * stages * int(tr["real_outputs_per_complex_output"]) * points
     roof = traffic / bw
@@ -192,8 +199,8 @@ def fft_floor_model(
     tensor: dict[str, float | None] = {}
     for kind in ("int8", "fp8"):
         rate = getattr(spec, tt[kind]["rate_field"])
-        work = (stages * dims * points * tt["complex_products_per_gemm"]
-                * tt[kind]["moduli"] * tt[kind]["gemms_per_modulus"] * 2 * tt["gemm_k"])
+        work = (sum(lengths) * dims * points * tt["complex_products_per_gemm"]
+                * tt[kind]["moduli"] * tt[kind]["gemms_per_modulus"] * 2)
         tensor[kind] = None if not rate else work / float(rate)
 
     remedies = {}

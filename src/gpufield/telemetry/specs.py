@@ -141,8 +141,9 @@ def gpu_specs() -> tuple[GpuSpec, ...]:
 def gpu_spec(name: str) -> GpuSpec:
     """Look up a GPU by catalogue key or the product name NVML reports.
 
-    Matching ignores case, ``-``/``_`` and repeated spaces; an exact alias wins, else the longest
-    alias that is a word prefix of ``name`` (``"NVIDIA B300 SXM6 AC"`` -> B300). Names containing
+    Matching ignores case, ``-``/``_`` and repeated spaces; an exact alias wins (also after a leading
+    ``"NVIDIA "``: ``"NVIDIA H100"`` -> H100-SXM), else the longest alias that is a word prefix of ``name``
+    (``"NVIDIA B300 SXM6 AC"`` -> B300; ``"NVIDIA H100 CNX"`` matches nothing). Names containing
     ``PCIe`` or ``NVL`` are refused rather than guessed: those variants have other SM counts,
     clocks and TDPs and are not in the catalogue.
 
@@ -163,15 +164,14 @@ def gpu_spec(name: str) -> GpuSpec:
         for s in specs:
             if want in {_norm(s.key), *(_norm(n) for n in s.nvml_names)}:
                 return s
-    if not any(tag in full.split() for tag in ("pcie", "nvl")):
-        for want in wants:
-            best: tuple[int, GpuSpec] | None = None
-            for s in specs:
-                for n in (s.key, *s.nvml_names):
-                    a = _norm(n)
-                    if want.startswith(a + " ") and (best is None or len(a) > best[0]):
-                        best = (len(a), s)
-            if best is not None:
-                return best[1]
+    if not any(tag in full.split() for tag in ("pcie", "nvl")):  # word prefixes of the name as given only
+        best: tuple[int, GpuSpec] | None = None
+        for s in specs:
+            for n in (s.key, *s.nvml_names):
+                a = _norm(n)
+                if full.startswith(a + " ") and (best is None or len(a) > best[0]):
+                    best = (len(a), s)
+        if best is not None:
+            return best[1]
     known = ", ".join(f"{s.key} ({s.nvml_names[0]!r})" for s in specs)
     raise InputError(f"unknown GPU {name!r}; the catalogue knows {known} (PCIe/NVL variants are not catalogued)")

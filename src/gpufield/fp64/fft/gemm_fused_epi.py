@@ -57,6 +57,7 @@ from gpufield.fp64.fft.gemm_triton import (
     _row_scale,
 )
 from gpufield.fp64.fft.stage_residues import MAGIC, _low_word, _residue
+from gpufield.fp64.kernels import interpreter_on
 from gpufield.fp64.kernels.fft_epilogue import _finish, _fold_j, _init_like
 from gpufield.fp64.kernels.fft_epilogue_consts import (
     RESIDUE_PAIRS,
@@ -545,7 +546,7 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         passes, warps = 1, num_warps or 4
     if asm is None:
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
-    asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = asm and not interpreter_on()
     launch = {"num_warps": warps}
     if cuda:
         env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")

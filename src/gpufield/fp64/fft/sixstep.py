@@ -70,8 +70,8 @@ def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int 
     x_NB = box.pop()
     N, B = x_NB.shape
     dev = x_NB.device
-    if N == 1:  # a new array also here: the output never shares memory with the caller's input
-        return x_NB.T.clone(memory_format=torch.contiguous_format)
+    if N == 1:
+        return x_NB.T.contiguous()
     if N <= 32:
         z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k]
         dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N), plan, out=z.unsqueeze(0), flags=flags, chunk_outputs=chunk,
@@ -168,6 +168,8 @@ def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None, out_shift
     del x
     # pass i transforms axis i (the outermost of the memory order then): the last one with a stage rounds last
     last = max((i for i, n in enumerate(shape) if n > 1), default=-1)
+    if last < 0:  # every side 1: the transform is the identity; a new array, never the caller's memory
+        return pass_in.pop().clone(memory_format=torch.contiguous_format).view(shape)
     for i in range(len(shape)):
         z = _axis_pass(pass_in, plan, flags, chunk, out_shift if i == last else 0)  # [B, N]: the axis is now innermost
         order = order[1:] + order[:1]

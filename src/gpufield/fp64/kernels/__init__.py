@@ -32,8 +32,13 @@ def _configure_interpreter() -> None:
     except Exception:  # pragma: no cover
         has_cuda = False
     if not has_cuda:
-        _PARTIAL_INTERPRETER = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
+        _PARTIAL_INTERPRETER = "triton" in sys.modules and not interpreter_on()
         os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def interpreter_on() -> bool:
+    """``TRITON_INTERPRET`` read as Triton reads it: a boolean, on for 1, true, on, yes or y in any case."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in ("1", "true", "on", "yes", "y")
 
 
 def require_cpu_interpreter() -> None:
@@ -44,11 +49,11 @@ def require_cpu_interpreter() -> None:
             there), or triton was imported before gpufield on a machine without CUDA (its own functions
             are then not interpretable); the message says what to change.
     """
-    if os.environ.get("TRITON_INTERPRET", "0") != "1":
-        raise InputError("the Triton kernels run on CUDA tensors, or on CPU in Triton's interpreter, but "
-                         f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r}: unset it (gpufield turns "
-                         "the interpreter on where there is no CUDA) or use the torch path (epilogue='torch', "
-                         "kernels='torch')")
+    if not interpreter_on():
+        raise InputError("the Triton kernels run on CUDA tensors, or on CPU tensors in Triton's interpreter, "
+                         f"which is off (TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r}; gpufield "
+                         "turns it on where there is no CUDA, or set TRITON_INTERPRET=1 before Python starts); "
+                         "or use the torch path (epilogue='torch', kernels='torch')")
     if _PARTIAL_INTERPRETER:
         raise InputError("triton was imported before gpufield on this machine without CUDA, so Triton's "
                          "interpreter is only partly on: import gpufield.fp64 before triton, or set "

@@ -44,7 +44,7 @@ import triton.language as tl
 
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import VARIANTS, EpilogueTables
-from gpufield.fp64.kernels import fft_epilogue_int64
+from gpufield.fp64.kernels import fft_epilogue_int64, interpreter_on
 from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
 COMPILED: dict = {}
@@ -342,7 +342,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     grid = (triton.cdiv(n_out, block),)
     if asm is None:
         asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
-    asm = asm and os.environ.get("TRITON_INTERPRET", "0") != "1"
+    asm = asm and not interpreter_on()
     vec = next(v for v in (4, 2, 1) if all(x % v == 0 for x in (K, S_c, S_q, S_s, S_m)))
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_i32_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, GROUP=g, BLOCK=block,

@@ -39,6 +39,11 @@ KERNEL_MODES = ("auto", "triton", "torch")
 ``triton`` = always Triton (interpreter on CPU, for tests); ``torch`` = always the torch reference."""
 
 
+def _check_mode(kernels: str) -> None:
+    if kernels not in KERNEL_MODES:
+        raise InputError(f"kernels must be one of {KERNEL_MODES}, got {kernels!r}")
+
+
 def use_triton(kernels: str, device: torch.device) -> bool:
     """Whether the fused passes should run in Triton for this kernel mode and device.
 
@@ -46,8 +51,7 @@ def use_triton(kernels: str, device: torch.device) -> bool:
         InputError: an unknown mode, or ``"triton"`` on a CPU tensor where Triton's interpreter is not
             (fully) on (:func:`gpufield.fp64.kernels.require_cpu_interpreter`).
     """
-    if kernels not in KERNEL_MODES:
-        raise InputError(f"kernels must be one of {KERNEL_MODES}, got {kernels!r}")
+    _check_mode(kernels)
     if kernels == "triton" and device.type != "cuda":
         from gpufield.fp64.kernels import require_cpu_interpreter
 
@@ -141,7 +145,7 @@ class Int8Backend:
     bound_ufp = 6
 
     def __init__(self, kernels: str = "auto", group: int = 5, group_max_k: int = 64) -> None:
-        use_triton(kernels, torch.device("cpu"))  # validates
+        _check_mode(kernels)  # the device is known only when a product runs
         if group < 1:
             raise InputError(f"group must be >= 1, got {group}")
         self.kernels = kernels
@@ -252,7 +256,7 @@ class Fp8Backend:
     def __init__(
         self, k_chunk: int = FP8_K_CHUNK, *, allow_unsafe_chunk: bool = False, kernels: str = "auto"
     ) -> None:
-        use_triton(kernels, torch.device("cpu"))  # validates
+        _check_mode(kernels)  # the device is known only when a product runs
         self.kernels = kernels
         if k_chunk % 16 or k_chunk <= 0:
             raise InputError(f"k_chunk must be a positive multiple of 16, got {k_chunk}")
