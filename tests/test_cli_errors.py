@@ -178,11 +178,11 @@ def test_power_restore_checks_its_flags_before_nvml(capsys, monkeypatch, args, n
 
 # --- 8. fp64 fft --shape -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("shape", ["a,b", "16,x", "", "-4", "0,8", "1.5"])
+@pytest.mark.parametrize("shape", ["a,b", "16,x", "", "-4", "0,8", "1.5", "12", "8,,8", "2,2,2,2"])
 def test_fp64_fft_shape_not_integers(capsys, shape):
     rc, _, err = _run(capsys, "fp64", "fft", "--shape", shape)
     line = _usage_error(rc, err, "--shape", repr(shape))
-    assert "expected comma-separated positive integers" in line
+    assert "expected 1 to 3 comma-separated powers of two" in line
 
 
 # --- the handler in main: any other ValueError / OSError / re.error ---------------------------------------
@@ -231,8 +231,8 @@ def test_gpufield_debug_as_a_process(tmp_path):
 
 
 def test_input_error_keeps_its_status(capsys):
-    rc, _, err = _run(capsys, "fp64", "fft", "--shape", "12")  # a library InputError: status 2, as before
-    assert rc == 2 and err.startswith("gpufield: error: ") and "power of two" in err
+    rc, _, err = _run(capsys, "fp64", "fft", "--shape", "2048")  # a library InputError: status 2, as before
+    assert rc == 2 and err.startswith("gpufield: error: ") and "power of two <= 1024" in err
 
 
 def test_the_module_docstring_documents_gpufield_debug():
