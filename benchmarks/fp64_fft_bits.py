@@ -4,6 +4,10 @@ error on a rank-1 input whose exact DFT is known, next to cuFFT Z2Z (``torch.fft
 calls) in the same run.
 
     PYTHONPATH=src python3 benchmarks/fp64_fft_bits.py --out DIR [--sizes 256,512,1024] [--bits 58/56,57/52] [--reps 3]
+        [--inverse]
+
+``--inverse`` also times the inverse (``ifftn_fp64_emulated`` against ``torch.fft.ifftn``, same alternation) on the
+same input, with its error against the exact inverse of the rank-1 input (conj(DFT(conj(a))) / n per axis).
 
 Each plan ``b_x/b_w`` takes the fewest INT8 moduli whose product keeps its stages' CRT unique
 (:func:`gpufield.fp64.fft.auto_num_moduli`; 57/52 needs 15). The rank-1 input (17-bit integers, exact in
@@ -33,17 +37,20 @@ def _wall_s(fn) -> float:
 
 
 def _rank1(n: int):
-    """Rank-1 input on the GPU and its exact DFT at 2^18 sampled outputs (long double)."""
+    """Rank-1 input on the GPU, the sampled output indices, and its exact DFT and inverse DFT at those 2^18
+    outputs (long double)."""
     from gpufield.fp64.fft.reference import dft_longdouble
 
     rng = np.random.default_rng(n)
     vecs = [rng.integers(-(2**17), 2**17, n) + 1j * rng.integers(-(2**17), 2**17, n) for _ in range(3)]
     refs = [dft_longdouble(a) for a in vecs]
+    irefs = [np.conj(dft_longdouble(np.conj(a))) / n for a in vecs]
     kk = np.random.default_rng(1).integers(0, n, (3, 2**18))
     ref = refs[0][kk[0]] * refs[1][kk[1]] * refs[2][kk[2]]
+    iref = irefs[0][kk[0]] * irefs[1][kk[1]] * irefs[2][kk[2]]
     idx = torch.from_numpy(kk[0] * n * n + kk[1] * n + kk[2]).cuda()
     u, v, w = (torch.from_numpy(a).cuda() for a in vecs)
-    return u[:, None, None] * v[None, :, None] * w[None, None, :], idx, ref
+    return u[:, None, None] * v[None, :, None] * w[None, None, :], idx, ref, iref
 
 
 def _err(y, idx, ref) -> float:
@@ -57,8 +64,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="256,512,1024")
     ap.add_argument("--bits", default="58/56,57/52", help="comma-separated input_bits/twiddle_bits; first = baseline")
     ap.add_argument("--reps", type=int, default=3, help="timed calls per plan (alternating)")
+    ap.add_argument("--inverse", action="store_true", help="also time and check the inverse transform")
     a = ap.parse_args()
-    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated
+    from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
 
     plans = {}
     for b in a.bits.split(","):
@@ -68,7 +76,7 @@ def main() -> None:
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "moduli": {b: p.resolved_num_moduli for b, p in plans.items()}, "sizes": {}}
     for n in (int(s) for s in a.sizes.split(",")):
-        x, idx, ref = _rank1(n)
+        x, idx, ref, iref = _rank1(n)
         r = {"cufft_rank1_rel_l2": _err(torch.fft.fftn(x), idx, ref)}
         r["cufft_ms"] = 1e3 * float(np.median([_wall_s(lambda x=x: torch.fft.fftn(x)) for _ in range(a.reps)]))
         for b, p in plans.items():  # first call: compiles; its output gives the error
@@ -83,6 +91,20 @@ def main() -> None:
             r[f"{b}_ms"] = ts[b]
         base = next(iter(plans))
         r["ratio_to_baseline"] = {b: float(np.median(ts[b]) / np.median(ts[base])) for b in plans}
+        if a.inverse:
+            r["cufft_inverse_rank1_rel_l2"] = _err(torch.fft.ifftn(x), idx, iref)
+            r["cufft_inverse_ms"] = 1e3 * float(np.median(
+                [_wall_s(lambda x=x: torch.fft.ifftn(x)) for _ in range(a.reps)]))
+            for b, p in plans.items():
+                y = ifftn_fp64_emulated(x, p)
+                r[f"{b}_inverse_rank1_rel_l2"] = _err(y, idx, iref)
+                del y
+            ti = {b: [] for b in plans}
+            for _ in range(a.reps):
+                for b, p in plans.items():
+                    ti[b].append(1e3 * _wall_s(lambda p=p, x=x: ifftn_fp64_emulated(x, p)))
+            for b in plans:
+                r[f"{b}_inverse_ms"] = ti[b]
         res["sizes"][n] = r
         print(n, json.dumps(r), flush=True)
         (a.out / "fp64_fft_bits.json").write_text(json.dumps(res, indent=1))
