@@ -131,6 +131,26 @@ def test_inverse_against_mpmath():
     assert rel_l2(y, ref) <= max(rel_l2(np.fft.ifftn(x), ref), 2**-54)
 
 
+@pytest.mark.parametrize("shape", [(32,), (64,), (8, 16), (4, 8, 16)])
+@pytest.mark.parametrize("kind", ["random", "wide"])
+def test_inverse_is_the_conjugated_forward_bit_for_bit(shape, kind):
+    """The inverse runs the forward stages on the conjugate roots (table entries at the negated exponents):
+    every entry is exactly the conjugate of the forward one, so in the normal range the result is bit for bit
+    conj(fft(conj(x))) / N (the division is exact there), and the input is read in place but not modified."""
+    c, s = twiddle_table()
+    pairs = [(_dft_idx(n), _dft_idx(n, True)) for n in (2, 4, 8, 16, 32)]
+    pairs += [(_fused_idx(n), _fused_idx(n, True)) for n in (64, 128, 256, 512, 1024)]
+    for fwd, inv in pairs:
+        assert np.array_equal(c[inv], c[fwd]) and np.array_equal(s[inv], -s[fwd])
+    x = _gen(kind, shape, np.random.default_rng(sum(shape)))
+    keep = x.copy()
+    y = ifftn_fp64_emulated(x)
+    want = np.conj(fftn_fp64_emulated(np.conj(x))) / x.size
+    assert np.array_equal(y, want) and np.array_equal(x.view(np.float64), keep.view(np.float64))
+    t = torch.from_numpy(x).conj()  # a lazily conjugated view: transformed as its value
+    assert np.array_equal(ifftn_fp64_emulated(t).numpy(), np.conj(fftn_fp64_emulated(x)) / x.size)
+
+
 def test_inverse_zero_parts_are_positive_zero_like_numpy():
     """ifft of a real input: the zero-frequency and Nyquist imaginary parts are exactly zero, +0.0 as numpy's
     (the conjugation once left them -0.0)."""

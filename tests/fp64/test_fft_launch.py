@@ -227,10 +227,11 @@ def test_memory_model_numbers():
     assert workspace_bytes_per_output(fused) == 32 and chunk_outputs_for(fused, (1024,) * 3, cpu) == 2**30
 
 
-def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
+@pytest.mark.parametrize("inverse", [False, True])
+def test_pass_buffers_at_most_three_full_size_arrays(inverse, monkeypatch):
     """Memory model (fft/memory.py, peak 3 A + W): at every stage call of a 3-D transform at most three
     full-size complex128 storages are alive, the caller's input included (a pass's input is dropped once its
-    stage 1 has read it; the output is allocated after that)."""
+    stage 1 has read it; the output is allocated after that). The inverse too: it makes no conjugated copy."""
     import gc
 
     shape = (4, 4, 64)
@@ -247,10 +248,16 @@ def test_pass_buffers_at_most_three_full_size_arrays(monkeypatch):
 
     monkeypatch.setattr(sixstep, "dft_stage", counting)
     x = torch.from_numpy(_wide(shape, 6))
-    y = fftn_fp64_emulated(x, EmulatedFftPlan())
-    ref = dft_longdouble(x.numpy())
-    assert rel_l2(y.numpy(), ref) <= rel_l2(np.fft.fftn(x.numpy()), ref)
-    assert len(seen) == 4 and max(seen) <= 3, seen
+    if inverse:
+        y = ifftn_fp64_emulated(x, EmulatedFftPlan())
+        ref = np.conj(dft_longdouble(np.conj(x.numpy()))) / x.numel()
+        assert rel_l2(y.numpy(), ref) <= rel_l2(np.fft.ifftn(x.numpy()), ref)
+    else:
+        y = fftn_fp64_emulated(x, EmulatedFftPlan())
+        ref = dft_longdouble(x.numpy())
+        assert rel_l2(y.numpy(), ref) <= rel_l2(np.fft.fftn(x.numpy()), ref)
+    # the first stage: the caller's input and the stage's output only (a conjugated copy would be a third)
+    assert len(seen) == 4 and seen[0] == 2 and max(seen) <= 3, seen
 
 
 def test_stages_read_their_inputs_where_they_are(monkeypatch):

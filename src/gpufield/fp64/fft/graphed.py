@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.sixstep import _check, _fftn, _ifftn, _plan_of
+from gpufield.fp64.fft.sixstep import _check, _fftn, _plan_of
 from gpufield.fp64.fft.stage import EmulatedFftPlan, check_finite_flags
 
 
@@ -62,9 +62,7 @@ class GraphedFftn:
             self.output = self._run(self._flags)
 
     def _run(self, flags: list) -> torch.Tensor:
-        if self.inverse:
-            return _ifftn(self.input, self.plan, flags)
-        return _fftn([self.input], self.plan, flags)
+        return _fftn([self.input], self.plan, flags, inverse=self.inverse)
 
     def __call__(self, x: torch.Tensor | None = None) -> torch.Tensor:
         """Replay the transform (of ``x``, copied into :attr:`input` first, or of :attr:`input` as it is).

@@ -36,7 +36,7 @@ def _sym_mod_np(x: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 
 def stage_operands(idx_GKN: np.ndarray, twiddle_bits: int, moduli: tuple[int, ...], dtype: torch.dtype,
-                   group: int, device: torch.device, inverse: bool = False) -> dict[str, object]:
+                   group: int, device: torch.device) -> dict[str, object]:
     """Cached device operands of one stage (see module docstring).
 
     Args:
@@ -46,20 +46,18 @@ def stage_operands(idx_GKN: np.ndarray, twiddle_bits: int, moduli: tuple[int, ..
         dtype: residue dtype (torch.int8 or torch.int16).
         group: INT8 group g of the block-diagonal operand.
         device: target device.
-        inverse: conjugate roots (cos + i sin).
 
     Returns:
         dict with ``wres`` (list of 3 tensors [L, G, K, N]) and ``bd`` (tensor or None).
     """
     idx = np.ascontiguousarray(idx_GKN, dtype=np.int64)
-    key = (hashlib.sha1(idx.tobytes()).hexdigest(), idx.shape, twiddle_bits, moduli, dtype, group, str(device),
-           inverse)
+    key = (hashlib.sha1(idx.tobytes()).hexdigest(), idx.shape, twiddle_bits, moduli, dtype, group, str(device))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     c, s = twiddle_table(twiddle_bits)
     wr = c[idx]  # int64, |.| <= 2^62
-    wi = s[idx] if inverse else -s[idx]
+    wi = -s[idx]  # the table's roots are cos - i sin (an inverse stage passes the negated exponents' indices)
     p = np.array(moduli, dtype=np.int64).reshape((-1, 1, 1, 1))
     rr = _sym_mod_np(wr[None], p)
     ri = _sym_mod_np(wi[None], p)

@@ -14,7 +14,8 @@ N <= 32 is one stage; 64 <= N <= 1024 splits as n1 = 2^ceil(m/2), n2 = 2^floor(m
 Each stage rounds once (its epilogue's final conversion); a 3-D transform has 6 stage roundings.
 Multi-dimensional transforms apply the 1-D transform along each axis (one pass per axis, the outermost
 axis in memory first; each pass leaves its axis innermost, so no pass copies its input). The inverse
-uses ifft(x) = conj(fft(conj(x))) / N_total (conjugation and the power-of-two division are exact).
+runs the same stages with the conjugate roots w^-e (table entries at the negated exponents, exact) and puts
+the power-of-two division by N_total into the last stage's one rounding.
 
 Shape legend: B batch of pencils, N axis length; arrays are complex128.
 """
@@ -22,6 +23,7 @@ Shape legend: B batch of pencils, N axis length; arrays are complex128.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -38,24 +40,26 @@ def _split(n: int) -> tuple[int, int]:
 
 
 @functools.cache
-def _dft_idx(n: int) -> np.ndarray:
-    """[1, n, n] table indices of F_n[k, j] = w_n^{jk}."""
+def _dft_idx(n: int, inverse: bool = False) -> np.ndarray:
+    """[1, n, n] table indices of F_n[k, j] = w_n^{jk} (``inverse``: w_n^{-jk}, the conjugate)."""
     j = np.arange(n)
-    return root_index(n, np.outer(j, j))[None]
+    e = np.outer(j, j)
+    return root_index(n, -e if inverse else e)[None]
 
 
 @functools.cache
-def _fused_idx(n: int) -> np.ndarray:
-    """[n1, n2, n2] table indices of G_{k1}[k2, j2] = w_N^{j2 (k1 + n1 k2)}."""
+def _fused_idx(n: int, inverse: bool = False) -> np.ndarray:
+    """[n1, n2, n2] table indices of G_{k1}[k2, j2] = w_N^{j2 (k1 + n1 k2)} (``inverse``: the conjugate)."""
     n1, n2 = _split(n)
     k1 = np.arange(n1)[:, None, None]
     k2 = np.arange(n2)[None, :, None]
     j2 = np.arange(n2)[None, None, :]
-    return root_index(n, j2 * (k1 + n1 * k2))
+    e = j2 * (k1 + n1 * k2)
+    return root_index(n, -e if inverse else e)
 
 
 def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None,
-               out_shift: int = 0) -> torch.Tensor:
+               out_shift: int = 0, inverse: bool = False) -> torch.Tensor:
     """Forward DFT along the first axis of ``box.pop()``: x_NB [N, B] complex128, any strides (fastest when
     rows b are consecutive elements, the outermost axis of a contiguous array) -> X_BN [B, N] contiguous.
 
@@ -65,7 +69,8 @@ def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int 
     transposes the outermost axis to the innermost, and holds at most two full-size arrays of its own at a
     time (the input and y, then y and the output): the input is taken out of ``box`` so that the last
     reference to it (when the caller holds no other) dies once stage 1 has read it. ``out_shift``: the last
-    stage's outputs are scaled by 2^-out_shift in its one rounding (N > 1).
+    stage's outputs are scaled by 2^-out_shift in its one rounding (N > 1). ``inverse``: the conjugate roots
+    (the unnormalised inverse DFT along the axis).
     """
     x_NB = box.pop()
     N, B = x_NB.shape
@@ -74,18 +79,18 @@ def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int 
         return x_NB.T.contiguous()
     if N <= 32:
         z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k]
-        dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N), plan, out=z.unsqueeze(0), flags=flags, chunk_outputs=chunk,
-                  out_shift=out_shift)
+        dft_stage(x_NB.T.unsqueeze(0), _dft_idx(N, inverse), plan, out=z.unsqueeze(0), flags=flags,
+                  chunk_outputs=chunk, out_shift=out_shift)
         return z
     n1, n2 = _split(N)
     a = x_NB.reshape(n1, n2 * B).T.unsqueeze(0)  # [1, (j2, b), j1]: a view when x_NB's rows are contiguous
     del x_NB
     y = torch.empty((n1, n2 * B), dtype=torch.complex128, device=dev)  # [k1, (j2, b)]
-    dft_stage(a, _dft_idx(n1), plan, out=y.T.unsqueeze(0), flags=flags, chunk_outputs=chunk)
+    dft_stage(a, _dft_idx(n1, inverse), plan, out=y.T.unsqueeze(0), flags=flags, chunk_outputs=chunk)
     del a
     z = torch.empty((B, N), dtype=torch.complex128, device=dev)  # X[b, k1 + n1 k2], after the input is gone
-    dft_stage(y.view(n1, n2, B).transpose(1, 2), _fused_idx(N), plan, out=z.view(B, n2, n1).permute(2, 0, 1),
-              flags=flags, chunk_outputs=chunk, out_shift=out_shift)
+    dft_stage(y.view(n1, n2, B).transpose(1, 2), _fused_idx(N, inverse), plan,
+              out=z.view(B, n2, n1).permute(2, 0, 1), flags=flags, chunk_outputs=chunk, out_shift=out_shift)
     return z
 
 
@@ -142,16 +147,16 @@ def _plan_of(plan, plan_kwargs: dict) -> EmulatedFftPlan:
     return plan
 
 
-def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None, out_shift: int = 0) -> torch.Tensor:
-    """n-D forward transform of ``box.pop()`` (dropped once its first stage has read it, see
-    :func:`_axis_pass`).
+def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None, inverse: bool = False) -> torch.Tensor:
+    """n-D transform of ``box.pop()`` (dropped once its first stage has read it, see
+    :func:`_axis_pass`); ``inverse``: the inverse transform (``numpy.fft.ifftn``: conjugate roots, and the
+    1/N_total in the last stage's one rounding).
 
     Each pass transforms the outermost axis of the current memory order and leaves it innermost
     (:func:`_axis_pass`), so after the n passes a contiguous input's layout is back and no pass copies its
     input. One finiteness check (one host sync) at the end: every stage records its rows' largest magnitude
     on the device, and nothing waits for the device before the transform is fully queued. With ``flags``
     given, the row maxima are appended there and the check is left to the caller (a CUDA graph capture).
-    ``out_shift``: the outputs are X 2^-out_shift, in the last stage's one rounding (the inverse's 1/N).
     """
     x = box.pop()
     _check(x)
@@ -168,10 +173,12 @@ def _fftn(box: list, plan: EmulatedFftPlan, flags: list | None = None, out_shift
     del x
     # pass i transforms axis i (the outermost of the memory order then): the last one with a stage rounds last
     last = max((i for i, n in enumerate(shape) if n > 1), default=-1)
+    out_shift = math.prod(shape).bit_length() - 1 if inverse else 0  # 1/N_total = 2^-out_shift, exact
     if last < 0:  # every side 1: the transform is the identity; a new array, never the caller's memory
         return pass_in.pop().clone(memory_format=torch.contiguous_format).view(shape)
     for i in range(len(shape)):
-        z = _axis_pass(pass_in, plan, flags, chunk, out_shift if i == last else 0)  # [B, N]: the axis is now innermost
+        # [B, N]: the axis is now innermost
+        z = _axis_pass(pass_in, plan, flags, chunk, out_shift if i == last else 0, inverse)
         order = order[1:] + order[:1]
         pass_in = [z.view(shape[order[0]], -1)]
         del z
@@ -221,11 +228,14 @@ def fftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
 def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """Inverse of :func:`fftn_fp64_emulated` (``numpy.fft.ifftn`` convention, 1/N normalisation).
 
-    Computed as conj(fft(conj(x))) / N_total with the division inside the last stage's one rounding: each
-    output is the exactly reconstructed stage result times 2^-log2(N_total), rounded once (also where it is
-    subnormal), and an output that fits float64 never overflows on the way (numpy.fft.ifft divides after
-    rounding: inf for inputs near DBL_MAX, and a second rounding for subnormal results). The conjugations
-    are exact, and an output part that is exactly zero is +0.0 (as the forward transform's).
+    The forward transform's stages with the conjugate roots w^-e (the twiddle table's entries at the negated
+    exponents: exact, so the result is bit for bit conj(fft(conj(x))) / N_total) and the division inside the
+    last stage's one rounding: each output is the exactly reconstructed stage result times 2^-log2(N_total),
+    rounded once (also where it is subnormal), and an output that fits float64 never overflows on the way
+    (numpy.fft.ifft divides after rounding: inf for inputs near DBL_MAX, and a second rounding for subnormal
+    results). No conjugated copy of the input or output is made (H200 run 68: those two passes made the
+    inverse 4-5 % slower than the forward transform). An output part that is exactly zero is +0.0 (as the
+    forward transform's).
 
     Args:
         x: as :func:`fftn_fp64_emulated`.
@@ -240,17 +250,7 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """
     plan = _plan_of(plan, plan_kwargs)
     t, was_np = _as_tensor(x)
-    y = _ifftn(t, plan)
+    box = [t]
+    del t
+    y = _fftn(box, plan, inverse=True)
     return y.cpu().numpy() if was_np else y
-
-
-def _ifftn(t: torch.Tensor, plan: EmulatedFftPlan, flags: list | None = None) -> torch.Tensor:
-    """conj(fft(conj(t))) / N_total (``t`` not modified; ``flags`` as :func:`_fftn`); the division by the
-    power of two N_total happens inside the last stage's one rounding."""
-    box = [torch.conj(t).resolve_conj()]
-    y = _fftn(box, plan, flags, out_shift=t.numel().bit_length() - 1)
-    # conj in place as 0 - imag (exact): an exactly zero part stays +0.0, as the forward transform's and
-    # numpy.fft.ifft's (neg_ made -0.0 of it, e.g. every real input's zero-frequency imaginary part)
-    im = y.imag
-    torch.sub(torch.zeros((), dtype=im.dtype, device=im.device), im, out=im)
-    return y
