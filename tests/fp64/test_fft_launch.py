@@ -45,7 +45,8 @@ def _wide(shape, seed):
 
 
 def _same(a, b) -> bool:
-    return np.array_equal(np.ascontiguousarray(a).view(np.float64), np.ascontiguousarray(b).view(np.float64))
+    """Same bits (-0.0 and +0.0 differ: array_equal on the float values would call them equal)."""
+    return np.array_equal(np.ascontiguousarray(a).view(np.int64), np.ascontiguousarray(b).view(np.int64))
 
 
 @pytest.mark.parametrize("backend,variant,epilogue,group,gemm", [
@@ -315,3 +316,24 @@ def test_graphed_fftn_replays_the_eager_bits(inverse):
     f.input[3, 4, 5] = float("nan")
     with pytest.raises(NumericsError):
         f()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+def test_graphed_fftn_keeps_its_operands_when_the_cache_drops_them():
+    """The twiddle-operand cache holds 32 sets; a captured graph replays the addresses it saw. After 40 other
+    sets push its own out of the cache and their memory is offered back filled with junk, a replay still
+    gives the eager bits."""
+    from gpufield.fp64.fft import GraphedFftn, operands
+
+    plan = EmulatedFftPlan(backend="int8", epilogue="triton")
+    f = GraphedFftn((16, 16, 256), plan)
+    own = [t.shape for d in operands.cached_on(f.input.device) for t in d["wres"]]
+    assert own
+    rng = np.random.default_rng(0)
+    for _ in range(40):  # distinct twiddle sets, same device: the oldest entries are dropped
+        operands.stage_operands(rng.integers(0, 1024, (1, 16, 16)), plan.twiddle_bits, (251, 241), torch.int8, 1,
+                                f.input.device)
+    junk = [torch.full(sh, 77, dtype=torch.int8, device="cuda") for sh in own for _ in range(4)]
+    x = torch.from_numpy(_wide((16, 16, 256), 10)).to("cuda")
+    assert _same(f(x).cpu().numpy(), fftn_fp64_emulated(x, plan).cpu().numpy())
+    del junk

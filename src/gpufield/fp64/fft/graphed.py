@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from gpufield.errors import InputError
+from gpufield.fp64.fft.operands import cached_on
 from gpufield.fp64.fft.sixstep import _check, _fftn, _plan_of
 from gpufield.fp64.fft.stage import EmulatedFftPlan, check_finite_flags
 
@@ -60,6 +61,9 @@ class GraphedFftn:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):  # the stages' row maxima land in self._flags at every replay
             self.output = self._run(self._flags)
+        # the captured stages read the cached twiddle operands at fixed addresses: hold them (the cache may
+        # drop them once other shapes or plans fill it)
+        self._operands = cached_on(self.input.device)
 
     def _run(self, flags: list) -> torch.Tensor:
         return _fftn([self.input], self.plan, flags, inverse=self.inverse)

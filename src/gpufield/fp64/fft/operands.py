@@ -30,6 +30,22 @@ _CACHE: dict = {}
 _CACHE_MAX = 32
 
 
+def cached_on(device: torch.device) -> tuple[dict[str, object], ...]:
+    """The operand sets now cached for ``device``, to keep alive where addresses are captured.
+
+    The cache drops its oldest entry past ``_CACHE_MAX`` (32) sets; a CUDA graph that captured a stage replays
+    the operand addresses it saw, so :class:`gpufield.fp64.fft.GraphedFftn` holds these references for its
+    lifetime (else a dropped set's memory could be reused under the graph).
+
+    Args:
+        device: the device the operands were built for (with its index, e.g. ``cuda:0``).
+
+    Returns:
+        tuple of the cached dicts (``wres``, ``bd``) whose key names that device.
+    """
+    return tuple(v for k, v in _CACHE.items() if k[6] == str(device))
+
+
 def _sym_mod_np(x: np.ndarray, p: np.ndarray) -> np.ndarray:
     r = np.mod(x, p)
     return np.where(r >= (p + 1) // 2, r - p, r)

@@ -60,8 +60,9 @@ def _fused_idx(n: int, inverse: bool = False) -> np.ndarray:
 
 def _axis_pass(box: list, plan: EmulatedFftPlan, flags: list | None, chunk: int | None,
                out_shift: int = 0, inverse: bool = False) -> torch.Tensor:
-    """Forward DFT along the first axis of ``box.pop()``: x_NB [N, B] complex128, any strides (fastest when
-    rows b are consecutive elements, the outermost axis of a contiguous array) -> X_BN [B, N] contiguous.
+    """DFT (forward, or ``inverse``) along the first axis of ``box.pop()``: x_NB [N, B] complex128, any strides
+    (fastest when rows b are consecutive elements, the outermost axis of a contiguous array) -> X_BN [B, N]
+    contiguous.
 
     Every stage reads its rows where they are (the fused kernel's two-level row addressing): stage 1 takes
     rows (j2, b) at consecutive addresses with vector j1 (x_NB viewed as [n1, n2 B]: no copy), writes
@@ -229,13 +230,15 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     """Inverse of :func:`fftn_fp64_emulated` (``numpy.fft.ifftn`` convention, 1/N normalisation).
 
     The forward transform's stages with the conjugate roots w^-e (the twiddle table's entries at the negated
-    exponents: exact, so the result is bit for bit conj(fft(conj(x))) / N_total) and the division inside the
-    last stage's one rounding: each output is the exactly reconstructed stage result times 2^-log2(N_total),
-    rounded once (also where it is subnormal), and an output that fits float64 never overflows on the way
-    (numpy.fft.ifft divides after rounding: inf for inputs near DBL_MAX, and a second rounding for subnormal
-    results). No conjugated copy of the input or output is made (H200 run 68: those two passes made the
-    inverse 4-5 % slower than the forward transform). An output part that is exactly zero is +0.0 (as the
-    forward transform's).
+    exponents, exactly the conjugates: in the normal range the values are those of conj(fft(conj(x))) /
+    N_total) and the division inside the last stage's one rounding: each output is the exactly reconstructed
+    stage result times 2^-log2(N_total), rounded once (also where it is subnormal), and an output that fits
+    float64 never overflows on the way (numpy.fft.ifft divides after rounding: inf for inputs near DBL_MAX,
+    and a second rounding for subnormal results). No conjugated copy of the input or output is made (H200
+    run 68: those two passes made the inverse 4-5 % slower than the forward transform). Signs of zero: an
+    output part that is exactly zero is +0.0 (as the forward transform's), a nonzero part that rounds to
+    zero keeps its sign, and an all-size-1 transform returns a copy of its input, -0.0 included (each as
+    numpy.fft.ifftn).
 
     Args:
         x: as :func:`fftn_fp64_emulated`.
