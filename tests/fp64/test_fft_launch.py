@@ -320,20 +320,27 @@ def test_graphed_fftn_replays_the_eager_bits(inverse):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
 def test_graphed_fftn_keeps_its_operands_when_the_cache_drops_them():
-    """The twiddle-operand cache holds 32 sets; a captured graph replays the addresses it saw. After 40 other
-    sets push its own out of the cache and their memory is offered back filled with junk, a replay still
-    gives the eager bits."""
+    """The twiddle-operand cache holds 32 sets; a captured graph replays the operand addresses it saw (the
+    wres residues and the packed kernel operands built from them). After 40 other sets push its own out of
+    the cache, every tensor of its own sets is still alive (held by the GraphedFftn, so the memory cannot be
+    handed out again under the graph), and a replay gives the eager bits."""
+    import gc
+    import weakref
+
     from gpufield.fp64.fft import GraphedFftn, operands
 
     plan = EmulatedFftPlan(backend="int8", epilogue="triton")
     f = GraphedFftn((16, 16, 256), plan)
-    own = [t.shape for d in operands.cached_on(f.input.device) for t in d["wres"]]
-    assert own
+    refs = []
+    for d in operands.cached_on(f.input.device):
+        for v in d.values():
+            refs += [weakref.ref(t) for t in (v if isinstance(v, list) else [v]) if isinstance(t, torch.Tensor)]
+    assert len(refs) >= 3
     rng = np.random.default_rng(0)
     for _ in range(40):  # distinct twiddle sets, same device: the oldest entries are dropped
         operands.stage_operands(rng.integers(0, 1024, (1, 16, 16)), plan.twiddle_bits, (251, 241), torch.int8, 1,
                                 f.input.device)
-    junk = [torch.full(sh, 77, dtype=torch.int8, device="cuda") for sh in own for _ in range(4)]
+    gc.collect()
+    assert all(r() is not None for r in refs)
     x = torch.from_numpy(_wide((16, 16, 256), 10)).to("cuda")
     assert _same(f(x).cpu().numpy(), fftn_fp64_emulated(x, plan).cpu().numpy())
-    del junk
