@@ -58,6 +58,24 @@ def _err(y, idx, ref) -> float:
     return float(np.sqrt(np.sum(np.abs(d) ** 2) / np.sum(np.abs(ref) ** 2)))
 
 
+def _measure(r: dict, tag: str, plans: dict, x, idx, ref, native, ours, reps: int) -> dict[str, list[float]]:
+    """cuFFT (``native``) and every plan (``ours``) on ``x``: errors against ``ref`` and wall times (ms), the plans
+    alternating; written into ``r`` under keys with ``tag``. Returns the plans' times."""
+    r[f"cufft{tag}_rank1_rel_l2"] = _err(native(x), idx, ref)
+    r[f"cufft{tag}_ms"] = 1e3 * float(np.median([_wall_s(lambda: native(x)) for _ in range(reps)]))
+    for b, p in plans.items():  # first call: compiles; its output gives the error
+        y = ours(x, p)
+        r[f"{b}{tag}_rank1_rel_l2"] = _err(y, idx, ref)
+        del y
+    ts: dict[str, list[float]] = {b: [] for b in plans}
+    for _ in range(reps):
+        for b, p in plans.items():
+            ts[b].append(1e3 * _wall_s(lambda p=p: ours(x, p)))
+    for b in plans:
+        r[f"{b}{tag}_ms"] = ts[b]
+    return ts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -77,34 +95,12 @@ def main() -> None:
            "moduli": {b: p.resolved_num_moduli for b, p in plans.items()}, "sizes": {}}
     for n in (int(s) for s in a.sizes.split(",")):
         x, idx, ref, iref = _rank1(n)
-        r = {"cufft_rank1_rel_l2": _err(torch.fft.fftn(x), idx, ref)}
-        r["cufft_ms"] = 1e3 * float(np.median([_wall_s(lambda x=x: torch.fft.fftn(x)) for _ in range(a.reps)]))
-        for b, p in plans.items():  # first call: compiles; its output gives the error
-            y = fftn_fp64_emulated(x, p)
-            r[f"{b}_rank1_rel_l2"] = _err(y, idx, ref)
-            del y
-        ts = {b: [] for b in plans}
-        for _ in range(a.reps):
-            for b, p in plans.items():
-                ts[b].append(1e3 * _wall_s(lambda p=p, x=x: fftn_fp64_emulated(x, p)))
-        for b in plans:
-            r[f"{b}_ms"] = ts[b]
+        r: dict = {}
+        ts = _measure(r, "", plans, x, idx, ref, torch.fft.fftn, fftn_fp64_emulated, a.reps)
         base = next(iter(plans))
         r["ratio_to_baseline"] = {b: float(np.median(ts[b]) / np.median(ts[base])) for b in plans}
         if a.inverse:
-            r["cufft_inverse_rank1_rel_l2"] = _err(torch.fft.ifftn(x), idx, iref)
-            r["cufft_inverse_ms"] = 1e3 * float(np.median(
-                [_wall_s(lambda x=x: torch.fft.ifftn(x)) for _ in range(a.reps)]))
-            for b, p in plans.items():
-                y = ifftn_fp64_emulated(x, p)
-                r[f"{b}_inverse_rank1_rel_l2"] = _err(y, idx, iref)
-                del y
-            ti = {b: [] for b in plans}
-            for _ in range(a.reps):
-                for b, p in plans.items():
-                    ti[b].append(1e3 * _wall_s(lambda p=p, x=x: ifftn_fp64_emulated(x, p)))
-            for b in plans:
-                r[f"{b}_inverse_ms"] = ti[b]
+            _measure(r, "_inverse", plans, x, idx, iref, torch.fft.ifftn, ifftn_fp64_emulated, a.reps)
         res["sizes"][n] = r
         print(n, json.dumps(r), flush=True)
         (a.out / "fp64_fft_bits.json").write_text(json.dumps(res, indent=1))
