@@ -41,7 +41,8 @@ def cached_on(device: torch.device) -> tuple[dict[str, object], ...]:
         device: the device the operands were built for (with its index, e.g. ``cuda:0``).
 
     Returns:
-        tuple of the cached dicts (``wres``, ``bd``) whose key names that device.
+        tuple of the cached dicts whose key names that device (``wres``, ``bd``, and the packed kernel
+        operands ``b4m`` / ``b4m_t`` that :func:`gpufield.fp64.fft.gemm_fused_epi.fused_epi_stage_triton` adds).
     """
     return tuple(v for k, v in _CACHE.items() if k[6] == str(device))
 
