@@ -1,17 +1,35 @@
-"""Serving-engine metrics: real Prometheus names of vLLM, SGLang and NVIDIA Dynamo -> LaneSignals.
+"""Serving-engine metrics: adapters for vLLM, SGLang and NVIDIA Dynamo behind one protocol -> LaneSignals.
 
-Metric names (power.md 5.1-5.3): vLLM V1 ``vllm:inter_token_latency_seconds``,
-``vllm:time_to_first_token_seconds``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``;
-SGLang ``sglang:inter_token_latency_seconds``, ``sglang:time_to_first_token_seconds``,
-``sglang:num_queue_reqs``, ``sglang:token_usage``; Dynamo frontend
-``dynamo_frontend_inter_token_latency_seconds``, ``dynamo_frontend_time_to_first_token_seconds``,
-``dynamo_frontend_queued_requests`` and worker ``dynamo_component_kvstats_gpu_cache_usage_percent``.
+Each engine is an :class:`EngineAdapter` (one instance per engine in :data:`ENGINES`) that says which
+histograms carry ITL and TTFT and how the engine's gauges become the guard's two leading indicators.
+The semantics are fixed per engine and per metric (sources: the engines' own ``/metrics`` examples and
+metric definitions, cited in ``tests/power/data/engine_metrics/*.prom``):
 
-:class:`PromLaneSource` scrapes one ``/metrics`` endpoint per lane with httpx, keeps the histogram
-snapshots, and reports p99 over the fast and slow windows from bucket-count *deltas* between the
-snapshot nearest the window start and now (:func:`gpufield.telemetry.histogram.windowed_quantile`,
-PromQL ``histogram_quantile`` semantics). In PD serving, TTFT is best read at the frontend (Dynamo)
-or the decode server (SGLang streams from decode), ITL at the decode lane (vLLM issues #29474, #22454).
+* **KV usage** is a per-engine fraction (0..1) in every engine: vLLM ``vllm:kv_cache_usage_perc``
+  ("1 means 100 percent usage"), SGLang ``sglang:token_usage``, Dynamo
+  ``dynamo_component_kvstats_gpu_cache_usage_percent`` ("GPU cache usage as a percentage (0.0-1.0)",
+  on the worker's port). With several engines (vLLM data parallelism: one series per ``engine``
+  label; Dynamo: one per worker) the lane reports the **maximum**: the guard's indicator is "an engine
+  is about to run out of KV", which one full engine already means; a sum (0.5 + 0.5 read as 1.0) or
+  a mean (one full engine hidden by an idle one) would both be wrong.
+* **Decode queue** counts requests waiting for a decode slot or KV space: vLLM
+  ``vllm:num_requests_waiting``, SGLang ``sglang:num_queue_reqs`` + ``sglang:num_decode_prealloc_queue_reqs``
+  (summed over engines / data-parallel ranks: counts add). Series that only differ by
+  ``tp_rank`` / ``pp_rank`` / ``moe_ep_rank`` / ``pid`` are replicas of one scheduler and are max'ed
+  first. Dynamo's ``dynamo_frontend_queued_requests`` is **not** used: it counts requests from the
+  HTTP handler until their first token (prefill included; ai-dynamo/dynamo
+  ``lib/llm/src/http/service/metrics.rs``), so it is non-zero under any steady load. A Dynamo lane
+  reads the engine-native queue gauge its worker exposes on the worker's port; without one the
+  queue indicator is absent (``None``), never guessed.
+* **Missing is missing.** When a lane's SLO histogram (decode: ITL, prefill: TTFT) is absent from
+  every scrape of the lane, the signals carry ``telemetry_age_s`` = time since the histogram was
+  last seen (``inf`` if never), so the guard's stale-telemetry fail-safe acts; NaN p99 with a fresh
+  age only means "no tokens in the window" (an idle lane).
+
+:class:`PromLaneSource` scrapes **several** ``/metrics`` URLs per lane (Dynamo: frontend on
+``DYN_HTTP_PORT`` and worker on ``DYN_SYSTEM_PORT``), merges their families, keeps histogram
+snapshots and reports p99 over the fast and slow windows from bucket-count deltas
+(:func:`gpufield.telemetry.histogram.windowed_quantile`, PromQL ``histogram_quantile`` semantics).
 """
 
 from __future__ import annotations
@@ -19,50 +37,119 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from gpufield.errors import TelemetryError
 from gpufield.power.types import Lane, LaneSignals
 from gpufield.telemetry.histogram import HistogramSeries, histogram_series, windowed_quantile
-from gpufield.telemetry.prometheus import parse_text
+from gpufield.telemetry.prometheus import MetricFamily, parse_text
 
-__all__ = ["EngineMetrics", "ENGINES", "PromLaneSource"]
+__all__ = ["EngineAdapter", "PromEngine", "ENGINES", "PromLaneSource", "merge_families"]
+
+#: labels whose series are replicas of one scheduler (max'ed before engines are combined)
+REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "pid"})
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """How one serving engine's ``/metrics`` become a lane's signals (see the module docstring)."""
+
+    name: str
+    itl: str
+    ttft: str
+
+    def kv_usage(self, fams: Mapping[str, MetricFamily]) -> float | None:
+        """Highest per-engine KV-cache use (0..1), or None when the engine exposes none."""
+        ...
+
+    def queue_depth(self, fams: Mapping[str, MetricFamily]) -> float | None:
+        """Requests waiting for a decode slot or KV space (summed over engines), or None."""
+        ...
+
+
+def _engine_groups(fam: MetricFamily) -> dict[tuple, float]:
+    """Per engine (labels without replica labels) the max over its replica series."""
+    out: dict[tuple, float] = {}
+    for s in fam.samples:
+        if not math.isfinite(s.value):
+            continue
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k not in REPLICA_LABELS))
+        out[key] = max(out.get(key, -math.inf), s.value)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EngineMetrics:
-    """Metric names of one engine (histograms in seconds; ``kv_scale`` turns the KV gauge into 0..1)."""
+class PromEngine:
+    """An :class:`EngineAdapter` over Prometheus names.
+
+    Attributes:
+        name: engine key. itl / ttft / e2e: histogram names (seconds).
+        kv: KV-usage gauges (0..1 per engine), the first present is used, max over engines.
+        queue: decode-queue gauges; every present one is summed over engines.
+    """
 
     name: str
     itl: str
     ttft: str
     e2e: str
-    waiting: str
-    running: str
-    kv_usage: str
-    kv_scale: float = 1.0
+    kv: tuple[str, ...]
+    queue: tuple[str, ...]
+
+    def kv_usage(self, fams: Mapping[str, MetricFamily]) -> float | None:
+        """Highest per-engine KV use (0..1); None when no KV gauge is exposed."""
+        for n in self.kv:
+            if n in fams:
+                g = _engine_groups(fams[n])
+                if g:
+                    return max(g.values())
+        return None
+
+    def queue_depth(self, fams: Mapping[str, MetricFamily]) -> float | None:
+        """Waiting requests summed over engines (replicas max'ed first); None when not exposed."""
+        tot, seen = 0.0, False
+        for n in self.queue:
+            if n in fams:
+                g = _engine_groups(fams[n])
+                if g:
+                    tot, seen = tot + sum(g.values()), True
+        return tot if seen else None
 
 
-ENGINES: dict[str, EngineMetrics] = {
-    "vllm": EngineMetrics(name="vllm", itl="vllm:inter_token_latency_seconds",
-                          ttft="vllm:time_to_first_token_seconds", e2e="vllm:e2e_request_latency_seconds",
-                          waiting="vllm:num_requests_waiting", running="vllm:num_requests_running",
-                          kv_usage="vllm:kv_cache_usage_perc"),
-    "sglang": EngineMetrics(name="sglang", itl="sglang:inter_token_latency_seconds",
-                            ttft="sglang:time_to_first_token_seconds", e2e="sglang:e2e_request_latency_seconds",
-                            waiting="sglang:num_queue_reqs", running="sglang:num_running_reqs",
-                            kv_usage="sglang:token_usage"),
-    "dynamo": EngineMetrics(name="dynamo", itl="dynamo_frontend_inter_token_latency_seconds",
-                            ttft="dynamo_frontend_time_to_first_token_seconds",
-                            e2e="dynamo_frontend_request_duration_seconds",
-                            waiting="dynamo_frontend_queued_requests", running="dynamo_frontend_inflight_requests",
-                            kv_usage="dynamo_component_kvstats_gpu_cache_usage_percent", kv_scale=0.01),
+ENGINES: dict[str, PromEngine] = {
+    "vllm": PromEngine(name="vllm", itl="vllm:inter_token_latency_seconds", ttft="vllm:time_to_first_token_seconds",
+                       e2e="vllm:e2e_request_latency_seconds",
+                       kv=("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+                       queue=("vllm:num_requests_waiting",)),
+    "sglang": PromEngine(name="sglang", itl="sglang:inter_token_latency_seconds",
+                         ttft="sglang:time_to_first_token_seconds", e2e="sglang:e2e_request_latency_seconds",
+                         kv=("sglang:token_usage",),
+                         queue=("sglang:num_queue_reqs", "sglang:num_decode_prealloc_queue_reqs")),
+    "dynamo": PromEngine(name="dynamo", itl="dynamo_frontend_inter_token_latency_seconds",
+                         ttft="dynamo_frontend_time_to_first_token_seconds",
+                         e2e="dynamo_frontend_request_duration_seconds",
+                         kv=("dynamo_component_kvstats_gpu_cache_usage_percent", "vllm:kv_cache_usage_perc",
+                             "sglang:token_usage"),
+                         queue=("vllm:num_requests_waiting", "sglang:num_queue_reqs",
+                                "sglang:num_decode_prealloc_queue_reqs")),
 }
 
 
+def merge_families(parts: Sequence[Mapping[str, MetricFamily]]) -> dict[str, MetricFamily]:
+    """Union of several scrapes' families; a family present in several gets all their samples."""
+    out: dict[str, MetricFamily] = {}
+    for fams in parts:
+        for name, fam in fams.items():
+            if name not in out:
+                out[name] = MetricFamily(name=name, type=fam.type, help=fam.help, samples=list(fam.samples))
+            else:
+                out[name].samples.extend(fam.samples)
+    return out
+
+
 def _merge(series: dict) -> HistogramSeries | None:
-    """Sum every label set of a histogram into one series (same bucket layout required)."""
+    """Sum every label set of a histogram into one series (observations add; same buckets required)."""
     items = list(series.values())
     if not items:
         return None
@@ -79,45 +166,82 @@ def _merge(series: dict) -> HistogramSeries | None:
                            sum=s, count=total)
 
 
-def _gauge(fams: dict, name: str) -> float:
-    fam = fams.get(name)
-    if fam is None or not fam.samples:
-        return math.nan
-    return float(sum(x.value for x in fam.samples))
+def _hist(fams: Mapping[str, MetricFamily], name: str) -> HistogramSeries | None:
+    return _merge(histogram_series(fams, name)) if name in fams else None
 
 
 class PromLaneSource:
-    """TelemetrySource over engines' ``/metrics`` endpoints (one URL per lane).
+    """TelemetrySource over engines' ``/metrics`` endpoints (one or several URLs per lane).
 
     Args:
-        urls: lane -> metrics URL (``http://host:port/metrics``).
-        engine: key of :data:`ENGINES` (``"vllm"``, ``"sglang"``, ``"dynamo"``).
+        urls: lane -> metrics URL or list of URLs (Dynamo: ``[frontend, worker]``).
+        engine: key of :data:`ENGINES` or an :class:`EngineAdapter`.
         fast_s / slow_s: window lengths. clock: monotonic seconds (tests inject a sim clock).
         get: ``url -> text`` (default ``httpx.get(url, timeout=2).text``).
+        thermal: optional ``lane -> bool`` (thermal slowdown on any of the lane's GPUs), e.g. from
+            NVML clock-event reasons; :class:`~gpufield.power.runtime.RuntimeLoop` also ORs in its own.
+
+    Raises:
+        ValueError: unknown engine or a lane without URLs.
     """
 
-    def __init__(self, urls: dict[Lane, str], engine: str = "vllm", *, fast_s: float = 30.0,
-                 slow_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 get: Callable[[str], str] | None = None) -> None:
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {sorted(ENGINES)}, got {engine!r}")
-        self.urls, self.m, self.fast_s, self.slow_s, self.clock = urls, ENGINES[engine], fast_s, slow_s, clock
+    def __init__(self, urls: Mapping[Lane, str | Sequence[str]], engine: str | EngineAdapter = "vllm", *,
+                 fast_s: float = 30.0, slow_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 get: Callable[[str], str] | None = None,
+                 thermal: Callable[[Lane], bool] | None = None) -> None:
+        if isinstance(engine, str):
+            if engine not in ENGINES:
+                raise ValueError(f"engine must be one of {sorted(ENGINES)}, got {engine!r}")
+            engine = ENGINES[engine]
+        self.urls = {lane: [u] if isinstance(u, str) else list(u) for lane, u in urls.items()}
+        if any(not u for u in self.urls.values()):
+            raise ValueError("every lane needs at least one metrics URL")
+        self.m, self.fast_s, self.slow_s, self.clock = engine, fast_s, slow_s, clock
         self._get = get or _httpx_get
-        self._hist: dict[Lane, deque] = {lane: deque() for lane in urls}
+        self._thermal = thermal
+        self._hist: dict[Lane, deque] = {lane: deque() for lane in self.urls}
         self._last_ok: dict[Lane, float] = {}
+        self.errors: dict[Lane, str] = {}
 
-    def scrape(self, lane: Lane) -> dict:
-        """Fetch and parse one lane's endpoint; keep ITL/TTFT snapshots for the windows."""
+    def _slo_metric(self, lane: Lane) -> str:
+        return self.m.itl if lane is Lane.DECODE else self.m.ttft
+
+    def scrape(self, lane: Lane) -> dict[str, MetricFamily]:
+        """Fetch and merge every URL of one lane; keep ITL/TTFT snapshots for the windows.
+
+        Raises:
+            Exception: whatever fetching or parsing a URL raises (the lane's scrape is then lost).
+        """
         now = self.clock()
-        fams = parse_text(self._get(self.urls[lane]), path=self.urls[lane])
-        itl = _merge(histogram_series(fams, self.m.itl)) if self.m.itl in fams else None
-        ttft = _merge(histogram_series(fams, self.m.ttft)) if self.m.ttft in fams else None
+        fams = merge_families([parse_text(self._get(u), path=u) for u in self.urls[lane]])
+        itl, ttft = _hist(fams, self.m.itl), _hist(fams, self.m.ttft)
         q = self._hist[lane]
         q.append((now, itl, ttft))
         while len(q) > 2 and q[1][0] <= now - self.slow_s:
             q.popleft()
-        self._last_ok[lane] = now
+        if self._slo_metric(lane) in fams:
+            self._last_ok[lane] = now
         return fams
+
+    def check(self, lane: Lane) -> list[str]:
+        """Start-up check: one scrape; the problems found (empty = the lane is readable).
+
+        Reports unreachable URLs, the lane's missing SLO histogram, and (decode) missing KV / queue gauges.
+        """
+        probs, parts = [], []
+        for u in self.urls[lane]:
+            try:
+                parts.append(parse_text(self._get(u), path=u))
+            except Exception as e:  # noqa: BLE001 - reported, not raised: a start-up report
+                probs.append(f"{lane.value}: {u}: {type(e).__name__}: {e}")
+        if probs:
+            return probs
+        fams = merge_families(parts)
+        if self._slo_metric(lane) not in fams:
+            probs.append(f"{lane.value}: histogram {self._slo_metric(lane)} not found at {', '.join(self.urls[lane])}")
+        if lane is Lane.DECODE and self.m.kv_usage(fams) is None:
+            probs.append(f"decode: no KV-usage gauge (looked for {', '.join(getattr(self.m, 'kv', ()))})")
+        return probs
 
     def _window(self, lane: Lane, span_s: float, idx: int) -> float:
         q = self._hist[lane]
@@ -133,20 +257,26 @@ class PromLaneSource:
         return windowed_quantile(0.99, a, b)
 
     def signals(self, lane: Lane) -> LaneSignals:
-        """Scrape and report the lane's windows; a failed scrape shows up as stale telemetry."""
+        """Scrape and report the lane's windows; a failed scrape or a missing SLO histogram is stale telemetry."""
         now = self.clock()
+        thermal = bool(self._thermal(lane)) if self._thermal is not None else False
         try:
             fams = self.scrape(lane)
-        except Exception:  # network/parse failure: the guard's fail-safe handles staleness
-            return LaneSignals(now_s=now, telemetry_age_s=now - self._last_ok.get(lane, -math.inf))
-        waiting = _gauge(fams, self.m.waiting)
-        kv = _gauge(fams, self.m.kv_usage) * self.m.kv_scale
+        except Exception as e:  # network/parse failure: the guard's fail-safe handles staleness
+            self.errors[lane] = f"{type(e).__name__}: {e}"
+            return LaneSignals(now_s=now, telemetry_age_s=now - self._last_ok.get(lane, -math.inf),
+                               thermal_slowdown=thermal)
+        self.errors.pop(lane, None)
+        queue = self.m.queue_depth(fams)
+        kv = self.m.kv_usage(fams)
         return LaneSignals(now_s=now, itl_p99_fast_s=self._window(lane, self.fast_s, 0),
                            itl_p99_slow_s=self._window(lane, self.slow_s, 0),
                            ttft_p99_fast_s=self._window(lane, self.fast_s, 1),
                            ttft_p99_slow_s=self._window(lane, self.slow_s, 1),
-                           queue_depth=0 if math.isnan(waiting) else int(waiting),
-                           kv_usage=0.0 if math.isnan(kv) else kv, telemetry_age_s=0.0)
+                           queue_depth=0 if queue is None else int(queue),
+                           kv_usage=0.0 if kv is None else kv,
+                           telemetry_age_s=now - self._last_ok.get(lane, -math.inf),
+                           thermal_slowdown=thermal)
 
 
 def _httpx_get(url: str) -> str:
@@ -155,3 +285,4 @@ def _httpx_get(url: str) -> str:
     r = httpx.get(url, timeout=2.0)
     r.raise_for_status()
     return r.text
+
