@@ -75,7 +75,7 @@ def test_dry_run_logs_intents_and_cannot_reach_a_setter(tmp_path):
         for _ in range(3):
             loop.tick()
         assert act.set_power_limit(uuid, 50.0, lane="decode", reason="t") == 200.0  # clamped like NVML would
-        with pytest.raises(ActuationError, match="setter"):
+        with pytest.raises(ActuationError, match="allow-list"):
             act._nvml.nvmlDeviceSetPowerManagementLimit  # noqa: B018  (the proxy refuses the name)
     assert spy.setter_calls == []
     rows = [json.loads(x) for x in log.read_text().splitlines()]

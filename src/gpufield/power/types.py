@@ -9,7 +9,11 @@ import enum
 import math
 from dataclasses import dataclass
 
-__all__ = ["Lane", "Mode", "LaneSetting", "LaneSignals", "GpuCaps", "GpuState", "Intent"]
+__all__ = ["Lane", "Mode", "LaneSetting", "LaneSignals", "GpuCaps", "GpuState", "Intent", "MIN_CLOCK_TOP_FRAC"]
+
+#: a clock window must reach at least this fraction of the GPU's maximum SM clock ([RECON]: the
+#: deepest window the twin's oracle or any calibration uses is far above it; H200: 594 of 1980 MHz)
+MIN_CLOCK_TOP_FRAC = 0.3
 
 
 class Lane(enum.StrEnum):
@@ -116,6 +120,33 @@ class GpuCaps:
     def clamp_limit_w(self, power_w: float) -> float:
         """Clamp a requested limit into the constraints (W)."""
         return min(max(power_w, self.min_limit_w), self.max_limit_w)
+
+    def check_window(self, lo_mhz: float, hi_mhz: float, *, min_top_frac: float = MIN_CLOCK_TOP_FRAC
+                     ) -> tuple[int, int]:
+        """Validate a requested SM-clock window against this GPU's own clocks and snap it (MHz).
+
+        Returns:
+            ``(lo, hi)`` snapped inward to supported clocks.
+
+        Raises:
+            ValueError: ``lo > hi``, a bound outside the supported range ``[min, max]`` (refused, not
+                clamped: a 100-200 MHz request on a GPU whose lowest clock is 345 MHz is a mistake),
+                a top below ``min_top_frac`` x the maximum clock, or no supported clock inside.
+        """
+        c = self.sm_clocks_mhz
+        fmin, fmax = min(c), max(c)
+        if not (math.isfinite(lo_mhz) and math.isfinite(hi_mhz)) or lo_mhz > hi_mhz:
+            raise ValueError(f"clock window {lo_mhz}-{hi_mhz} MHz: need finite lo <= hi")
+        if lo_mhz < fmin or hi_mhz > fmax:
+            raise ValueError(f"clock window {lo_mhz}-{hi_mhz} MHz leaves this GPU's supported SM clocks "
+                             f"{fmin}-{fmax} MHz")
+        if hi_mhz < min_top_frac * fmax:
+            raise ValueError(f"clock window {lo_mhz}-{hi_mhz} MHz tops out below {min_top_frac:.0%} of the "
+                             f"maximum SM clock ({min_top_frac * fmax:.0f} of {fmax} MHz)")
+        lo, hi = self.snap_clock_mhz(lo_mhz, up=True), self.snap_clock_mhz(hi_mhz, up=False)
+        if lo > hi:
+            raise ValueError(f"no supported SM clock inside {lo_mhz}-{hi_mhz} MHz")
+        return lo, hi
 
     def snap_clock_mhz(self, clock_mhz: float, *, up: bool) -> int:
         """Nearest supported SM clock at/above (``up``) or at/below ``clock_mhz``, clamped to range."""

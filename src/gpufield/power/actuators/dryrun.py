@@ -1,16 +1,25 @@
 """Dry-run actuator: real NVML reads, every intended write logged, no write possible (shadow mode).
 
-The actuator holds NVML only through :class:`ReadOnlyNvml`, a proxy that raises
-:class:`~gpufield.errors.ActuationError` on any attribute whose name is an NVML setter
-(``nvmlDeviceSet*``, ``nvmlDeviceReset*``, ``nvmlDeviceClear*``, workload-profile set/clear/update,
-``nvmlSystemSet*``, ``nvmlDeviceModify*``, ``nvmlGpmSet*``), so no code path of this class can reach a
-setter even by mistake. Each intended write becomes an :class:`~gpufield.power.types.Intent` with
-time, lane, GPU, value and reason, kept in :attr:`DryRunActuator.intents` and optionally appended to a
-JSONL file.
+The actuator holds NVML only through :class:`ReadOnlyNvml`, a proxy built on an **allow-list**: an
+attribute passes only if it is
+
+* a function named in :data:`NVML_READ_CALLS` (getters, ``nvmlInit``/``nvmlShutdown`` and a few
+  named safe calls), or
+* a plain constant (``int``/``float``/``str``/``bytes``: ``NVML_CLOCK_SM``, reason bits), an exception
+  class (``NVMLError*``), or a ctypes data type (the ``c_nvml*`` structures NVML calls fill in).
+
+Everything else is refused with :class:`~gpufield.errors.ActuationError`: every other NVML function
+whatever its name (``nvmlDevicePowerSmoothingSetState``, ``nvmlDeviceCreateGpuInstance``,
+``nvmlDeviceClearFieldValues``, ...), private helpers (``_nvmlGetFunctionPointer`` would hand out any
+C entry point), the loaded library object ``nvmlLib`` and ctypes loaders (``CDLL``, ``cdll``). A new
+pynvml release therefore adds nothing callable until a name is added here. Each intended write
+becomes an :class:`~gpufield.power.types.Intent` with time, lane, GPU, value and reason, kept in
+:attr:`DryRunActuator.intents` and optionally appended to a JSONL file.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import time
 from dataclasses import asdict
@@ -21,30 +30,63 @@ from gpufield.errors import ActuationError
 from gpufield.power.actuators.nvml import open_handles, read_caps, read_state
 from gpufield.power.types import GpuCaps, GpuState, Intent
 
-__all__ = ["DryRunActuator", "ReadOnlyNvml", "NVML_SETTER_PREFIXES"]
+__all__ = ["DryRunActuator", "ReadOnlyNvml", "NVML_READ_CALLS", "NVML_SETTER_PREFIXES"]
 
-#: NVML function-name prefixes that change device state (nvidia-ml-py 13.615.71)
+#: the NVML functions a read-only proxy lets through (nvidia-ml-py 13.615.71 names; power.md 4.1)
+NVML_READ_CALLS = frozenset({
+    "nvmlInit", "nvmlInitWithFlags", "nvmlShutdown", "nvmlErrorString",
+    "nvmlSystemGetDriverVersion", "nvmlSystemGetNVMLVersion", "nvmlSystemGetCudaDriverVersion",
+    "nvmlSystemGetCudaDriverVersion_v2",
+    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetName", "nvmlDeviceGetUUID", "nvmlDeviceGetIndex",
+    "nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo", "nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetEnforcedPowerLimit",
+    "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetPowerManagementLimitConstraints",
+    "nvmlDeviceGetPowerManagementDefaultLimit", "nvmlDeviceGetPowerState", "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo", "nvmlDeviceGetClock",
+    "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock",
+    "nvmlDeviceGetSupportedMemoryClocks", "nvmlDeviceGetSupportedGraphicsClocks",
+    "nvmlDeviceGetMinMaxClockOfPState", "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetSupportedClocksEventReasons",
+    "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPerformanceState",
+    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetSamples",
+    "nvmlDeviceGetViolationStatus", "nvmlDeviceGetPersistenceMode",
+    "nvmlDeviceWorkloadPowerProfileGetProfilesInfo", "nvmlDeviceWorkloadPowerProfileGetCurrentProfiles",
+})
+
+#: kept for callers of the old deny-list; the proxy no longer uses it (it allows, it does not deny)
 NVML_SETTER_PREFIXES = (
     "nvmlDeviceSet", "nvmlDeviceReset", "nvmlDeviceClear", "nvmlDeviceWorkloadPowerProfileSet",
     "nvmlDeviceWorkloadPowerProfileClear", "nvmlDeviceWorkloadPowerProfileUpdate", "nvmlSystemSet",
     "nvmlDeviceModify", "nvmlGpmSet",
 )
 
+_CTYPES_DATA = (ctypes.Structure, ctypes.Union, ctypes.Array, ctypes._Pointer, ctypes._SimpleCData)
+
+
+def _passes(name: str, value: Any) -> bool:
+    if isinstance(value, type):
+        return issubclass(value, BaseException) or issubclass(value, _CTYPES_DATA)
+    if callable(value):
+        return name in NVML_READ_CALLS
+    return isinstance(value, (int, float, str, bytes)) and not name.startswith("_")
+
 
 class ReadOnlyNvml:
-    """Proxy of a ``pynvml``-like module that refuses every setter attribute.
+    """Proxy of a ``pynvml``-like module that lets through only allow-listed reads (module docstring).
 
     Raises:
-        ActuationError: on access to any name starting with one of :data:`NVML_SETTER_PREFIXES`.
+        ActuationError: on access to any attribute the allow-list does not cover.
     """
 
     def __init__(self, nvml: Any) -> None:
         object.__setattr__(self, "_nvml", nvml)
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith(NVML_SETTER_PREFIXES):
-            raise ActuationError(f"{name} is a setter: refused by the read-only NVML proxy")
-        return getattr(object.__getattribute__(self, "_nvml"), name)
+        value = getattr(object.__getattribute__(self, "_nvml"), name)
+        if not _passes(name, value):
+            raise ActuationError(f"{name} is not on the read-only NVML allow-list: refused by the proxy")
+        return value
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ReadOnlyNvml is immutable")
@@ -114,14 +156,20 @@ class DryRunActuator:
 
     def set_clock_window(self, gpu: str, lo_mhz: int, hi_mhz: int, *, lane: str = "", reason: str = "") -> tuple[int, int]:
         """Log the intent; return the window that would be set after snapping (MHz)."""
-        caps = self.capabilities(gpu)
-        win = (caps.snap_clock_mhz(lo_mhz, up=True), caps.snap_clock_mhz(hi_mhz, up=False))
+        try:
+            win = self.capabilities(gpu).check_window(lo_mhz, hi_mhz)
+        except ValueError as e:  # refused exactly as the real actuator would refuse it
+            raise ActuationError(f"{gpu}: {e}") from e
         self._log(gpu, "clock_window", win, lane, reason)
         return win
 
     def reset_clocks(self, gpu: str, *, lane: str = "", reason: str = "") -> None:
         """Log the intent."""
         self._log(gpu, "reset_clocks", None, lane, reason)
+
+    def may_write(self, gpu: str) -> bool:
+        """Never: a dry run only logs (every GPU of a lane is treated alike)."""
+        return False
 
     def restore_defaults(self, gpu: str) -> None:
         """Log the intent (nothing was changed, so nothing needs restoring)."""

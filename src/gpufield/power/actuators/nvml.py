@@ -11,6 +11,13 @@ Safety rules, in the order they are checked:
    and read back with ``nvmlDeviceGetEnforcedPowerLimit``; clock windows snap to
    ``nvmlDeviceGetSupportedGraphicsClocks`` and are verified by the clock-event reason bit 0x2
    (``ApplicationsClocksSetting``: locked/app clocks in effect).
+2a. **One writer per state directory.** A writing actuator takes
+   :class:`~gpufield.power.actuators.statelock.StateDirLock` (``flock`` + the holder's PID) before it
+   reads any state file: a second writing process refuses to start instead of "restoring" the first
+   one's live settings; a lock left by a dead PID is taken over with a message.
+3a. **Limits from the GPU.** Caps are clamped into the GPU's own constraints; a clock window is
+   refused (not snapped into range) when it leaves the GPU's supported clocks or tops out below
+   ``MIN_CLOCK_TOP_FRAC`` of its maximum clock (:meth:`GpuCaps.check_window`).
 4. **Restore.** On ``__exit__``, ``atexit``, SIGTERM and SIGINT every changed GPU gets its saved limit
    back and its clocks unlocked; the state file is then deleted. At ``__enter__`` state files left by a
    crashed run are restored first (orphan restore, as Dynamo's power agent does).
@@ -30,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 from gpufield.errors import ActuationError, NvmlUnavailableError
+from gpufield.power.actuators.statelock import StateDirLock
 from gpufield.power.config import WriteConfig
 from gpufield.power.types import GpuCaps, GpuState
 
@@ -112,6 +120,16 @@ class NvmlActuator:
         self._install = install_signal_handlers
         self._old_handlers: dict[int, Any] = {}
         self.orphans_restored: list[str] = []
+        self._lock = StateDirLock(self.write.state_dir)
+
+    @property
+    def lock_takeover(self) -> str | None:
+        """The message of a stale lock taken over at enter (None if there was none)."""
+        return self._lock.takeover
+
+    def may_write(self, gpu: str) -> bool:
+        """Whether the interlock allows writing ``gpu``."""
+        return self.write.may_write(gpu)
 
     # --- lifecycle -----------------------------------------------------------------------
     def __enter__(self) -> NvmlActuator:
@@ -119,7 +137,13 @@ class NvmlActuator:
             import pynvml
 
             self._nvml = pynvml
-        self._handles.update(open_handles(self._nvml))
+        if self.write.i_own_this_gpu and self.write.allow_uuids:
+            self._lock.acquire()  # before any state file is read (raises if another writer holds it)
+        try:
+            self._handles.update(open_handles(self._nvml))
+        except Exception:
+            self._lock.release()
+            raise
         self._restore_orphans()
         atexit.register(self.restore_all)
         if self._install:
@@ -134,8 +158,11 @@ class NvmlActuator:
         self.close()
 
     def close(self) -> None:
-        """Restore every changed GPU, drop handlers and shut NVML down (idempotent)."""
-        self.restore_all()
+        """Restore every changed GPU, drop handlers, release the state lock and shut NVML down (idempotent)."""
+        try:
+            self.restore_all()
+        finally:
+            self._lock.release()  # state files a failed restore left are the next run's orphans
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
@@ -220,10 +247,10 @@ class NvmlActuator:
         """Snap to supported clocks, ``nvmlDeviceSetGpuLockedClocks`` and verify reason bit 0x2."""
         h = self._check(gpu)
         nv = self._nvml
-        caps = read_caps(nv, h)
-        lo, hi = caps.snap_clock_mhz(lo_mhz, up=True), caps.snap_clock_mhz(hi_mhz, up=False)
-        if lo > hi:
-            raise ActuationError(f"{gpu}: empty clock window after snapping ({lo_mhz}-{hi_mhz} -> {lo}-{hi} MHz)")
+        try:
+            lo, hi = read_caps(nv, h).check_window(lo_mhz, hi_mhz)
+        except ValueError as e:
+            raise ActuationError(f"{gpu}: {e}") from e
         self._mark_locked(gpu, True)
         try:
             nv.nvmlDeviceSetGpuLockedClocks(h, lo, hi)
