@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufield.errors import InputError
+from gpufield.power.scenario_check import check_request_budget, check_scenario_dict
 from gpufield.power.twin.engine import LanePair
 from gpufield.power.twin.gpu import GpuModel, load_gpu_model
 from gpufield.power.twin.load import Workload, agentic_sessions, poisson, read_mooncake
@@ -55,6 +56,7 @@ class Scenario:
     seed: int
     peak_rate_factor: float
     base_dir: Path = field(default=Path("."))
+    source: str = "<scenario>"
 
     def lane_pair(self) -> LanePair:
         """Fresh :class:`LanePair` (cost-model caches are per pair)."""
@@ -78,7 +80,14 @@ class Scenario:
             duration_s: override the load duration (tests use short horizons).
             rate_factor: scale the arrival rate (the peak bucket uses ``peak_rate_factor``).
             seed: override the seed.
+
+        Raises:
+            InputError: the override would generate more requests than the twin accepts.
         """
+        if duration_s is not None and not (isinstance(duration_s, (int, float)) and 0 < duration_s < 1e9):
+            raise InputError(f"duration override must be a number of seconds in (0, 1e9), got {duration_s!r}",
+                             path=self.source)
+        check_request_budget(self.load, self.source, rate_factor=rate_factor, duration_s=duration_s)
         d = dict(self.load)
         kind = d.pop("kind")
         s = self.seed if seed is None else seed
@@ -123,6 +132,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         d = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON: {e.msg}", path=where, line=e.lineno, column=e.colno) from e
+    check_scenario_dict(d, where)
     try:
         return Scenario(name=d["name"], description=d.get("description", ""),
                         gpu=load_gpu_model(d["gpu"]), model=ModelSpec(**d["model"]),
@@ -130,7 +140,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
                         slo=SloTargets(**d["slo"]), load=dict(d["load"]),
                         control_period_s=float(d.get("control_period_s", 5.0)),
                         seed=int(d.get("seed", 0)), peak_rate_factor=float(d.get("peak_rate_factor", 1.3)),
-                        base_dir=base)
+                        base_dir=base, source=where)
     except KeyError as e:
         raise InputError(f"missing key {e.args[0]!r} (see moe-agentic-b200.json for the shape)", path=where) from e
     except (TypeError, ValueError) as e:
