@@ -83,7 +83,7 @@ from gpufield.power.controller import (
     static_policy,
     vendor_setting,
 )
-from gpufield.power.engines import ENGINES, PromLaneSource
+from gpufield.power.engines import ENGINES, EngineAdapter, PromLaneSource
 from gpufield.power.guard import AtCalibrated, Fallback, Raised, SloGuard
 from gpufield.power.profiles import Profile, ProfileKey, load_profile, save_profile
 from gpufield.power.protocols import Actuator, Policy, TelemetrySource
@@ -108,7 +108,7 @@ __all__ = [
     "PrefillCalibration", "PrefillPoint", "calibrate_prefill",
     "CalibrationConfig", "GuardConfig", "WriteConfig", "mode_calibration",
     "LaneController", "LaneLimits", "PairPolicy", "static_policy", "vendor_setting",
-    "ENGINES", "PromLaneSource",
+    "ENGINES", "EngineAdapter", "PromLaneSource",
     "AtCalibrated", "Fallback", "Raised", "SloGuard",
     "Profile", "ProfileKey", "load_profile", "save_profile",
     "Actuator", "Policy", "TelemetrySource",

@@ -39,7 +39,7 @@ from gpufield.power.profiles import Profile, ProfileKey, save_profile
 from gpufield.power.scenario import Scenario
 from gpufield.power.twin.bench import TwinBench, maxq_standin
 from gpufield.power.twin.engine import SimResult, simulate, simulate_prefill
-from gpufield.power.types import Lane, LaneSetting, Mode
+from gpufield.power.types import MIN_CLOCK_TOP_FRAC, Lane, LaneSetting, Mode
 
 __all__ = ["ArmResult", "AbReport", "SimProgress", "simulate_ab", "arm_metrics", "calibrate_twin"]
 
@@ -240,8 +240,13 @@ def _oracle_grid(sc: Scenario, cfg: CalibrationConfig) -> tuple[list[LaneSetting
     decs = [d] + [LaneSetting(power_limit_w=float(c), label=f"cap {c:.0f} W")
                   for c in np.arange(gpu.tdp_w - cfg.step_w, gpu.min_limit_w - 1e-9, -cfg.step_w)]
     fmin = int(gpu.sm_clocks_mhz[-1])
-    clocks = sorted({gpu.snap_clock_mhz(gpu.sm_clock_max_mhz - k * cfg.clock_step_mhz, up=True)
-                     for k in range(1, int((gpu.sm_clock_max_mhz - fmin) / cfg.clock_step_mhz) + 1)}, reverse=True)
+    # only windows an actuator accepts (GpuCaps.check_window): the top at >= MIN_CLOCK_TOP_FRAC of the
+    # maximum clock. The grid used to run down to the lowest supported clock, so the "oracle" could
+    # pick settings (prefill locked at 435 MHz on B200) that no actuator may apply.
+    top_min = MIN_CLOCK_TOP_FRAC * gpu.sm_clock_max_mhz
+    clocks = sorted({c for k in range(1, int((gpu.sm_clock_max_mhz - fmin) / cfg.clock_step_mhz) + 1)
+                     if (c := gpu.snap_clock_mhz(gpu.sm_clock_max_mhz - k * cfg.clock_step_mhz, up=True)) >= top_min},
+                    reverse=True)
     decs += [LaneSetting(clock_window_mhz=(fmin, f), label=f"clocks <= {f} MHz") for f in clocks]
     pres = [d] + [LaneSetting(clock_window_mhz=(f, f), label=f"clocks {f}-{f} MHz") for f in clocks]
     return decs, pres
@@ -249,7 +254,11 @@ def _oracle_grid(sc: Scenario, cfg: CalibrationConfig) -> tuple[list[LaneSetting
 
 def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: float | None,
             rep: _Reporter | None = None) -> tuple[ArmResult | None, int]:
-    """Best static pair by tokens/J under the SLOs (and mean e2e <= (1 + e2e_tol) x default)."""
+    """Best static pair by tokens/J under the SLOs (and mean e2e <= (1 + e2e_tol) x default).
+
+    The arm is named ``oracle`` with the e2e budget and ``oracle-slo-only`` without it.
+    """
+    name = "oracle" if e2e_tol is not None else "oracle-slo-only"
     rep = rep or _Reporter(None, sc.name, 0)
     pair = sc.lane_pair()
     d = LaneSetting()
@@ -289,7 +298,7 @@ def _oracle(sc: Scenario, w, cfg: CalibrationConfig, ref: SimResult, e2e_tol: fl
     rep.start("oracle search" if e2e_tol is not None else "oracle search (SLO only)")
     for _e, sp in sorted(feas_p, key=lambda x: x[0])[:2]:
         for _e2, sd in sorted(feas_d, key=lambda x: x[0])[:2]:
-            m = arm_metrics("oracle", simulate(pair, w, static_policy(sp, sd),
+            m = arm_metrics(name, simulate(pair, w, static_policy(sp, sd),
                                                progress=rep.run(f"prefill {sp.label} + decode {sd.label}")), sc)
             ok = m.itl_slo_every_window and m.ttft_slo_met and m.e2e_mean_s <= e2e_max
             if ok and (best is None or m.tokens_per_j > best.tokens_per_j):
