@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufield.power.ab import _oracle, _oracle_grid
+from gpufield.power.ab import _ORACLE_CACHE, _oracle, _oracle_grid
 from gpufield.power.config import CalibrationConfig
 from gpufield.power.controller import static_policy
 from gpufield.power.scenario import load_scenario
@@ -35,7 +35,10 @@ def test_the_two_oracle_arms_are_named_apart():
     cfg = CalibrationConfig(step_w=300.0, clock_step_mhz=500.0)
     d = LaneSetting()
     ref = simulate(sc.lane_pair(), w, static_policy(d, d))
-    with_budget, _ = _oracle(sc, w, cfg, ref, 0.05)
-    slo_only, _ = _oracle(sc, w, cfg, ref, None)
+    try:
+        with_budget, _ = _oracle(sc, w, cfg, ref, 0.05)
+        slo_only, _ = _oracle(sc, w, cfg, ref, None)
+    finally:
+        _ORACLE_CACHE.clear()  # as simulate_ab does: the cache must not outlive the search
     assert with_budget is not None and slo_only is not None
     assert (with_budget.name, slo_only.name) == ("oracle", "oracle-slo-only")
