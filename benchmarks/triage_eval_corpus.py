@@ -90,7 +90,7 @@ def read_index(path: Path) -> list[Row]:
         if head is None or set("".join(cells)) <= set("-: "):
             continue
 
-        def bad(msg: str) -> RowError:
+        def bad(msg: str, n: int = n) -> RowError:
             return RowError(f"{path}:{n}: {msg}")
 
         if len(cells) != len(head):

@@ -58,7 +58,7 @@ def test_split_complete_disjoint_and_stratified(rows):
     test = {p.resolve() for r in both if r.split == "test" for p in r.paths}
     assert dev and test and not dev & test
     # stratified: within each corpus half, no class differs by more than one case between halves
-    for sub, rs in rows.items():
+    for rs in rows.values():
         per: dict[str, list[int]] = {}
         for r in rs:
             k = "clean" if r.clean else r.classes[0]
