@@ -147,7 +147,8 @@ def blame_right(row: Row, inc) -> dict[str, bool]:
             out[k] = inc.gpu is not None and _norm_gpu(str(inc.gpu)) in {_norm_gpu(a) for a in alts}
         else:  # peer: the incident names it as a fact (root event fields, action or note), not
             # merely quotes a log line that contains it
-            text = " ".join([str(getattr(inc.root, "fields", "")), inc.note, inc.action])
+            text = " ".join([str(getattr(inc, "peer", None) or ""), str(getattr(inc.root, "fields", "")),
+                             inc.note, inc.action])
             out[k] = any((a.split(":")[0] if a.count(":") == 1 else a) in text for a in alts)
     return out
 
