@@ -22,8 +22,8 @@ Faults (``--fault``), applied on ``--fault-rank`` (``-1``: every rank) from ``--
 - ``nan``: the loss is multiplied by NaN (the NaN reaches the gradients and the step lines).
 - ``exception``: the rank's dataset raises ``RuntimeError`` while loading the step's batch.
 - ``sleep``: the rank sleeps ``--fault-arg`` seconds inside every step's compute (a straggler).
-- ``ckpt_stall``: at the fault step the rank announces a checkpoint save and sleeps
-  ``--fault-arg`` seconds before writing it (a stalling save), while its peers go on.
+- ``ckpt_stall``: at the fault step every rank saves a checkpoint and enters the save barrier;
+  the faulting rank sleeps ``--fault-arg`` seconds before writing its part (a stalling save).
 - ``oom``: the rank limits its address space (``RLIMIT_AS``) and allocates past it (host OOM
   as torch's CPU allocator reports it).
 
@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"[rank{rank}] step {step} | loss {loss_t.item() / world:.4f} | "
              f"grad_norm {float(grad_norm):.4f} | {dt:.3f} s/step")
         save = a.ckpt_every and (step + 1) % a.ckpt_every == 0
-        if hit and step == a.fault_step and a.fault == "ckpt_stall":
-            save = True
+        if a.fault == "ckpt_stall" and step == a.fault_step:
+            save = True  # every rank saves at the fault step; only the faulting rank stalls
         if save:
             path = os.path.join(ckpt_dir, f"step{step + 1}-rank{rank}.pt")
             _say(f"[rank{rank}] saving checkpoint to {path}")
