@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gpufield.harden.preflight import PreflightConfig, PreflightContext, parse_if_list, run_preflight
+from gpufield.harden.preflight import (
+    PreflightConfig,
+    PreflightContext,
+    parse_if_list,
+    run_preflight,
+)
 from gpufield.testing import FakeNvml
 
 KERNEL_LOG = Path(__file__).resolve().parents[1] / "triage" / "data" / "kernel_variants.log"
