@@ -47,6 +47,9 @@ def test_nccl_needs_two_gpus(tmp_path):
     cfg = PreflightConfig(allreduce_backend="nccl")
     r = AllReduce().run(PreflightContext(cfg, root=tmp_path, environ={}, nvml=FakeNvml([h200(0)])))
     assert r.status == "skip" and "needs >= 2 GPUs" in r.reason
+    four = FakeNvml([h200(i) for i in range(4)])
+    r = AllReduce().run(PreflightContext(cfg, root=tmp_path, environ={"CUDA_VISIBLE_DEVICES": "2"}, nvml=four))
+    assert r.status == "skip" and "found 1" in r.reason
 
 
 def test_gpu_bandwidth_compared_with_the_catalogue(tmp_path):

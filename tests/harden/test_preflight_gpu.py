@@ -193,3 +193,31 @@ def test_hang_in_nvml_init_fails_gpu_visible(tmp_path, hanging):
     assert res["gpu.visible"].status == "fail"
     assert res["gpu.visible"].reason == "NVML call nvmlInit did not return within 0.1 s"
     assert res["gpu.ecc"].status == "fail" and rep.nvml_wedged
+
+
+def test_gpu_not_granted_by_the_cgroup_is_not_lost(tmp_path):
+    denied = h200(1, errors={"nvmlDeviceGetHandleByIndex": pynvml.NVML_ERROR_NO_PERMISSION})
+    res, _ = _run(FakeNvml([h200(0), denied]), tmp_path, only=("gpu.visible",), expected_gpu_count=1)
+    r = res["gpu.visible"]
+    assert r.status == "pass" and r.values["not_permitted"] == [1] and r.values["lost"] == []
+
+
+def test_bounded_nvml_forwards_errors_and_constants_and_stays_wedged(hanging):
+    from gpufield.errors import NvmlTimeoutError
+    from gpufield.telemetry.nvml_deadline import BoundedNvml
+
+    nv = hanging("nvmlDeviceGetTemperature", gpus=[h200(0, unsupported={"nvmlDeviceGetPowerUsage"})])
+    b = BoundedNvml(nv, timeout_s=0.1)
+    b.nvmlInit()
+    h = b.nvmlDeviceGetHandleByIndex(0)
+    assert b.NVML_TEMPERATURE_GPU == pynvml.NVML_TEMPERATURE_GPU
+    with pytest.raises(pynvml.NVMLError_NotSupported):  # the driver's own error class, through the worker
+        b.nvmlDeviceGetPowerUsage(h)
+    with pytest.raises(NvmlTimeoutError, match="nvmlDeviceGetTemperature did not return within 0.1 s"):
+        b.nvmlDeviceGetTemperature(h, b.NVML_TEMPERATURE_GPU)
+    with pytest.raises(NvmlTimeoutError, match="treated as wedged"):
+        b.nvmlDeviceGetName(h)  # not queued behind the stuck call
+    assert b.nvmlShutdown() is None
+    assert [c[0] for c in nv.calls][-1] == "nvmlDeviceGetTemperature"
+    with pytest.raises(ValueError):
+        BoundedNvml(nv, timeout_s=0)

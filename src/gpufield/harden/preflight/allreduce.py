@@ -78,10 +78,14 @@ class AllReduce:
             if st.timeout is not None:
                 return result(self.name, "fail", f"not run: {st.timeout}", fix=WEDGED_FIX)
             gpus = list(st.gpus)
+            cvd = ctx.environ.get("CUDA_VISIBLE_DEVICES")
+            if cvd is not None:  # NVML ignores it; CUDA (and so each rank's cuda:<rank>) does not
+                gpus = gpus[:len([d for d in cvd.split(",") if d.strip()])]
             if len(gpus) >= 2:
                 backend, world = "nccl", len(gpus)
             elif backend == "nccl":
-                return result(self.name, "skip", f"NCCL all-reduce needs >= 2 GPUs, NVML sees {len(gpus)}")
+                return result(self.name, "skip", f"NCCL all-reduce needs >= 2 GPUs, found {len(gpus)} "
+                              "(NVML's, limited by CUDA_VISIBLE_DEVICES)")
             else:
                 backend = "gloo"
         values = {"backend": backend, "world_size": world, "bytes": cfg.allreduce_bytes, "iters": cfg.allreduce_iters}

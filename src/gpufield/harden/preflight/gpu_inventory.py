@@ -60,10 +60,13 @@ class GpusVisible:
                               "passed into the container")
             return gate
         gpus = [{"index": g.index, "name": g.name, "uuid": g.uuid, "pci_bdf": g.pci_bdf} for g in st.gpus]
-        values = {"count": len(st.gpus) + len(st.lost), "opened": len(st.gpus), "driver_version": st.driver_version,
-                  "lost": [{"index": i, "error": e} for i, e in st.lost], "gpus": gpus}
-        if st.lost:
-            lost = [f"GPU {i}: {e}" for i, e in st.lost]
+        # NoPermission: a GPU the job's cgroup does not grant (Slurm ConstrainDevices), not a lost one
+        lost_l = [(i, e) for i, e in st.lost if e != "NVMLError_NoPermission"]
+        values = {"count": len(st.gpus) + len(lost_l), "opened": len(st.gpus), "driver_version": st.driver_version,
+                  "lost": [{"index": i, "error": e} for i, e in lost_l],
+                  "not_permitted": [i for i, e in st.lost if e == "NVMLError_NoPermission"], "gpus": gpus}
+        if lost_l:
+            lost = [f"GPU {i}: {e}" for i, e in lost_l]
             return result(self.name, "fail", f"NVML cannot open {name_list(lost)}", values=values,
                           fix="drain the node; a lost GPU needs a reset or reboot (see gpu.* and kernel.xid)")
         if cfg.expected_gpu_count is not None and len(st.gpus) != cfg.expected_gpu_count:
