@@ -114,10 +114,17 @@ def test_debug_nccl_variables_flagged(tmp_path):
 
 def test_kernel_xid_from_real_lines(tmp_path):
     r = _run(tmp_path, ["kernel.xid"], kernel_log=str(KERNEL_LOG))
+    assert r.values["xids"] == r.values["xids"][-10:]
     assert r.status == "fail" and r.severity == "critical"  # Xid 79: fallen off the bus
     codes = {int(k) for k in r.values["xid_counts"]}
     assert {79, 119, 48, 63, 31} <= codes
     assert r.values["lines_read"] == len(KERNEL_LOG.read_text().splitlines())
+    text = KERNEL_LOG.read_text().splitlines()
+    # every "NVRM: Xid" line, plus the file's two fallen-off-the-bus messages that carry no Xid number
+    assert sum(r.values["xid_counts"].values()) == sum("NVRM: Xid" in x for x in text) + 2
+    # the three-line "NVRM: The NVIDIA GPU ... has fallen off the bus" record at lines 17-19 is one event
+    fell = [x for x in r.values["xids"] if x["kind"] == "gpu_fell_off_bus"]
+    assert {x["bdf"] for x in fell} >= {"0000:b3:00.0", "0000:2b:00.0"}
 
 
 def test_kernel_xid_from_fake_kmsg(tmp_path):

@@ -133,15 +133,26 @@ class KernelXid:
         parser = KernelParser()
         year = time.gmtime().tm_year
         xids: list[dict] = []
-        for i, line in enumerate(lines, 1):
+        i = 0
+        while i < len(lines):  # the triage ingest loop in small: records (multi-line) first, else one line
+            line, n = lines[i], 1
             if "NVRM" not in line:
+                i += 1
                 continue
-            ev = parser.parse_line(line, LineContext(file=str(path), line=i, year=year))
-            if ev is None or ev.kind not in ("xid", "gpu_fell_off_bus"):
-                continue
-            xid = ev.fields.get("xid", 79)
-            xids.append({"line": i, "xid": int(xid), "bdf": ev.gpu_bdf, "severity": ev.severity,
-                         "mnemonic": ev.fields.get("mnemonic"), "text": line.strip()[:240]})
+            lc = LineContext(file=str(path), line=i + 1, year=year)
+            if parser.opens_record(line):
+                rec = [line]
+                while i + len(rec) < len(lines) and parser.continues_record(rec, lines[i + len(rec)]):
+                    rec.append(lines[i + len(rec)])
+                evs, n = parser.parse_record(rec, lc), len(rec)
+            else:
+                evs = [e for e in [parser.parse_line(line, lc)] if e is not None]
+            for ev in evs:
+                if ev.kind in ("xid", "gpu_fell_off_bus"):
+                    xids.append({"line": i + 1, "xid": int(ev.fields.get("xid", 79)), "bdf": ev.gpu_bdf,
+                                 "severity": ev.severity, "kind": ev.kind, "mnemonic": ev.fields.get("mnemonic"),
+                                 "text": " ".join(x.strip() for x in rec)[:240] if n > 1 else line.strip()[:240]})
+            i += n
         counts = Counter(x["xid"] for x in xids)
         values = {"path": str(path), "lines_read": len(lines), "xid_counts": {str(k): v for k, v in sorted(counts.items())},
                   "xids": xids[-10:]}
