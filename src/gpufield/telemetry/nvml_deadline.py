@@ -123,7 +123,8 @@ class BoundedNvml:
         got = self._worker.submit(fn, args, kwargs, self.timeout_s)
         if got is None:
             self.wedged = NvmlTimeoutError(name, self.timeout_s)
-            self._worker = None  # abandoned: still inside the driver
+            self._worker.stop()  # abandoned: it ends if the stuck call ever returns
+            self._worker = None
             raise self.wedged
         ok, value = got
         if not ok:
