@@ -10,7 +10,8 @@ Every error gpufield raises on purpose derives from :class:`GpufieldError`::
     │   └── ProfileMismatchError         power: a saved profile does not fit this setup
     ├── DependencyError (ImportError)    an optional extra is missing; names the pip command
     ├── TelemetryError                   NVML / Prometheus / store failures
-    │   └── NvmlUnavailableError         no driver, no GPU, or NVML library missing
+    │   ├── NvmlUnavailableError         no driver, no GPU, or NVML library missing
+    │   └── NvmlTimeoutError             an NVML call did not return within its deadline
     ├── ActuationError                   power: a write was refused or did not read back
     └── NumericsError                    fp64: a precondition of the emulation is violated
 
@@ -83,6 +84,21 @@ class TelemetryError(GpufieldError):
 
 class NvmlUnavailableError(TelemetryError):
     """NVML is not usable here: no driver, no GPU, or the library is missing."""
+
+
+class NvmlTimeoutError(TelemetryError):
+    """An NVML call did not return within its deadline (a wedged driver); names the call and the limit.
+
+    Attributes:
+        call: the NVML function that was in flight, e.g. ``"nvmlDeviceGetRemappedRows"``.
+        timeout_s: the deadline it missed, in seconds.
+    """
+
+    def __init__(self, call: str, timeout_s: float, *, earlier: bool = False) -> None:
+        self.call = call
+        self.timeout_s = timeout_s
+        tail = " (NVML is treated as wedged from then on)" if earlier else ""
+        super().__init__(f"NVML call {call} did not return within {timeout_s:g} s{tail}")
 
 
 class ActuationError(GpufieldError):

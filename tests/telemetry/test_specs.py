@@ -82,7 +82,7 @@ def test_unverified_fields_are_listed():
     unverified = {(s.key, f) for s in gpu_specs() for src in s.sources
                   if src["retrieved"].startswith("unverified") for f in src["fields"]}
     assert ("B300", "tdp_w") in unverified and ("H200-SXM", "tdp_w") not in unverified
-    assert gpu_spec("B300").unverified_fields == ("bf16_flops_per_s", "tdp_w")
+    assert gpu_spec("B300").unverified_fields == ("bf16_flops_per_s", "nvlink_bandwidth_bytes_per_s", "tdp_w")
     assert gpu_spec("H200").unverified_fields == ("bf16_flops_per_s", "fp32_flops_per_s")
 
 

@@ -49,6 +49,10 @@ def _register() -> None:
     app.add_typer(power.app, name="power")
     app.add_typer(fp64.app, name="fp64")
 
+    from gpufield.cli import preflight
+
+    app.command("preflight", help=preflight.HELP)(preflight.preflight_cmd)
+
 
 _register()
 

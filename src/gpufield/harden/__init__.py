@@ -1,3 +1,11 @@
-"""gpufield.harden (see README)."""
+"""gpufield.harden (see README): preflight node checks (``gpufield preflight``)."""
 
-__all__: list[str] = []
+from gpufield.harden.preflight import (
+    CheckResult,
+    PreflightConfig,
+    PreflightReport,
+    run_preflight,
+)
+from gpufield.harden.protocols import PreflightCheck
+
+__all__: list[str] = ["CheckResult", "PreflightCheck", "PreflightConfig", "PreflightReport", "run_preflight"]

@@ -17,6 +17,9 @@ Pass ``nvml=gpufield.testing.FakeNvml(...)`` to run without a GPU::
         for s in r.sample():
             print(s.index, s.pci_bdf, s.power_w, s.sm_clock_hz, s.clock_event_reason_names)
 
+``NvmlReader(call_timeout_s=5)`` bounds every NVML call (:class:`BoundedNvml`: a wedged driver raises
+:class:`~gpufield.errors.NvmlTimeoutError` naming the call); :meth:`NvmlReader.health` adds retired
+pages, recovery action, NVLink states, ECC mode and processes (:class:`GpuHealth`).
 :class:`NvmlSampler` samples in a background thread (ring buffer and/or callback);
 :func:`energy_cross_check` compares the energy counter with integrated power (3 % tolerance).
 :func:`normalize_bdf` turns any PCI bus id form into ``dddd:bb:dd.f``;
@@ -56,6 +59,8 @@ from gpufield.telemetry.nvml import (
     normalize_bdf,
     nvml_status,
 )
+from gpufield.telemetry.nvml_deadline import BoundedNvml
+from gpufield.telemetry.nvml_health import GpuHealth, GpuProcess
 from gpufield.telemetry.prometheus import (
     MetricFamily,
     PromSample,
@@ -68,7 +73,7 @@ from gpufield.telemetry.specs import GpuSpec, gpu_spec, gpu_specs
 from gpufield.telemetry.store import EventLike, SampleRow, Store
 
 __all__ = [
-    "EnergyCheck", "EventLike", "GpuInfo", "GpuSample", "GpuSpec", "HistogramSeries", "MetricFamily",
+    "BoundedNvml", "EnergyCheck", "EventLike", "GpuHealth", "GpuInfo", "GpuProcess", "GpuSample", "GpuSpec", "HistogramSeries", "MetricFamily",
     "NvmlReader", "NvmlSampler", "PromSample", "SampleRow", "Store",
     "clock_event_reason_table", "decode_clock_event_reasons", "energy_cross_check", "gpu_spec", "gpu_specs",
     "histogram_delta", "histogram_quantile", "histogram_series", "iter_samples", "normalize_bdf",

@@ -148,6 +148,8 @@ class NvmlReader:
         nvml: a ``pynvml``-like module; default the real ``pynvml`` (inject ``FakeNvml`` in tests).
         indices: only these device indices (default all).
         clock_ns: wall clock for sample timestamps (default ``time.time_ns``).
+        call_timeout_s: deadline of every NVML call in seconds (``nvml`` is wrapped in
+            :class:`~gpufield.telemetry.nvml_deadline.BoundedNvml`); None = no deadline.
 
     A GPU that NVML counts but cannot open (``NVML_ERROR_GPU_IS_LOST``, ...) is skipped and listed in
     :attr:`unavailable`, so one lost GPU does not hide the others (triage.md section 5.4).
@@ -156,11 +158,14 @@ class NvmlReader:
         NvmlUnavailableError: on enter, when there is no driver, no library, no permission, no GPU,
             or no GPU could be opened.
         DependencyError: nvidia-ml-py is not installed.
+        NvmlTimeoutError: (with ``call_timeout_s``) an NVML call missed its deadline, here or in
+            :meth:`sample` / :meth:`health`.
     """
 
     def __init__(self, nvml: ModuleType | Any | None = None, *, indices: Sequence[int] | None = None,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+                 clock_ns: Callable[[], int] = time.time_ns, call_timeout_s: float | None = None) -> None:
         self._nvml = nvml
+        self._call_timeout_s = call_timeout_s
         self._indices = None if indices is None else tuple(indices)
         self._clock_ns = clock_ns
         self._handles: list[tuple[GpuInfo, Any]] = []
@@ -171,6 +176,10 @@ class NvmlReader:
 
     def __enter__(self) -> NvmlReader:
         nv = self._nvml if self._nvml is not None else _import_pynvml()
+        if self._call_timeout_s is not None and type(nv).__name__ != "BoundedNvml":
+            from gpufield.telemetry.nvml_deadline import BoundedNvml
+
+            nv = BoundedNvml(nv, timeout_s=self._call_timeout_s)
         self._nvml = nv
         try:
             nv.nvmlInit()
@@ -220,6 +229,8 @@ class NvmlReader:
                 self._nvml.nvmlShutdown()
             except self._nvml.NVMLError:
                 pass
+            if type(self._nvml).__name__ == "BoundedNvml":
+                self._nvml.close()  # stop its worker thread
 
     @property
     def gpus(self) -> list[GpuInfo]:
@@ -315,6 +326,21 @@ class NvmlReader:
             pcie_replay_count=get("pcie_replay_count", "nvmlDeviceGetPcieReplayCounter"),
             errors=errors,
         )
+
+    def health(self) -> list[Any]:
+        """Retired pages, recovery action, NVLink states, ECC mode and processes of every GPU.
+
+        Returns:
+            One :class:`gpufield.telemetry.nvml_health.GpuHealth` per GPU, index order.
+
+        Raises:
+            TelemetryError: the reader is not open.
+        """
+        from gpufield.telemetry.nvml_health import read_health
+
+        if not self._open:
+            raise TelemetryError("NvmlReader.health() called outside its 'with' block")
+        return [read_health(self._nvml, info, h, self._try) for info, h in self._handles]
 
     def _fields(self, h: Any, errors: dict[str, str]) -> dict[int, int]:
         """Field values in NVML units keyed by field id; absent when unsupported."""

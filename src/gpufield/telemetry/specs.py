@@ -43,6 +43,8 @@ class GpuSpec:
         int32_ops_per_s: INT32 instructions/s (IMAD counts once) = SMs x lanes x clock.
         hbm_bytes: HBM capacity in bytes (datasheet decimal GB x 1e9).
         hbm_bandwidth_bytes_per_s: HBM bandwidth in bytes/s.
+        nvlink_bandwidth_bytes_per_s: NVLink bandwidth per GPU in bytes/s, both directions summed
+            (NVIDIA's "900 GB/s" for H100/H200); one direction is half.
         max_mem_clock_hz: highest supported memory clock in Hz (NVML ``SupportedMemoryClocks``).
         fp64_flops_per_s / fp64_tensor_flops_per_s / fp32_flops_per_s / bf16_flops_per_s /
             fp8_flops_per_s: dense peak flop/s.
@@ -65,6 +67,7 @@ class GpuSpec:
     int32_ops_per_s: float | None
     hbm_bytes: float | None
     hbm_bandwidth_bytes_per_s: float | None
+    nvlink_bandwidth_bytes_per_s: float | None
     max_mem_clock_hz: float | None
     fp64_flops_per_s: float | None
     fp64_tensor_flops_per_s: float | None

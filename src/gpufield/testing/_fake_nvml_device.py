@@ -126,7 +126,7 @@ class DeviceCalls:
                 _p.NVML_FI_DEV_POWER_REQUESTED_LIMIT: g.power_limit_mw,
                 _p.NVML_FI_DEV_MEMORY_TEMP: g.temperature_c + 5,
                 _p.NVML_FI_DEV_PCIE_REPLAY_COUNTER: g.pcie_replay,
-                _p.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0,
+                _p.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: g.recovery_action,
                 _p.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION: int(g.energy_mj),
                 _p.NVML_FI_DEV_ENERGY: int(g.energy_mj),
                 _p.NVML_FI_DEV_PERF_POLICY_POWER: g.violation_power_ns,

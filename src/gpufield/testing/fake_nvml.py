@@ -31,6 +31,7 @@ Every call is recorded in :attr:`FakeNvml.calls` as ``(name, args)`` with handle
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 import pynvml as _pynvml
 
 from gpufield.testing._fake_nvml_device import DeviceCalls, _err
+from gpufield.testing._fake_nvml_health import HealthCalls
 
 __all__ = ["FakeGpu", "FakeNvml", "FakeHandle", "SETTER_PREFIXES", "h200", "h100", "b200"]
 
@@ -74,6 +76,12 @@ class FakeGpu:
         temperature_c, util_gpu_pct, util_mem_pct, mem_total_bytes, mem_used_bytes: readings.
         ecc: ``{(error_type, counter_type): count}``; remapped_rows: ``(corr, unc, pending, failure)``.
         pcie_gen / pcie_width / pcie_max_gen / pcie_max_width: link state.
+        retired_pages: ``{cause: [page addresses]}`` (``NVML_PAGE_RETIREMENT_CAUSE_*``);
+            retired_pages_pending: ``NVML_FEATURE_ENABLED`` when a retirement awaits a reload.
+        extra_clock_event_reasons: bits OR-ed into the modelled reasons (e.g. ``HwSlowdown`` 0x8).
+        recovery_action: ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` value (0 none, 1 GPU reset, 2 node reboot...).
+        nvlink_states: per-link ``NVML_FEATURE_ENABLED``/``DISABLED``; empty = no NVLink (not supported).
+        ecc_mode: ``(current, pending)``; processes: ``[(pid, usedGpuMemory bytes or None)]``.
         unsupported: NVML function names or field ids that answer ``NVML_ERROR_NOT_SUPPORTED``.
         errors: function name -> NVML error code raised on every call (e.g. ``GPU_IS_LOST``).
     """
@@ -107,6 +115,13 @@ class FakeGpu:
     pcie_max_width: int = 16
     pcie_replay: int = 0
     persistence_mode: int = 0
+    retired_pages: dict[int, list[int]] = field(default_factory=dict)
+    retired_pages_pending: int = 0
+    extra_clock_event_reasons: int = 0
+    recovery_action: int = 0
+    nvlink_states: tuple[int, ...] = ()
+    ecc_mode: tuple[int, int] = (1, 1)
+    processes: list[tuple[int, int | None]] = field(default_factory=list)
     unsupported: set[Any] = field(default_factory=set)
     errors: dict[str, int] = field(default_factory=dict)
     # driver-owned state (changed by setters and the fake clock)
@@ -140,7 +155,7 @@ class FakeGpu:
 
     def operating_point(self) -> tuple[int, float, int]:
         """Return ``(sm_clock_mhz, power_mw, clock_event_reasons)`` of the toy model."""
-        reasons = 0
+        reasons = self.extra_clock_event_reasons
         if self.locked_clocks_mhz is not None or self.app_clocks_mhz is not None:
             reasons |= _APP_CLOCKS
         if self.load == 0.0:
@@ -182,7 +197,7 @@ def h200(index: int = 0, **kw: Any) -> FakeGpu:
     SM <= 1980 MHz, HBM 3201/2201 MHz, idle 80.4 W at 345 MHz, 143771 MiB).
     """
     base = dict(name="NVIDIA H200", uuid=f"GPU-7a0e2c3d-1f4b-4c7a-9d2e-{index:012x}",
-                pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0")
+                pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0", nvlink_states=(1,) * 18)
     return _gpu(**{**base, **kw})
 
 
@@ -190,7 +205,7 @@ def h100(index: int = 0, **kw: Any) -> FakeGpu:
     """A fake H100 SXM (80 GB HBM3): 700 W TDP, 200-700 W limits, SM <= 1980 MHz, HBM 2619 MHz."""
     base = dict(name="NVIDIA H100 80GB HBM3", uuid=f"GPU-3c1d9b2a-6e5f-4a1b-8c7d-{index:012x}",
                 pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0", mem_clocks_mhz=(2619,),
-                mem_total_bytes=85_520_809_984, idle_power_mw=70_000)
+                mem_total_bytes=85_520_809_984, idle_power_mw=70_000, nvlink_states=(1,) * 18)
     return _gpu(**{**base, **kw})
 
 
@@ -206,7 +221,7 @@ def b200(index: int = 0, **kw: Any) -> FakeGpu:
                 pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0", tdp_mw=1_000_000,
                 idle_power_mw=130_000, min_limit_mw=400_000, max_limit_mw=1_200_000,
                 default_limit_mw=1_000_000, mem_clocks_mhz=(3996, 3402), graphics_clocks_mhz=clocks,
-                idle_sm_clock_mhz=120, mem_total_bytes=191_514_411_008)
+                idle_sm_clock_mhz=120, mem_total_bytes=191_514_411_008, nvlink_states=(1,) * 18)
     return _gpu(**{**base, **kw})
 
 
@@ -217,7 +232,7 @@ class FakeHandle:
     index: int
 
 
-class FakeNvml(DeviceCalls):
+class FakeNvml(DeviceCalls, HealthCalls):
     """Drop-in fake of the ``pynvml`` module (see the module docstring for the behaviour).
 
     Args:
@@ -228,11 +243,13 @@ class FakeNvml(DeviceCalls):
         library_found: ``False`` makes ``nvmlInit`` raise ``NVMLError_LibraryNotFound``.
         driver_version: string returned by ``nvmlSystemGetDriverVersion``.
         clock: optional callable returning seconds; default is a manual clock moved by :meth:`advance`.
+        hang: NVML function names that block (a wedged driver) until :meth:`release` is called.
     """
 
     def __init__(self, gpus: list[FakeGpu] | None = None, *, root: bool = True,
                  read_only: bool = False, driver_loaded: bool = True, library_found: bool = True,
-                 driver_version: str = "580.159.04", clock: Callable[[], float] | None = None) -> None:
+                 driver_version: str = "580.159.04", clock: Callable[[], float] | None = None,
+                 hang: set[str] | frozenset[str] = frozenset()) -> None:
         self.gpus: list[FakeGpu] = list(gpus) if gpus is not None else [h200(0)]
         self.root = root
         self.read_only = read_only
@@ -244,6 +261,12 @@ class FakeNvml(DeviceCalls):
         self._clock = clock or (lambda: self._manual_t)
         self._last_t = self._clock()
         self._init_count = 0
+        self.hang = set(hang)
+        self._released = threading.Event()
+
+    def release(self) -> None:
+        """Let every call blocked by ``hang`` return (and later ones not block); call in test teardown."""
+        self._released.set()
 
     @classmethod
     def spy(cls, gpus: list[FakeGpu] | None = None, **kw: Any) -> FakeNvml:
@@ -298,6 +321,8 @@ class FakeNvml(DeviceCalls):
     def _enter(self, name: str, args: tuple[Any, ...], *, setter: bool = False) -> FakeGpu | None:
         shown = tuple(a.index if isinstance(a, FakeHandle) else a for a in args)
         self.calls.append((name, shown))
+        if name in self.hang:
+            self._released.wait()
         if setter and self.read_only:
             raise AssertionError(f"NVML setter {name}{shown} called in read-only mode")
         if name not in ("nvmlInit", "nvmlInitWithFlags") and self._init_count == 0:

@@ -1,0 +1,127 @@
+"""Preflight output: the JSON document (schema below), a rich table, and the safe file writer.
+
+JSON schema ``gpufield.preflight/1`` (stable: fields are only ever added)::
+
+    {
+      "schema": "gpufield.preflight/1",
+      "host": "gpu-a17",                    # socket.gethostname()
+      "started_utc": "2026-12-01T21:40:00+00:00",
+      "elapsed_s": 3.21,                    # whole run
+      "nvml_elapsed_s": 0.04 | null,        # the shared NVML pass (null: no GPU check ran)
+      "nvml_wedged": false,                 # an NVML call missed its deadline
+      "status": "pass" | "warn" | "fail",   # worst check status (skips count as pass)
+      "exit_code": 0 | 1,                   # what the CLI exits with (see --strict)
+      "counts": {"pass": 9, "warn": 1, "fail": 0, "skip": 5},
+      "checks": [
+        {"name": "gpu.ecc", "status": "pass" | "warn" | "fail" | "skip",
+         "severity": "info" | "warning" | "critical",
+         "reason": "one line", "values": {...measured values, units in key names...},
+         "fix": "what to do" | null, "elapsed_s": 0.0012}
+      ]
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gpufield.errors import InputError
+from gpufield.harden.preflight.model import PreflightReport
+
+__all__ = ["SCHEMA", "dumps", "render", "to_dict", "write_report"]
+
+SCHEMA = "gpufield.preflight/1"
+
+_STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "skip": "dim"}
+
+
+def to_dict(report: PreflightReport, *, strict: bool = False) -> dict[str, Any]:
+    """The report as the JSON document of the module docstring.
+
+    Args:
+        report: a :func:`~gpufield.harden.preflight.run_preflight` result.
+        strict: warnings count as failures for ``exit_code``.
+    """
+    counts = {s: sum(r.status == s for r in report.results) for s in ("pass", "warn", "fail", "skip")}
+    return {"schema": SCHEMA, "host": report.host, "started_utc": report.started_utc,
+            "elapsed_s": round(report.elapsed_s, 6),
+            "nvml_elapsed_s": None if report.nvml_elapsed_s is None else round(report.nvml_elapsed_s, 6),
+            "nvml_wedged": report.nvml_wedged, "status": report.status, "exit_code": report.exit_code(strict=strict),
+            "counts": counts, "checks": [r.to_dict() for r in report.results]}
+
+
+def dumps(report: PreflightReport, *, strict: bool = False) -> str:
+    """:func:`to_dict` as indented JSON text (ends without a newline)."""
+    return json.dumps(to_dict(report, strict=strict), indent=2, default=str)
+
+
+def render(report: PreflightReport, console: Any | None = None) -> None:
+    """Print the report as a rich table (status, check, reason, time) and a summary line.
+
+    Args:
+        report: the report.
+        console: a ``rich.console.Console`` (default one on stdout).
+    """
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    con = console or Console()
+    t = Table(title=f"gpufield preflight on {report.host}", title_justify="left")
+    t.add_column("status")
+    t.add_column("check", no_wrap=True)
+    t.add_column("reason")
+    t.add_column("s", justify="right")
+    for r in report.results:
+        reason = Text(r.reason)
+        if r.fix and r.status in ("warn", "fail"):
+            reason.append(f"\nfix: {r.fix}", style="dim")
+        t.add_row(Text(r.status.upper(), style=_STYLE[r.status]), r.name, reason, f"{r.elapsed_s:.2f}")
+    con.print(t)
+    d = to_dict(report)
+    c = d["counts"]
+    con.print(Text(f"overall {report.status.upper()}: {c['pass']} pass, {c['warn']} warn, {c['fail']} fail, "
+                   f"{c['skip']} skip in {report.elapsed_s:.1f} s", style=_STYLE[report.status]))
+
+
+def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Write ``text`` to ``path`` through a unique temp file beside it, then rename.
+
+    Args:
+        text: the document.
+        path: target file.
+        force: replace an existing regular file. Special files (devices, FIFOs, sockets,
+            directories) are never replaced.
+
+    Returns:
+        The path written.
+
+    Raises:
+        InputError: the target exists (without ``force``) or is not a regular file, or its
+            directory does not exist.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_file():
+        raise InputError("not a regular file; refusing to replace it", path=str(out))
+    if out.exists() and not force:
+        raise InputError("file exists; refusing to overwrite it (pass --force to replace it)", path=str(out))
+    if not out.parent.is_dir():
+        raise InputError("directory does not exist", path=str(out.parent))
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text if text.endswith("\n") else text + "\n")
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        if out.exists() and (not force or not out.is_file()):  # appeared meanwhile
+            raise InputError("file appeared while writing; refusing to overwrite it", path=str(out))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
