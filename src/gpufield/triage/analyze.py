@@ -93,6 +93,7 @@ def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], lis
     st = res.stats
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
+             "truncated_lines": st.truncated_lines,
              "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
     return res.events, marks, stats
 

@@ -17,7 +17,6 @@ Memory is O(block size + longest record), independent of file size.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
+from gpufield.triage.parsers._regex import MAX_LINE_CHARS
 from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
 
 #: ``on_block(block, starts, n, base)`` (see :func:`scan`)
@@ -40,8 +41,11 @@ BLOCK_BYTES = 8 << 20
 THREADS = max(1, int(os.environ.get("GPUFIELD_INGEST_THREADS", "1") or 1))
 #: lines per chunk of the first (keyword) prefilter pass
 CHUNK_LINES = 32
-#: a line longer than this is cut (the rest is counted, not parsed)
+#: a line longer than this is cut while it is read (its middle is dropped, so memory stays bounded)
 MAX_LINE_BYTES = 1 << 20
+#: the patterns see at most this many bytes of a line (``_regex.MAX_LINE_CHARS``); longer lines are
+#: counted in :attr:`ScanCounters.truncated_lines` and the first one per file is named in a warning
+MATCH_BYTES = MAX_LINE_CHARS
 #: invalid-timestamp warnings given one by one per file (the rest are counted in one summary line)
 MAX_TIMESTAMP_WARNINGS = 5
 
@@ -64,6 +68,7 @@ class ScanCounters:
     events: int = 0
     warnings: list[tuple[int | None, str]] = field(default_factory=list)
     bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
+    truncated_lines: int = 0  # lines longer than MATCH_BYTES: only their head was matched
 
     def count(self, ev: Event) -> None:
         """Count one emitted event; warn (``line: message``) when its timestamp was unreadable."""
@@ -97,7 +102,7 @@ class Table:
         self.union_main = "|".join(f"(?:{p.prefilter})" for p in main)
         self.keyword_union = "|".join(_literal(k) for p in main for k in p.keywords)
         self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
-        self.thin_re = re.compile(self.parsers[self.thin[0]].prefilter) if self.thin else None
+        self.thin_re = rx.compile(self.parsers[self.thin[0]].prefilter) if self.thin else None
 
     def parsers_of(self, code: int) -> list[int]:
         """Parser indices whose bit is set in ``code`` (cached)."""
@@ -118,8 +123,8 @@ def _literal(text: str) -> str:
 def _line(block: bytes, starts: np.ndarray, i: int) -> str:
     s, e = int(starts[i]), int(starts[i + 1])
     b = block[s:e]
-    if len(b) > MAX_LINE_BYTES:
-        b = b[:MAX_LINE_BYTES]
+    if len(b) > MATCH_BYTES:
+        b = b[:MATCH_BYTES]
     return b.rstrip(b"\r\n").decode("utf-8", "replace")
 
 
@@ -189,6 +194,13 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             starts[n] = len(block)
         if on_block is not None:
             on_block(block, starts, n, base)
+        long = np.flatnonzero(np.diff(starts) > MATCH_BYTES + 2)  # + "\r\n"
+        if len(long):
+            first_long = base + int(long[0]) + 1
+            if counters.truncated_lines == 0 and not (counters.warnings and counters.warnings[-1][0] == first_long):
+                counters.warnings.append((first_long, f"line longer than {MATCH_BYTES} bytes: only its "
+                                          f"first {MATCH_BYTES} bytes are matched (see truncated_lines for the count)"))
+            counters.truncated_lines += len(long)
         cand, member = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
