@@ -191,3 +191,56 @@ def is_linear(pattern: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _bytes_options(ignore_case: bool) -> re2.Options:
+    opts = re2.Options()
+    opts.case_sensitive = not ignore_case
+    opts.log_errors = False
+    opts.never_capture = True
+    return opts
+
+
+class ByteScanner:
+    """An RE2 program run over raw byte blocks (many lines at once), reporting match offsets only.
+
+    ``(?m)`` is implied: ``^`` and ``$`` match at line starts and ends inside the block.
+
+    Args:
+        pattern: RE2 syntax.
+        ignore_case: case-insensitive matching.
+
+    Raises:
+        ValueError: RE2 cannot compile ``pattern``.
+    """
+
+    __slots__ = ("pattern", "_raw")
+
+    def __init__(self, pattern: str, *, ignore_case: bool = False) -> None:
+        raw = _re2.RE2(("(?m)" + pattern).encode(), _bytes_options(ignore_case))
+        if not raw.ok():
+            raise ValueError(f"not a linear-time (RE2) pattern: {pattern!r}: {raw.error()}")
+        self.pattern, self._raw = pattern, raw
+
+    def find(self, block: bytes, pos: int, end: int) -> int:
+        """Offset of the first match in ``block[pos:end]``, or -1 (the block is not copied)."""
+        return self._raw.Match(_UNANCHORED, block, pos, end)[0][0]
+
+
+class ByteSet:
+    """Which of several patterns match one byte string (one RE2::Set pass for all of them)."""
+
+    __slots__ = ("patterns", "_set")
+
+    def __init__(self, patterns: list[str], *, ignore_case: bool = False) -> None:
+        self.patterns = list(patterns)
+        self._set = _re2.Set(_UNANCHORED, _bytes_options(ignore_case))
+        for p in self.patterns:
+            if self._set.Add(("(?m)" + p).encode()) < 0:
+                raise ValueError(f"not a linear-time (RE2) pattern: {p!r}")
+        if not self._set.Compile():
+            raise ValueError("RE2 could not compile the pattern set")
+
+    def match(self, text: bytes) -> list[int]:
+        """Indices (into :attr:`patterns`) of the patterns found in ``text``, in any order."""
+        return self._set.Match(text) or []
