@@ -79,23 +79,66 @@ def _files_under(paths: Iterable[str]) -> list[str]:
 
 def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], list[PhaseMark], dict[str, Any]]:
     """Events, phase marks and stats of one read of the inputs (:func:`gpufield.triage.ingest.ingest`
-    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook)."""
+    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook).
+
+    Events stream through :class:`~gpufield.triage.aggregate.EventReducer` (repeats of a template
+    beyond its first occurrences are counted, not kept) and phase marks through the same kind of
+    cap, so memory does not grow with the log's length (``stats["templates"]`` lists the capped
+    templates with their counts)."""
+    from gpufield.triage.aggregate import EventReducer
     from gpufield.triage.ingest import IngestOptions, ingest
 
-    marks: list[PhaseMark] = []
+    marks = _MarkReducer()
+    reducer = EventReducer()
 
     def on_block(path: str, block: bytes, starts, n: int, base: int) -> None:
         marks.extend(marks_in_block(block, starts, n, path, base + 1))
 
     res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
-                 on_block=on_block)
+                 on_block=on_block, sink=reducer.add)
     res.raise_if_nothing_read()
     st = res.stats
+    events = reducer.events()
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
-             "truncated_lines": st.truncated_lines,
+             "truncated_lines": st.truncated_lines, "events_kept": len(events),
+             "events_aggregated": st.events - len(events), "phase_marks_aggregated": marks.dropped,
+             "templates": reducer.summary(),
              "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
-    return res.events, marks, stats
+    return events, marks.marks(), stats
+
+
+class _MarkReducer:
+    """Phase marks with the same cap as events: per (file, phase, text with digits masked) the first
+    :data:`~gpufield.triage.aggregate.KEEP_PER_TEMPLATE` marks and the last one (a progress bar
+    redrawn 100,000 times is one phase start, not 100,000)."""
+
+    def __init__(self) -> None:
+        from gpufield.triage.aggregate import KEEP_PER_TEMPLATE
+
+        self._cap = KEEP_PER_TEMPLATE
+        self._kept: list[tuple[int, PhaseMark]] = []
+        self._count: dict[tuple, int] = {}
+        self._last: dict[tuple, tuple[int, PhaseMark]] = {}
+        self._seq = 0
+        self.dropped = 0
+
+    def extend(self, marks: Iterable[PhaseMark]) -> None:
+        for m in marks:
+            self._seq += 1
+            key = (m.file, m.phase, _DIGITS.sub("#", m.text))
+            c = self._count[key] = self._count.get(key, 0) + 1
+            if c <= self._cap:
+                self._kept.append((self._seq, m))
+            else:
+                self.dropped += key in self._last
+                self._last[key] = (self._seq, m)
+
+    def marks(self) -> list[PhaseMark]:
+        return [m for _, m in sorted(self._kept + list(self._last.values()), key=lambda x: x[0])]
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 #: folder names that organise logs but never name a host (a host-like folder is used as the host of

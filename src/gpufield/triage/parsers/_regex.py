@@ -55,8 +55,14 @@ class Match:
             raise IndexError(f"no such group: {group!r}") from None
 
     def __getitem__(self, group: int | str) -> str | None:
-        s = self._spans[self._index(group)]
-        return None if s == _NULL else self._text[s[0]:s[1]]
+        if group.__class__ is str:  # the common case: m["name"]
+            i = self._p.groupindex.get(group)  # type: ignore[call-overload]
+            if i is None:
+                raise IndexError(f"no such group: {group!r}")
+            s = self._spans[i]
+        else:
+            s = self._spans[self._index(group)]
+        return None if s[0] < 0 else self._text[s[0]:s[1]]
 
     def __repr__(self) -> str:
         return f"<Match span={self.span()} match={self[0]!r}>"
@@ -133,19 +139,29 @@ class Pattern:
         return (_rebuild, (self.pattern, self.ignore_case))
 
     def _run(self, anchor, text: str, pos: int | None, endpos: int | None) -> Match | None:
-        n = len(text)
-        pos = 0 if pos is None else max(0, min(pos, n))
-        endpos = n if endpos is None else max(0, min(endpos, n))
-        if pos > endpos:
-            return None
         if text.isascii():  # O(1) in CPython; byte offsets are character offsets
             if _last[0] is text:
                 b = _last[1]
             else:
                 b = text.encode("ascii")
                 _last[0], _last[1] = text, b
+            n = len(b)
+            if pos is None:
+                pos = 0
+            elif pos > n:
+                pos = n
+            elif pos < 0:
+                pos = 0
+            endpos = n if endpos is None else max(0, min(endpos, n))
+            if pos > endpos:
+                return None
             spans = self._raw.Match(anchor, b, pos, endpos)
-            return None if spans[0] == _NULL else Match(self, text, spans)
+            return None if spans[0][0] < 0 else Match(self, text, spans)
+        n = len(text)
+        pos = 0 if pos is None else max(0, min(pos, n))
+        endpos = n if endpos is None else max(0, min(endpos, n))
+        if pos > endpos:
+            return None
         m = next(self._rx._match(anchor, text, pos, endpos), None)  # maps UTF-8 offsets back to characters
         return None if m is None else Match(self, text, m._spans)
 

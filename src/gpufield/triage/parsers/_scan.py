@@ -24,7 +24,6 @@ from typing import BinaryIO
 import numpy as np
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._regex import MAX_LINE_CHARS, ByteScanner, ByteSet
 from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
 

@@ -14,7 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
 from gpufield.errors import InputError
 from gpufield.triage.engine.model import Tier
 from gpufield.triage.report.json_export import iso
