@@ -179,8 +179,22 @@ class Pattern:
 
     def finditer(self, text: str, pos: int | None = None, endpos: int | None = None) -> Iterator[Match]:
         """Non-overlapping matches, left to right."""
-        for m in self._rx.finditer(text, pos, endpos):
-            yield Match(self, text, m._spans)
+        if not text.isascii():
+            for m in self._rx.finditer(text, pos, endpos):
+                yield Match(self, text, m._spans)
+            return
+        b = text.encode("ascii")
+        n = len(b)
+        pos = 0 if pos is None else max(0, min(pos, n))
+        endpos = n if endpos is None else max(0, min(endpos, n))
+        match = self._raw.Match
+        while pos <= endpos:
+            spans = match(_UNANCHORED, b, pos, endpos)
+            if spans[0][0] < 0:
+                return
+            yield Match(self, text, spans)
+            e = spans[0][1]
+            pos = e + 1 if e == spans[0][0] else e  # an empty match: step over one character
 
     def findall(self, text: str, pos: int | None = None, endpos: int | None = None) -> list[Any]:
         """Like ``re.findall``: whole matches, the one group, or tuples of groups."""

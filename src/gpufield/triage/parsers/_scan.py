@@ -326,13 +326,20 @@ def _thinned(block: bytes, starts: np.ndarray, n: int, table: Table, main: np.nd
         return np.zeros(0, dtype=np.int64)
     hc = sorted(first)
 
+    whole: dict[int, int] = {}  # hit chunk -> its last matching line (asked again by every later candidate)
+
     def last_before(c: int) -> int | None:
         pos = bisect_right(hc, (c - 1) // CHUNK_LINES)
         while pos > 0:  # at most two chunks: the one of ``c`` (cut at c) and the hit chunk before it
             j = hc[pos - 1]
             lo, hi = first[j], min(c, (j + 1) * CHUNK_LINES, n)
+            full = hi == min((j + 1) * CHUNK_LINES, n)
+            if full and j in whole:
+                return whole[j]
             if lo < hi:
                 if find(block, sl[hi - 1], sl[hi]) >= 0:
+                    if full:
+                        whole[j] = hi - 1
                     return hi - 1
                 last, at, stop = lo, sl[lo + 1], sl[hi]
                 while at < stop:  # forward over the matching lines in [lo, hi)
@@ -341,6 +348,8 @@ def _thinned(block: bytes, starts: np.ndarray, n: int, table: Table, main: np.nd
                         break
                     last = bisect_right(sl, h) - 1
                     at = sl[last + 1]
+                if full:
+                    whole[j] = last
                 return last
             pos -= 1
         return None
