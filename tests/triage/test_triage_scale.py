@@ -104,3 +104,18 @@ def test_reducer_keeps_progress_markers_around_kept_events(tmp_path):
 def test_reducer_rejects_a_zero_cap():
     with pytest.raises(ValueError):
         EventReducer(keep_per_template=0)
+
+
+def test_plain_triage_imports_no_heavy_module(tmp_path):
+    # issue 24: start-up; duckdb, jinja2, pyarrow and torch are imported only by the features that need them
+    import subprocess
+    import sys
+
+    f = tmp_path / "kern.log"
+    f.write_text("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.\nplain\nplain\n")
+    code = ("import sys\nsys.argv = ['gpufield', 'triage', sys.argv[1]]\nfrom gpufield.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('duckdb', 'jinja2', 'pyarrow', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(f)], capture_output=True, text=True, timeout=120).stdout
+    assert "GPU_FELL_OFF_BUS" in out.replace(" ", "_") or "fell off" in out.lower()
+    assert "HEAVY []" in out
