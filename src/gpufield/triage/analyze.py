@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -20,6 +21,7 @@ from gpufield.triage.engine import EngineResult, run_engine
 from gpufield.triage.engine.model import Incident
 from gpufield.triage.engine.phases import PhaseMark, marks_in_block
 from gpufield.triage.events import Event
+from gpufield.triage.miner import MinedTemplate, TemplateMiner
 
 EXAMPLE_NAME = "xid79-two-hosts"
 EXAMPLE_YEAR = 2026  # the example's year-less stamps (syslog, glog) belong to this year
@@ -44,6 +46,10 @@ class TriageResult:
         clock_offsets_s: estimated clock offset per host (seconds, host minus reference).
         example: True when the bundled example incident was analysed.
         engine: the raw engine output (findings, timeline) for reports and debugging.
+        unexplained: templates of unparsed error-ish lines seen only near the top incident's time
+            or only on its host (:meth:`gpufield.triage.miner.TemplateMiner.unexplained`): evidence
+            no rule explained, earliest first.
+        unparsed_templates: the most frequent templates of unparsed error-ish lines (at most 200).
     """
 
     incidents: list[Incident]
@@ -53,6 +59,8 @@ class TriageResult:
     clock_offsets_s: dict[str, float] = field(default_factory=dict)
     example: bool = False
     engine: EngineResult | None = None
+    unexplained: list[MinedTemplate] = field(default_factory=list)
+    unparsed_templates: list[MinedTemplate] = field(default_factory=list)
 
     @property
     def verdict(self) -> Incident | None:
@@ -77,24 +85,78 @@ def _files_under(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _ingest(paths: Sequence[str], *, year: int | None) -> tuple[list[Event], list[PhaseMark], dict[str, Any]]:
+def _ingest(paths: Sequence[str], *, year: int | None,
+            miner: TemplateMiner | None = None) -> tuple[list[Event], list[PhaseMark], dict[str, Any]]:
     """Events, phase marks and stats of one read of the inputs (:func:`gpufield.triage.ingest.ingest`
-    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook)."""
+    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook).
+
+    Events stream through :class:`~gpufield.triage.aggregate.EventReducer` (repeats of a template
+    beyond its first occurrences are counted, not kept) and phase marks through the same kind of
+    cap, so memory does not grow with the log's length (``stats["templates"]`` lists the capped
+    templates with their counts)."""
+    from gpufield.triage.aggregate import EventReducer
     from gpufield.triage.ingest import IngestOptions, ingest
 
-    marks: list[PhaseMark] = []
+    marks = _MarkReducer()
+    reducer = EventReducer()
 
     def on_block(path: str, block: bytes, starts, n: int, base: int) -> None:
         marks.extend(marks_in_block(block, starts, n, path, base + 1))
+        if miner is not None:
+            miner.on_block(path, block, starts, n, base)
+
+    def sink(e: Event) -> None:
+        reducer.add(e)
+        if miner is not None:
+            miner.note_event(e)
 
     res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
-                 on_block=on_block)
+                 on_block=on_block, sink=sink)
     res.raise_if_nothing_read()
+    if miner is not None:
+        miner.finish()
     st = res.stats
+    events = reducer.events()
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
+             "truncated_lines": st.truncated_lines, "events_kept": len(events),
+             "events_aggregated": st.events - len(events), "phase_marks_aggregated": marks.dropped,
+             "templates": reducer.summary(), "mined_lines": miner.lines_mined if miner is not None else 0,
              "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
-    return res.events, marks, stats
+    return events, marks.marks(), stats
+
+
+class _MarkReducer:
+    """Phase marks with the same cap as events: per (file, phase, text with digits masked) the first
+    :data:`~gpufield.triage.aggregate.KEEP_PER_TEMPLATE` marks and the last one (a progress bar
+    redrawn 100,000 times is one phase start, not 100,000)."""
+
+    def __init__(self) -> None:
+        from gpufield.triage.aggregate import KEEP_PER_TEMPLATE
+
+        self._cap = KEEP_PER_TEMPLATE
+        self._kept: list[tuple[int, PhaseMark]] = []
+        self._count: dict[tuple, int] = {}
+        self._last: dict[tuple, tuple[int, PhaseMark]] = {}
+        self._seq = 0
+        self.dropped = 0
+
+    def extend(self, marks: Iterable[PhaseMark]) -> None:
+        for m in marks:
+            self._seq += 1
+            key = (m.file, m.phase, _DIGITS.sub("#", m.text))
+            c = self._count[key] = self._count.get(key, 0) + 1
+            if c <= self._cap:
+                self._kept.append((self._seq, m))
+            else:
+                self.dropped += key in self._last
+                self._last[key] = (self._seq, m)
+
+    def marks(self) -> list[PhaseMark]:
+        return [m for _, m in sorted(self._kept + list(self._last.values()), key=lambda x: x[0])]
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 #: folder names that organise logs but never name a host (a host-like folder is used as the host of
@@ -176,13 +238,18 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     example = not paths
     given = [str(example_dir())] if example else [os.fspath(p) for p in paths]  # type: ignore[union-attr]
     _check_paths(given)
-    events, marks, stats = _ingest(given, year=EXAMPLE_YEAR if example else None)
+    miner = TemplateMiner(year=EXAMPLE_YEAR if example else time.gmtime().tm_year)
+    events, marks, stats = _ingest(given, year=EXAMPLE_YEAR if example else None, miner=miner)
     events = folder_hosts(events, given)
     result = run_engine(events, phases=marks, skew_tolerance_s=skew_tolerance_s)
+    top = result.incidents[0] if result.incidents else None
+    mined = miner.templates()
+    unexplained = miner.unexplained(failure_ns=top.t_ns if top else None, failing_host=top.host if top else None,
+                                    all_hosts={e.host for e in events if e.host})
     return TriageResult(
         incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
         clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},
-        example=example, engine=result,
+        example=example, engine=result, unexplained=unexplained, unparsed_templates=mined[:200],
     )
 
 

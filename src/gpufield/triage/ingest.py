@@ -114,6 +114,8 @@ class FileStats:
         bytes_on_disk: size as stored; ``bytes``: after decompression.
         lines: lines read; ``candidates``: lines that passed the prefilter; ``events``: emitted.
         seconds: wall time spent on this file.
+        truncated_lines: lines longer than ``parsers._regex.MAX_LINE_CHARS`` bytes, matched on
+            their head only.
     """
 
     path: str
@@ -124,6 +126,7 @@ class FileStats:
     candidates: int = 0
     events: int = 0
     seconds: float = 0.0
+    truncated_lines: int = 0
 
 
 @dataclass(slots=True)
@@ -139,6 +142,7 @@ class IngestStats:
         files: per-file :class:`FileStats`, in reading order.
         warnings: every :class:`IngestWarning`.
         unreadable: paths that could not be opened at all (missing, permission, zstd).
+        truncated_lines: total of :attr:`FileStats.truncated_lines`.
     """
 
     files_seen: int = 0
@@ -153,6 +157,7 @@ class IngestStats:
     files: list[FileStats] = field(default_factory=list)
     warnings: list[IngestWarning] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    truncated_lines: int = 0
 
     @property
     def nothing_read(self) -> bool:
@@ -323,6 +328,7 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
             st.lines += fs.lines
             st.candidates += fs.candidates
             st.events += fs.events
+            st.truncated_lines += fs.truncated_lines
             st.seconds = time.perf_counter() - t0
     st.seconds = time.perf_counter() - t0
 
@@ -359,6 +365,7 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
                         opts.block_bytes, on_error, not_after, on_block)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
+        fs.truncated_lines = counters.truncated_lines
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
     st.files_read += 1
     if counters.events == 0:

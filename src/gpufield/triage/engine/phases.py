@@ -7,47 +7,48 @@ lines for a few well-known phase banners (HF ``datasets``/``transformers``, Ligh
 Megatron, torch.distributed.checkpoint) and records where each phase began.
 
 :func:`marks_in_block` runs on the blocks ingestion has already read (its ``on_block`` hook, used
-by ``analyze``: one read of the inputs): a case-insensitive RE2 pass over 32-line chunks for the
-literal keywords, then over the lines of the chunks that hit, so Python only sees candidate lines.
+by ``analyze``: one read of the inputs): a case-insensitive RE2 search for the literal keywords over
+the whole block, so Python only sees candidate lines.
 :func:`scan_files` does the same on its own read (plain or gzip/bzip2/xz, whole files);
 :func:`scan_text` is the pure, slower reference both must agree with.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufield.triage.parsers import _regex as rx
+
 # HF datasets: "Generating train split: 2230000 examples [29:59, ...]", "Map (num_proc=8):  45%|",
 # "Running tokenizer on dataset", "Tokenizing train dataset"; transformers:
 # "Loading checkpoint shards:  50%|"; generic "Preprocessing ..." / "Downloading ...".
-SETUP = re.compile(
+SETUP = rx.compile(
     r"Generating \w+ split|Running tokenizer|Tokeniz(?:ing|e) |\bMap(?: \(num_proc=\d+\))?:|"
     r"Loading checkpoint shards|Downloading (?:data|shards|builder)|Preprocessing|Filter(?: \(num_proc=\d+\))?:|"
     r"Loading dataset|Building (?:train|dataset|index)|"
     # model construction / sharding frames of a traceback (transformers, FSDP1/2, torch.nn.Module.to)
     r"in from_pretrained|in fully_shard|in _init_param|in _materialize|in to_empty|in init_process_group|"
     r"FullyShardedDataParallel\(|in _init_core_state|in lazy_init",
-    re.IGNORECASE,
+    ignore_case=True,
 )
 # model build/shard frames: '  File ".../modeling_utils.py", line 3850, in from_pretrained'
 # HF Trainer "Saving model checkpoint to out/checkpoint-500"; DeepSpeed "[Torch] Checkpoint global_step500
 # is about to be saved!" / "Saving model checkpoint"; Megatron "saving checkpoint at iteration"; Lightning
 # "Saving checkpoint"; torch.distributed.checkpoint dcp.save / FSDP FULL_STATE_DICT gathers.
-CKPT_SAVE = re.compile(
+CKPT_SAVE = rx.compile(
     r"Saving (?:model )?checkpoint|saving checkpoint at iteration|is about to be saved|"
     r"save_checkpoint|save_pretrained|dcp\.save|FULL_STATE_DICT|full_state_dict|state_dict\(\)|"
     r"Failed to clone\(\) tensor|in _save_checkpoint|in save_model|in save_state|save_16bit_model|"
     r"consolidated_16bit_state_dict|gather_16bit_weights_on_model_save|in save_checkpoint|"
     # HF Trainer's end-of-training summary: the final model save runs right after it
     r"'train_runtime'|Training completed\. Do not forget",
-    re.IGNORECASE,
+    ignore_case=True,
 )
 # HF Trainer end of training: "{'train_runtime': 119.8, ..., 'train_loss': 1.23, 'epoch': 2.57}" then save_model()
 # "successfully saved checkpoint", "Saved checkpoint", "Checkpoint ... saved in 12.3s"
-CKPT_DONE = re.compile(r"successfully saved|Saved (?:model )?checkpoint|checkpoint\S* saved", re.IGNORECASE)
+CKPT_DONE = rx.compile(r"successfully saved|Saved (?:model )?checkpoint|checkpoint\S* saved", ignore_case=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,32 +145,48 @@ def marks_in_block(block: bytes, starts, n: int, file: str, first_line: int) -> 
     The form ingestion hands to its ``on_block`` hook (``gpufield.triage.ingest.iter_events``), so
     :func:`gpufield.triage.analyze.analyze` finds the banners in the same read as the events.
     """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from gpufield.triage.parsers._scan import CHUNK_LINES, _literal
-
     if n == 0:
         return []
-    starts = np.asarray(starts[: n + 1], dtype=np.int64)
-    buf, pat = pa.py_buffer(block), "|".join(_literal(k) for k in _KEYWORDS)
-    offs = np.append(starts[0:n:CHUNK_LINES], starts[n])
-    chunks = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), buf])
-    hit = np.flatnonzero(pc.match_substring_regex(chunks, pat, ignore_case=True).to_numpy(zero_copy_only=False))
-    if len(hit) == 0:
-        return []
-    idx = (hit[:, None] * CHUNK_LINES + np.arange(CHUNK_LINES)[None, :]).ravel()
-    idx = idx[idx < n]
-    lines = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(starts), buf]).take(pa.array(idx))
-    cand = idx[pc.match_substring_regex(lines, pat, ignore_case=True).to_numpy(zero_copy_only=False)]
+    end = int(starts[n])
+    find = _keyword_scanner().find
     out = []
-    for i in cand.tolist():
-        line = block[starts[i]:starts[i + 1]].decode("utf-8", "replace").rstrip("\n")
+    pos = 0
+    firsts: list[int] = []
+    while pos < end:  # one case-insensitive RE2 search over the block per candidate line
+        hit = find(block, pos, end)
+        if hit < 0:
+            break
+        ls = block.rfind(b"\n", 0, hit) + 1
+        le = block.find(b"\n", hit, end)
+        le = end if le < 0 else le + 1
+        firsts.append(ls)
+        pos = le
+    if not firsts:
+        return []
+    import numpy as np
+
+    rows = np.searchsorted(np.asarray(starts[: n + 1], dtype=np.int64), np.asarray(firsts, dtype=np.int64),
+                           side="right") - 1
+    for i in rows.tolist():
+        line = block[int(starts[i]):int(starts[i + 1])].decode("utf-8", "replace").rstrip("\n")
         mark = _classify(line, file, first_line + i)
         if mark is not None:
             out.append(mark)
     return out
+
+
+_SCANNER = None
+
+
+def _keyword_scanner():
+    """The case-insensitive RE2 scanner of :data:`_KEYWORDS` (built on first use)."""
+    global _SCANNER
+    if _SCANNER is None:
+        from gpufield.triage.parsers._regex import ByteScanner
+        from gpufield.triage.parsers._scan import _literal
+
+        _SCANNER = ByteScanner("|".join(_literal(k) for k in _KEYWORDS), ignore_case=True)
+    return _SCANNER
 
 
 def scan_files(files: Iterable[str | Path], *, block_bytes: int = 8 << 20) -> list[PhaseMark]:

@@ -28,52 +28,53 @@ dmesg from boot time + monotonic seconds and can drift; it is kept as given.
 
 from __future__ import annotations
 
-import re
 from calendar import timegm
 from dataclasses import dataclass
+
+from gpufield.triage.parsers import _regex as rx
 
 _MONTH_INITIALS = frozenset("JFMASOND")
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
 # [rank0]:   [rank144]:   [default0]:   [trainer3]:  (torch TORCH_LOGS rank / torchrun --tee role prefix)
-RANK_PREFIX_RE = re.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
+RANK_PREFIX_RE = rx.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
 # May 18 19:02:39 host kernel: / Aug 29 16:58:38 <host-A> kernel: / Dec  2 10:43:35.123 h kernel:
-SYSLOG_RE = re.compile(
+SYSLOG_RE = rx.compile(
     r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
     r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>\S+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
 # 2026-05-18T19:02:39.123456+02:00 host kernel:  /  2022-02-16 01:23:00,852  /  [2025-06-12 22:45:44]
-ISO_RE = re.compile(
+ISO_RE = rx.compile(
     r"\[?(?P<date>\d{4}-\d\d-\d\d)[T _](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
     r"(?P<tz>Z|[+-]\d\d:?\d\d)?\]? ?")
 # ... host kernel:   (after an ISO time with a zone or a 'T': journalctl -o short-iso)
-ISO_HOST_RE = re.compile(r"(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+ISO_HOST_RE = rx.compile(r"(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
 # <4>1 2026-08-11T03:00:00.123456+00:00 hB kernel - - - msg  (RFC 5424: PRI VERSION TIMESTAMP HOSTNAME
 # APP-NAME PROCID MSGID STRUCTURED-DATA MSG; "-" = nil value)   /   <4>  (a bare PRI before an RFC 3164 line)
-RFC5424_RE = re.compile(
+RFC5424_RE = rx.compile(
     r"<(?P<pri>\d{1,3})>(?:(?P<ver>\d{1,2}) (?P<ts>\S+) (?P<host>\S+) (?P<app>\S+) (?P<procid>\S+) (?P<msgid>\S+) "
     r"(?P<sd>-|(?:\[[^\]]*\])+) ?)?")
 # [Fri Mar  3 04:27:08 2023]   (dmesg -T)
-DMESG_T_RE = re.compile(
+DMESG_T_RE = rx.compile(
     r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?P<mon>\w{3}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?P<year>\d{4})\] ?")
 # [ 1843.308145]   kernel: [16450076.435595]   [  +0.000316]
-MONO_RE = re.compile(r"(?:kernel: )?\[\s*(?P<delta>\+)?(?P<mono>\d+\.\d+)\] ?")
+MONO_RE = rx.compile(r"(?:kernel: )?\[\s*(?P<delta>\+)?(?P<mono>\d+\.\d+)\] ?")
 # [ 1843.308145] node-7 kernel:   (journalctl -o short-monotonic)
-MONO_HOST_RE = re.compile(r"(?P<host>[^\s\[\]:]+) kernel: ")
+MONO_HOST_RE = rx.compile(r"(?P<host>[^\s\[\]:]+) kernel: ")
 # E1218 20:27:21.426415540 1234 file.cc:12]   [E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629]   [E ProcessGroupNCCL.cpp:737]
-GLOG_RE = re.compile(
+GLOG_RE = rx.compile(
     r"(?P<br>\[)?(?P<lvl>[IWEF])(?:(?P<mm>\d{1,2})(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)\.(?P<frac>\d+))?"
     r"(?: +(?P<tid>\d+))? (?P<src>[\w./<>-]+:\d+)\] ?")
 # host:946:988 [0]    (NCCL debug prefix; [N] = cudaDev)
-NCCL_PREFIX_RE = re.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
+NCCL_PREFIX_RE = rx.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] ")
 # [Rank 0]  [PG 1 Rank 0]  [PG ID 0 PG GUID 0(default_pg) Rank 1]
-TORCH_RANK_RE = re.compile(
+TORCH_RANK_RE = rx.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>\S+) )?)?Rank (?P<rank>\d+)\]")
 # rank=3   (key=value loggers; "local_rank=3" does not match: no word boundary after "_")
-KV_RANK_RE = re.compile(r"\brank=(?P<rank>\d+)\b")
+KV_RANK_RE = rx.compile(r"\brank=(?P<rank>\d+)\b")
 # 0000:3b:00  0000:b3:00.0  00000000:1B:00.0  (PCI bus id)
-BDF_RE = re.compile(r"(?P<dom>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
-UUID_RE = re.compile(r"\bGPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\bGPU-<[\w-]+>")
+BDF_RE = rx.compile(r"(?P<dom>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})(?:\.(?P<fn>[0-7]))?")
+UUID_RE = rx.compile(r"\bGPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\bGPU-<[\w-]+>")
 
 
 @dataclass(slots=True)

@@ -3,10 +3,10 @@
 A file is read in large binary blocks cut at the last newline. For each block:
 
 1. line offsets come from ``numpy.flatnonzero(block == b"\\n")``;
-2. the block becomes zero-copy Arrow ``binary`` arrays. First the literal keywords of all parsers
-   are searched in chunks of 32 lines (one ``pyarrow.compute.match_substring_regex`` call, RE2
-   on a literal alternation: GB/s); then, for the lines of the chunks that hit, the union of the
-   parsers' prefilter regexes is matched line by line in one more vectorised call;
+2. one RE2 program (google-re2, linear time) holding the literal keywords of all parsers runs over
+   the block from the current offset (the block is not copied); each line it hits goes through one
+   RE2 set of every parser's prefilter, which says which parsers the line is for, and the search
+   continues after that line (no pyarrow: a plain ``gpufield triage`` does not import it);
 3. only candidate lines are decoded (UTF-8, bad bytes replaced) and offered to the parsers;
    a record parser's continuation lines are read directly, and a record still open at the end of
    a block carries over into the next one.
@@ -16,32 +16,28 @@ Memory is O(block size + longest record), independent of file size.
 
 from __future__ import annotations
 
-import os
-import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers._regex import MAX_LINE_CHARS, ByteScanner, ByteSet
 from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
 
 #: ``on_block(block, starts, n, base)`` (see :func:`scan`)
 BlockHook = Callable[[bytes, np.ndarray, int, int], None]
 #: bytes read per block
 BLOCK_BYTES = 8 << 20
-#: threads for the keyword pass (RE2 runs without the GIL). Default 1: on the shared 2-core
-#: development machines a second thread measured slower (contention); set GPUFIELD_INGEST_THREADS=2+
-#: on an idle multi-core host.
-THREADS = max(1, int(os.environ.get("GPUFIELD_INGEST_THREADS", "1") or 1))
 #: lines per chunk of the first (keyword) prefilter pass
 CHUNK_LINES = 32
-#: a line longer than this is cut (the rest is counted, not parsed)
+#: a line longer than this is cut while it is read (its middle is dropped, so memory stays bounded)
 MAX_LINE_BYTES = 1 << 20
+#: the patterns see at most this many bytes of a line (``_regex.MAX_LINE_CHARS``); longer lines are
+#: counted in :attr:`ScanCounters.truncated_lines` and the first one per file is named in a warning
+MATCH_BYTES = MAX_LINE_CHARS
 #: invalid-timestamp warnings given one by one per file (the rest are counted in one summary line)
 MAX_TIMESTAMP_WARNINGS = 5
 
@@ -64,6 +60,7 @@ class ScanCounters:
     events: int = 0
     warnings: list[tuple[int | None, str]] = field(default_factory=list)
     bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
+    truncated_lines: int = 0  # lines longer than MATCH_BYTES: only their head was matched
 
     def count(self, ev: Event) -> None:
         """Count one emitted event; warn (``line: message``) when its timestamp was unreadable."""
@@ -84,7 +81,8 @@ class ScanCounters:
 
 
 class Table:
-    """Parsers plus their compiled prefilters (Python ``re`` per parser, one RE2 union)."""
+    """Parsers plus their compiled prefilters: an RE2 keyword scanner over whole blocks and one RE2
+    set of every parser's prefilter (which parsers a candidate line is for)."""
 
     def __init__(self, parsers: Sequence[LogParser], thin: tuple[int, int] | None = None) -> None:
         """``thin=(k, n)`` (``n > 1``): parser ``k`` (the loss parser, which wants nearly every
@@ -97,7 +95,10 @@ class Table:
         self.union_main = "|".join(f"(?:{p.prefilter})" for p in main)
         self.keyword_union = "|".join(_literal(k) for p in main for k in p.keywords)
         self.is_record = tuple(isinstance(p, RecordParser) for p in self.parsers)
-        self.thin_re = re.compile(self.parsers[self.thin[0]].prefilter) if self.thin else None
+        self.keywords = ByteScanner(self.keyword_union)
+        self.prefilters = ByteSet([p.prefilter for p in self.parsers])
+        self.main_mask = sum(1 << k for k in range(len(self.parsers)) if self.thin is None or k != self.thin[0])
+        self.thin_scan = ByteScanner(self.parsers[self.thin[0]].prefilter) if self.thin else None
 
     def parsers_of(self, code: int) -> list[int]:
         """Parser indices whose bit is set in ``code`` (cached)."""
@@ -118,8 +119,8 @@ def _literal(text: str) -> str:
 def _line(block: bytes, starts: np.ndarray, i: int) -> str:
     s, e = int(starts[i]), int(starts[i + 1])
     b = block[s:e]
-    if len(b) > MAX_LINE_BYTES:
-        b = b[:MAX_LINE_BYTES]
+    if len(b) > MATCH_BYTES:
+        b = b[:MATCH_BYTES]
     return b.rstrip(b"\r\n").decode("utf-8", "replace")
 
 
@@ -189,7 +190,14 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             starts[n] = len(block)
         if on_block is not None:
             on_block(block, starts, n, base)
-        cand, member = _candidates(block, starts, n, table)
+        long = np.flatnonzero(np.diff(starts) > MATCH_BYTES + 2)  # + "\r\n"
+        if len(long):
+            first_long = base + int(long[0]) + 1
+            if counters.truncated_lines == 0 and not (counters.warnings and counters.warnings[-1][0] == first_long):
+                counters.warnings.append((first_long, f"line longer than {MATCH_BYTES} bytes: only its "
+                                          f"first {MATCH_BYTES} bytes are matched (see truncated_lines for the count)"))
+            counters.truncated_lines += len(long)
+        cand, codes = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
         if pending is not None:
@@ -206,7 +214,6 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
             pending = None
             yield from _emit(p.parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)
             nxt = j
-        codes = member.astype(np.int64) @ (np.int64(1) << np.arange(member.shape[1], dtype=np.int64))
         if table.thin is not None:
             extra = np.setdiff1d(_thinned(block, starts, n, table, cand, thin), cand)
             if len(extra):
@@ -255,102 +262,107 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
 
 def _candidates(block: bytes, starts: np.ndarray, n: int, table: Table) -> tuple[np.ndarray, np.ndarray]:
     """Indices of the lines of ``block`` that match the union of the parsers' prefilters, and for
-    each of them which parsers' prefilters match (bool matrix, one column per parser).
+    each of them the bit set of the parsers whose prefilter matches (int64, bit ``k`` = parser ``k``).
 
-    Vectorised passes: the literal keywords on chunks of :data:`CHUNK_LINES` lines, the exact
-    prefilter union on the lines of the chunks that hit, then each parser's prefilter on the lines
-    that matched the union (so no Python regex runs to pick parsers).
+    One RE2 pass over the whole block finds the next line holding a literal keyword (the block is
+    never copied: RE2 runs from the current offset, at ~600 MB/s on ordinary lines); that line alone
+    then goes through one RE2 set of every parser's prefilter, and the search goes on after it.
+    Python sees only keyword lines.
     """
-    buf = pa.py_buffer(block)
-    chunk_starts = np.ascontiguousarray(starts[0:n:CHUNK_LINES])
-    chunk_offsets = np.append(chunk_starts, starts[n]).astype(np.int32)
-    chunks = pa.BinaryArray.from_buffers(pa.binary(), len(chunk_offsets) - 1, [None, pa.py_buffer(chunk_offsets), buf])
-    hit = np.flatnonzero(_match(chunks, table.keyword_union))
-    if len(hit) == 0:
-        return hit, np.zeros((0, len(table.parsers)), dtype=bool)
-    lines = (hit[:, None] * CHUNK_LINES + np.arange(CHUNK_LINES)[None, :]).ravel()
-    lines = lines[lines < n]
-    arr = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(starts), buf])
-    sub = arr.take(pa.array(lines))
-    main = pc.match_substring_regex(sub, table.union_main).to_numpy(zero_copy_only=False)
-    rows = lines[main]
-    member = np.zeros((len(rows), len(table.parsers)), dtype=bool)
-    if len(rows):  # which parsers: one RE2 pass per parser over the (few) candidates
-        msub = sub.filter(pa.array(main))
-        for k, p in enumerate(table.parsers):
-            member[:, k] = pc.match_substring_regex(msub, p.prefilter).to_numpy(zero_copy_only=False)
-    return rows, member
+    end = int(starts[n])
+    find, which, main = table.keywords.find, table.prefilters.match, table.main_mask
+    firsts: list[int] = []
+    codes: list[int] = []
+    pos = 0
+    while pos < end:
+        hit = find(block, pos, end)
+        if hit < 0:
+            break
+        ls = block.rfind(b"\n", 0, hit) + 1
+        le = block.find(b"\n", hit, end)
+        le = end if le < 0 else le + 1
+        code = 0
+        for k in which(block[ls:le]):
+            code |= 1 << k
+        if code & main:
+            firsts.append(ls)
+            codes.append(code)
+        pos = le
+    if not firsts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    rows = np.searchsorted(starts[: n + 1], np.asarray(firsts, dtype=np.int64), side="right") - 1
+    return rows.astype(np.int64), np.asarray(codes, dtype=np.int64)
 
 
 def _thinned(block: bytes, starts: np.ndarray, n: int, table: Table, main: np.ndarray, st: _ThinState) -> np.ndarray:
     """Lines of ``block`` the thinned parser ``k`` gets, for ``table.thin = (k, every)``.
 
-    Its prefilter runs on whole :data:`CHUNK_LINES`-line chunks (RE2 stops at the first hit, so
-    this costs little even when every line matches); inside a hit chunk Python finds the line.
+    Its prefilter is searched chunk by chunk (:data:`CHUNK_LINES` lines): one RE2 search finds the
+    first matching line of the next chunk that has one, then the search jumps to the chunk after it.
     Kept: the file's first matching line; the first one of every ``max(1, every // CHUNK_LINES)``-th
     chunk (about one per ``every`` lines); and the last one before every other candidate line and
     before the block's end, so "was there progress between line a and event b" is still answered
     exactly by the thinned series.
     """
-    rx = table.thin_re
-    assert table.thin is not None and rx is not None
+    scan = table.thin_scan
+    assert table.thin is not None and scan is not None
     k, every = table.thin
-    buf = pa.py_buffer(block)
-    offsets = np.append(np.ascontiguousarray(starts[0:n:CHUNK_LINES]), starts[n]).astype(np.int32)
-    chunks = pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), buf])
-    hc = np.flatnonzero(_match(chunks, table.parsers[k].prefilter))
-    base, st.chunks = st.chunks, st.chunks + len(offsets) - 1
-    if len(hc) == 0:
-        return hc
+    sl: list[int] = starts[: n + 1].tolist()  # Python ints: bisect and indexing without numpy scalars
+    end = sl[n]
+    nchunks = -(-n // CHUNK_LINES)
+    base, st.chunks = st.chunks, st.chunks + nchunks
+    find = scan.find
+    first: dict[int, int] = {}  # hit chunk -> its first matching line
+    pos = 0
+    while pos < end:
+        hit = find(block, pos, end)
+        if hit < 0:
+            break
+        i = bisect_right(sl, hit) - 1
+        j = i // CHUNK_LINES
+        first[j] = i
+        pos = sl[min(n, (j + 1) * CHUNK_LINES)]
+    if not first:
+        return np.zeros(0, dtype=np.int64)
+    hc = sorted(first)
 
-    def first_in(j: int) -> int | None:
-        return next((i for i in range(j * CHUNK_LINES, min(n, (j + 1) * CHUNK_LINES))
-                     if rx.search(_line(block, starts, i))), None)
+    whole: dict[int, int] = {}  # hit chunk -> its last matching line (asked again by every later candidate)
 
     def last_before(c: int) -> int | None:
-        pos = int(np.searchsorted(hc, (c - 1) // CHUNK_LINES, side="right"))
+        pos = bisect_right(hc, (c - 1) // CHUNK_LINES)
         while pos > 0:  # at most two chunks: the one of ``c`` (cut at c) and the hit chunk before it
-            j = int(hc[pos - 1])
-            for i in range(min(c, (j + 1) * CHUNK_LINES, n) - 1, j * CHUNK_LINES - 1, -1):
-                if rx.search(_line(block, starts, i)):
-                    return i
+            j = hc[pos - 1]
+            lo, hi = first[j], min(c, (j + 1) * CHUNK_LINES, n)
+            full = hi == min((j + 1) * CHUNK_LINES, n)
+            if full and j in whole:
+                return whole[j]
+            if lo < hi:
+                if find(block, sl[hi - 1], sl[hi]) >= 0:
+                    if full:
+                        whole[j] = hi - 1
+                    return hi - 1
+                last, at, stop = lo, sl[lo + 1], sl[hi]
+                while at < stop:  # forward over the matching lines in [lo, hi)
+                    h = find(block, at, stop)
+                    if h < 0:
+                        break
+                    last = bisect_right(sl, h) - 1
+                    at = sl[last + 1]
+                if full:
+                    whole[j] = last
+                return last
             pos -= 1
         return None
 
     picks: set[int | None] = set()
     if not st.first_done:
-        for j in hc.tolist():
-            i = first_in(j)
-            if i is not None:
-                picks.add(i)
-                st.first_done = True
-                break
+        picks.add(first[hc[0]])
+        st.first_done = True
     step = max(1, every // CHUNK_LINES)
-    picks.update(first_in(j) for j in hc[(base + hc) % step == 0].tolist())
+    picks.update(first[j] for j in hc if (base + j) % step == 0)
     picks.update(last_before(c) for c in [*main.tolist(), n] if c > 0)
     picks.discard(None)
     return np.array(sorted(picks), dtype=np.int64)  # type: ignore[type-var]
-
-
-def _match(arr: pa.Array, pattern: str) -> np.ndarray:
-    """``match_substring_regex`` as a bool array, split over :data:`THREADS` threads (RE2 releases the GIL)."""
-    n = len(arr)
-    if THREADS < 2 or n < 2048:
-        return pc.match_substring_regex(arr, pattern).to_numpy(zero_copy_only=False)
-    step = -(-n // THREADS)
-    parts = [arr.slice(i, step) for i in range(0, n, step)]
-    done = _pool().map(lambda a: pc.match_substring_regex(a, pattern).to_numpy(zero_copy_only=False), parts)
-    return np.concatenate(list(done))
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="gpufield-ingest")
-    return _POOL
 
 
 def _ctx(path: str, line: int, year: int, off: int, not_after_ns: int | None) -> LineContext:

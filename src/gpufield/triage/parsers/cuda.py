@@ -9,37 +9,36 @@ Reference: ``../shared/reference/triage.md`` §2.10.
 
 from __future__ import annotations
 
-import re
-
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_bytes
 from gpufield.triage.protocols import LineContext
 
 _N = r"(?P<{0}n>[\d.]+) (?P<{0}u>[KMGT]?i?B|bytes)"
 # torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 388.00 MiB (GPU 3; 31.75 GiB total capacity; 28.42 GiB already allocated; 340.94 MiB free; 30.39 GiB reserved in total by PyTorch) If reserved memory is >> allocated memory ...
-OOM1_RE = re.compile(
+OOM1_RE = rx.compile(
     r"CUDA out of memory\. Tried to allocate " + _N.format("t") + r" \(GPU (?P<gpu>\d+); " + _N.format("c")
     + r" total capacity; " + _N.format("a") + r" already allocated; " + _N.format("f") + r" free;"
     r"(?: " + _N.format("r") + r" reserved in total by PyTorch)?")
 # torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 938.00 MiB. GPU 0 has a total capacity of 5.60 GiB of which 49.44 MiB is free. Process 12622 has 948.00 MiB memory in use. ... Of the allocated memory 3.73 GiB is allocated by PyTorch, and 233.73 MiB is reserved by PyTorch but unallocated.
 # torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.06 GiB. GPU 0 has a total capacty of 23.70 GiB of which 1.27 GiB is free. ...      (~2.1, note the typo)
-OOM2_RE = re.compile(
+OOM2_RE = rx.compile(
     r"CUDA out of memory\. Tried to allocate " + _N.format("t") + r"\. GPU (?P<gpu>\d+) has a total capac(?P<typo>i?)ty of "
     + _N.format("c") + r" of which " + _N.format("f") + r" is free\.")
-OOM_PROC_RE = re.compile(r"(?:Process (?P<pid>\d+) has|this process has) " + _N.format("p") + r" memory in use")
-OOM_ALLOC_RE = re.compile(r"Of the allocated memory " + _N.format("a") + r" is allocated by PyTorch, and "
+OOM_PROC_RE = rx.compile(r"(?:Process (?P<pid>\d+) has|this process has) " + _N.format("p") + r" memory in use")
+OOM_ALLOC_RE = rx.compile(r"Of the allocated memory " + _N.format("a") + r" is allocated by PyTorch, and "
                           + _N.format("r") + r" is reserved by PyTorch but unallocated")
 # RuntimeError: CUDA error: out of memory     /  CUDA out of memory (no numbers)
-OOM0_RE = re.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation")
+OOM0_RE = rx.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation")
 # RuntimeError: CUDA error: an illegal memory access was encountered
 # RuntimeError: CUDA error: uncorrectable ECC error encountered
-CUDA_ERR_RE = re.compile(r"(?:CUDA error|CUDA failure|Cuda failure|cudaError\w*)[:]? ?'?(?P<msg>[^'\n]*?)'?\s*$")
+CUDA_ERR_RE = rx.compile(r"(?:CUDA error|CUDA failure|Cuda failure|cudaError\w*)[:]? ?'?(?P<msg>[^'\n]*?)'?\s*$")
 # Test CUDA failure common.cu:1007 'CUDA-capable device(s) is/are busy or unavailable'     (nccl-tests)
 # Failed to allocate device vector A (error code unknown error)!                          (CUDA samples)
-ERROR_CODE_RE = re.compile(r"\(error code (?P<msg>[^)]+)\)")
+ERROR_CODE_RE = rx.compile(r"\(error code (?P<msg>[^)]+)\)")
 # RuntimeError: DataLoader worker (pid 56811) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. ...
-DATALOADER_RE = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+?)\.")
-EXC_RE = re.compile(r"\b(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
+DATALOADER_RE = rx.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+?)\.")
+EXC_RE = rx.compile(r"\b(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 
 #: cudaGetErrorString text -> (cudaError_t name, value); CUDA runtime API, enum cudaError.
 CUDA_ERRORS = {

@@ -20,21 +20,21 @@ Labels: ``gpu`` -> gpu_index, ``UUID`` -> gpu_uuid, ``pci_bus_id`` -> gpu_bdf, `
 from __future__ import annotations
 
 import math
-import re
 
 from gpufield.errors import InputError
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, to_int
 from gpufield.triage.parsers._prefix import Prefix
 from gpufield.triage.protocols import LineContext
 
-DCGM_LINE_RE = re.compile(r"^DCGM_\w+(?:\{|\s)")
+DCGM_LINE_RE = rx.compile(r"^DCGM_\w+(?:\{|\s)")
 # fast path for the common shape (no escapes in label values); anything else goes to the full
 # exposition-format parser: DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-…",Hostname="n1"} 41 [1700000000000]
-SIMPLE_RE = re.compile(r'^(?P<name>DCGM_\w+)(?:\{(?P<labels>[^{}\\]*)\})? (?P<value>[-+\w.]+)(?: (?P<ts>-?\d+))?\s*$')
+SIMPLE_RE = rx.compile(r'^(?P<name>DCGM_\w+)(?:\{(?P<labels>[^{}\\]*)\})? (?P<value>[-+\w.]+)(?: (?P<ts>-?\d+))?\s*$')
 # decoded reason names that mean a hardware-side slowdown: "hw slowdown", "sw thermal slowdown", ...
-HW_REASON_RE = re.compile(r"hw|thermal|power brake")
-LABEL_RE = re.compile(r'\s*(?P<k>[A-Za-z_]\w*)="(?P<v>[^"]*)"\s*,?')
+HW_REASON_RE = rx.compile(r"hw|thermal|power brake")
+LABEL_RE = rx.compile(r'\s*(?P<k>[A-Za-z_]\w*)="(?P<v>[^"]*)"\s*,?')
 _CLOCK = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 _ECC = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("SBE volatile total", True),
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("DBE volatile total", True),

@@ -10,74 +10,74 @@ Docs: https://docs.nvidia.com/deploy/xid-errors/ , https://docs.kernel.org/PCI/p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.protocols import LineContext
 
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 # any bus id in a message: "NVRM: GPU 0000:01:00.0: RmInitAdapter failed!"
-ANY_BDF_RE = re.compile(r"\b(?:PCI:)?(" + _BDF + r")\b")
+ANY_BDF_RE = rx.compile(r"\b(?:PCI:)?(" + _BDF + r")\b")
 
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.
 # NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 # NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No
 # NVRM: Xid (0000:01:00): 3, C 00000005 ...        (legacy, no "PCI:")
-XID_RE = re.compile(
+XID_RE = rx.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bdf>" + _BDF + r")(?: GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+)"
     r"(?:, pid=(?P<pid>'?<unknown>'?|\d+|[^,]*))?(?:, name=(?P<name>[^,]*))?,? ?(?P<msg>.*)$")
 # ... Contained: CE User Channel (0x9). RST: No, D-RST: No
-RST_RE = re.compile(r"\bRST: (?P<rst>Yes|No), D-RST: (?P<drst>Yes|No)")
+RST_RE = rx.compile(r"\bRST: (?P<rst>Yes|No), D-RST: (?P<drst>Yes|No)")
 # NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 ...)
 # NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 ...)
-NVLINK5_RE = re.compile(r"^(?P<sub>\w+) (?P<fatal>Fatal|Nonfatal) \w+ \w+ Link (?P<link>-?\d+) \((?P<intr>0x[0-9a-fA-F]+) (?P<status>0x[0-9a-fA-F]+)")
+NVLINK5_RE = rx.compile(r"^(?P<sub>\w+) (?P<fatal>Fatal|Nonfatal) \w+ \w+ Link (?P<link>-?\d+) \((?P<intr>0x[0-9a-fA-F]+) (?P<status>0x[0-9a-fA-F]+)")
 # ... in the framebuffer at physAddr 0x7fdf0de80 partition 5, subpartition 1 / physAddr: 0x1234
-PHYS_RE = re.compile(r"physAddr:? (?P<addr>0x[0-9a-fA-F]+)")
+PHYS_RE = rx.compile(r"physAddr:? (?P<addr>0x[0-9a-fA-F]+)")
 # NVRM: GPU 0000:2b:00.0: GPU has fallen off the bus.
-FELL_RE = re.compile(r"NVRM: GPU (?P<bdf>" + _BDF + r"): GPU has fallen off the bus")
+FELL_RE = rx.compile(r"NVRM: GPU (?P<bdf>" + _BDF + r"): GPU has fallen off the bus")
 # [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0
 #                NVRM: (PCI ID: 10de:26b5) installed in this system has
 #                NVRM: fallen off the bus and is not responding to commands.
-FELL_OPEN_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
-PCI_ID_RE = re.compile(r"PCI ID: (?P<pciid>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})")
+FELL_OPEN_RE = rx.compile(r"NVRM: The NVIDIA GPU (?P<bdf>" + _BDF + r")")
+PCI_ID_RE = rx.compile(r"PCI ID: (?P<pciid>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})")
 # NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874
-RESET_RE = re.compile(r"NV_ERR_RESET_REQUIRED|GPU (?:requires|needs) (?:a )?reset|[Rr]eset required")
+RESET_RE = rx.compile(r"NV_ERR_RESET_REQUIRED|GPU (?:requires|needs) (?:a )?reset|[Rr]eset required")
 # NVRM: GPU at PCI:0000:00:08.0: GPU-<uuid>
-GPU_MAP_RE = re.compile(r"NVRM: GPU at PCI:(?P<bdf>" + _BDF + r"): (?P<uuid>GPU-[\w<>-]+)")
+GPU_MAP_RE = rx.compile(r"NVRM: GPU at PCI:(?P<bdf>" + _BDF + r"): (?P<uuid>GPU-[\w<>-]+)")
 # nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 30 sourcetrack timeout error
-SXID_RE = re.compile(
+SXID_RE = rx.compile(
     r"(?P<sw>nvidia-nvswitch\d+): SXid \(PCI:(?P<bdf>" + _BDF + r")\): (?P<sxid>\d+), "
     r"(?:(?P<sev>Fatal|Non-fatal|Nonfatal), )?(?:Link (?P<link>\d+) )?(?P<msg>.*)$")
 # NVRM: rpcRmApiAlloc_GSP: GspRmAlloc failed: ... status=0x00000062
-STATUS_RE = re.compile(r"status=(?P<status>0x[0-9a-fA-F]+)|\((?P<status2>0x[0-9a-fA-F]{8})\)")
+STATUS_RE = rx.compile(r"status=(?P<status>0x[0-9a-fA-F]+)|\((?P<status2>0x[0-9a-fA-F]{8})\)")
 # NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build ...
-DRIVER_RE = re.compile(r"NVRM: loading NVIDIA .*?Kernel Module.*?\s(?P<ver>\d{3}\.\d+(?:\.\d+)?)\s")
-NVRM_RE = re.compile(r"NVRM: (?P<msg>.*)$")
-NVRM_BAD_RE = re.compile(r"(?i)fail|error|timeout|assert|fault|not responding|unable|cannot|exception")
+DRIVER_RE = rx.compile(r"NVRM: loading NVIDIA .*?Kernel Module.*?\s(?P<ver>\d{3}\.\d+(?:\.\d+)?)\s")
+NVRM_RE = rx.compile(r"NVRM: (?P<msg>.*)$")
+NVRM_BAD_RE = rx.compile(r"(?i)fail|error|timeout|assert|fault|not responding|unable|cannot|exception")
 # pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0
 # pcieport 0000:00:01.1: AER: Corrected error message received from 0000:01:00.0
 # pcieport 0000:00:1c.0: AER: Multiple Uncorrected (Non-Fatal) error received: 0000:03:00.0
-AER_RECV_RE = re.compile(
+AER_RECV_RE = rx.compile(
     r"(?P<agent>[\w-]+) (?P<dev>" + _BDF + r"): AER: (?:Multiple )?(?P<sev>Corrected|Uncorrected \((?:Non-)?Fatal\)|Uncorrectable \((?:Non-)?Fatal\)|Fatal|Non-Fatal)"
     r" error (?:message )?received(?::| from) (?P<src>" + _BDF + r")")
 # pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)
 # nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)
-AER_BUS_RE = re.compile(
+AER_BUS_RE = rx.compile(
     r"(?P<agent>[\w-]+) (?P<dev>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+)(?:, \((?P<who>[^)]+)\))?")
 # pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00001000/00002000
-AER_DEV_RE = re.compile(r"device \[(?P<vd>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)")
+AER_DEV_RE = rx.compile(r"device \[(?P<vd>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)")
 # pcieport 0000:00:03.0:    [12] Timeout           /   [ 6] BadTLP   (First)
-AER_BIT_RE = re.compile(r":\s+\[\s*(?P<bit>\d+)\] (?P<name>[A-Za-z][\w ]*?)\s*(?:\(First\))?\s*$")
-AER_MORE_RE = re.compile(r": +(?:device \[|\[\s*\d+\] |TLP Header|AER:\s+Error of this Agent)")
+AER_BIT_RE = rx.compile(r":\s+\[\s*(?P<bit>\d+)\] (?P<name>[A-Za-z][\w ]*?)\s*(?:\(First\))?\s*$")
+AER_MORE_RE = rx.compile(r": +(?:device \[|\[\s*\d+\] |TLP Header|AER:\s+Error of this Agent)")
 # Out of memory: Killed process 36071 (python) total-vm:123kB, anon-rss:456kB, file-rss:0kB, ...
 # Memory cgroup out of memory: Killed process 2190 (python3) total-vm:..kB, anon-rss:..kB
-OOM_RE = re.compile(
+OOM_RE = rx.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory(?: \(oom_kill_allocating_task\))?: Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)"
     r"(?: total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB)?")
 # mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN
-MLX_RE = re.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
+MLX_RE = rx.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
 
 #: Xids this parser treats specially: 79 is the code given to fallen-off-the-bus records without
 #: an Xid; 63/92 are logged as warnings (recording / trend events); 144-150 carry the NVLink5
@@ -227,7 +227,7 @@ class KernelParser:
                       severity=_aer_severity(sev_text or ""), bdf=f.get("device") or dev, fields=f)]
 
 
-def _xid_event(m: re.Match, line: str, ctx: LineContext, pre) -> Event:
+def _xid_event(m: rx.Match, line: str, ctx: LineContext, pre) -> Event:
     from gpufield.triage.catalog import xid_info
 
     xid = int(m["xid"])

@@ -12,10 +12,9 @@ Docs: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.
 
 from __future__ import annotations
 
-import re
-
 from gpufield.triage.catalog import ib_status, nccl_result
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import NCCL_PREFIX_RE, bus_id_to_bdf
 from gpufield.triage.protocols import LineContext
@@ -24,32 +23,32 @@ from gpufield.triage.protocols import LineContext
 # NCCL WARN NET/IB : Got completion from peer fe80::<gid-1>%ib0<53249> with error 4, opcode 32564, len 32564, vendor err 81 (Send)
 # NCCL WARN NET/IB : Got completion from peer <ip><port> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid <gid> remoteGids<gid> [hca mlx5_10]
 # NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4242> with status=transport retry counter exceeded(12) opcode=RDMA_WRITE(1) ... vendor_err=129 ... hca mlx5_0
-IB_COMPL_RE = re.compile(
+IB_COMPL_RE = rx.compile(
     r"NET/IB ?: Got completion(?: from peer (?P<peer>\S+))? with "
     r"(?:error (?P<err>\d+)|status=(?:(?P<stext>[^()=]*?)\((?P<sn1>\d+)\)|(?P<sn2>\d+)))")
-IB_OPCODE_RE = re.compile(r"opcode[ =](?:(?P<otext>[A-Za-z_]\w*)\((?P<on1>\d+)\)|(?P<on2>\d+))")
-IB_VENDOR_RE = re.compile(r"vendor[ _]err[ =](?P<vendor>\d+)")
-IB_LEN_RE = re.compile(r"\blen[ =](?P<len>\d+)")
-IB_DIR_RE = re.compile(r"\((?P<dir>Send|Recv)\)")
-IB_HCA_RE = re.compile(r"\bhca (?P<hca>[\w.-]+)")
-IB_QP_RE = re.compile(r"\bqp(?:n|_num)?[ =:]+(?P<qp>\d+)")
+IB_OPCODE_RE = rx.compile(r"opcode[ =](?:(?P<otext>[A-Za-z_]\w*)\((?P<on1>\d+)\)|(?P<on2>\d+))")
+IB_VENDOR_RE = rx.compile(r"vendor[ _]err[ =](?P<vendor>\d+)")
+IB_LEN_RE = rx.compile(r"\blen[ =](?P<len>\d+)")
+IB_DIR_RE = rx.compile(r"\((?P<dir>Send|Recv)\)")
+IB_HCA_RE = rx.compile(r"\bhca (?P<hca>[\w.-]+)")
+IB_QP_RE = rx.compile(r"\bqp(?:n|_num)?[ =:]+(?P<qp>\d+)")
 # NCCL WARN NET/IB : Got async event : port error
 # NCCL WARN NET/IB : mlx5_0:1 Got async error event: local catastrophic error
-IB_ASYNC_RE = re.compile(r"NET/IB ?: (?:(?P<dev>[\w.]+):(?P<port>\d+) )?(?:Got async (?:error )?event ?: ?|async fatal event ?: ?)(?P<event>.+?)\s*$")
+IB_ASYNC_RE = rx.compile(r"NET/IB ?: (?:(?P<dev>[\w.]+):(?P<port>\d+) )?(?:Got async (?:error )?event ?: ?|async fatal event ?: ?)(?P<event>.+?)\s*$")
 # host:183006:183220 [1] NCCL INFO misc/socket.cc:535 -> 6
 # host:19989:20082 [1] NCCL INFO proxy.cc:858 -> 6 [Proxy Thread]
-RETURN_RE = re.compile(r"NCCL INFO (?P<site>[\w./-]+\.(?:cc|h|cu|cpp|c):\d+) -> (?P<ret>\d+)")
+RETURN_RE = rx.compile(r"NCCL INFO (?P<site>[\w./-]+\.(?:cc|h|cu|cpp|c):\d+) -> (?P<ret>\d+)")
 # host:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : ...   |  (newer)  file.cc:12 (func) NCCL WARN msg
-WARN_RE = re.compile(r"(?:(?P<site>[\w./-]+:\d+)(?: \((?P<func>\w+)\))? )?NCCL WARN (?P<msg>.*?)\s*$")
-RETCODE_RE = re.compile(r"retcode (?P<ret>\d+)")
+WARN_RE = rx.compile(r"(?:(?P<site>[\w./-]+:\d+)(?: \((?P<func>\w+)\))? )?NCCL WARN (?P<msg>.*?)\s*$")
+RETCODE_RE = rx.compile(r"retcode (?P<ret>\d+)")
 # NCCL 2.0 (NVIDIA/nccl#111): "host [0] include/socket.h:185 WARN Call to connect failed : Connection refused"
-OLD_WARN_RE = re.compile(r"(?P<site>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*?)\s*$")
+OLD_WARN_RE = rx.compile(r"(?P<site>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<msg>.*?)\s*$")
 # the "Last error:" detail PyTorch prints after ncclInternalError (misc/socket.cc WARN text, no prefix):
 # "ncclSocketInit: connecting to address  with family 59408 is neither AF_INET(2) nor AF_INET6(10)"
-SOCKET_INIT_RE = re.compile(r"(?P<msg>ncclSocketInit: .*?)\s*$")
+SOCKET_INIT_RE = rx.compile(r"(?P<msg>ncclSocketInit: .*?)\s*$")
 # src/init.cc: "node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000
 # commId 0x3f1c9a2b7e104d55 - Init COMPLETE" (older: no nvmlDev / commId; "Init START" first)
-COMM_RE = re.compile(
+COMM_RE = rx.compile(
     r"NCCL INFO comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+)"
     r"(?: nvmlDev (?P<nvml>\d+))? busId (?P<bus>[0-9a-fA-F]+)\b(?: commId (?P<cid>0x[0-9a-fA-F]+))?"
     r"(?:.*?Init (?P<state>START|COMPLETE))?")
@@ -57,22 +56,22 @@ COMM_RE = re.compile(
 # "NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>",
 # "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.42.0.12<0>",
 # "NCCL INFO Bootstrap : Using ib1:fe80::966d:ae03:b2:62c4%ib1<0>"
-USING_RE = re.compile(r"NCCL INFO (?P<what>Bootstrap|NET/IB|NET/Socket) ?: Using ")
-ADDR_RE = re.compile(r"(?:\[\d+\])?(?P<ifname>[\w.-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)"
+USING_RE = rx.compile(r"NCCL INFO (?P<what>Bootstrap|NET/IB|NET/Socket) ?: Using ")
+ADDR_RE = rx.compile(r"(?:\[\d+\])?(?P<ifname>[\w.-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)"
                      r"(?:%[\w.-]+)?<\d+>")
 # misc/socket.cc:518 NCCL WARN Net : Call to recv from <ip-B><58355> failed : Broken pipe
 # misc/socket.cc:538 NCCL WARN Net : Connection closed by remote peer <host-A-fqdn><47861>
-REMOTE_RE = re.compile(
+REMOTE_RE = rx.compile(
     r"Call to \w+ from (?P<peer>\S+) failed ?: ?(?:Broken pipe|Connection reset by peer|Connection refused)"
     r"|Connection closed by remote peer (?P<peer2>\S+)|remote process exited|Connection reset by peer")
 # RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8
 # torch.distributed.DistBackendError: NCCL error in: .../ProcessGroupNCCL.cpp:1333, remote process exited or there was a network error, NCCL version 2.18.6
-NCCL_ERROR_IN_RE = re.compile(
+NCCL_ERROR_IN_RE = rx.compile(
     r"(?:(?P<exc>[\w.:]+(?:Error|Exception)): )?NCCL error in: (?P<where>[^,]+), (?P<msg>.*?)(?:, NCCL [Vv]ersion (?P<ver>[\w.+-]+))?\s*$")
 # ncclSystemError: System call (socket, malloc, munmap, etc) failed.
 # ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.
-NCCL_ENUM_RE = re.compile(r"\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError|Timeout))\b:?\s*(?P<msg>.*)$")
-ERRNO_RE = re.compile(r"[Ee]rrno:? ?(?P<errno>\d+)")
+NCCL_ENUM_RE = rx.compile(r"\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError|Timeout))\b:?\s*(?P<msg>.*)$")
+ERRNO_RE = rx.compile(r"[Ee]rrno:? ?(?P<errno>\d+)")
 
 #: ncclResult_t -> event kind
 KIND_OF_RESULT = {1: "nccl_internal_error", 2: "nccl_system_error", 3: "nccl_internal_error",
@@ -176,7 +175,7 @@ class NcclParser:
                      fields={"transport": m["what"], "ifname": addrs[0][0], "ip": addrs[0][1],
                              "addresses": [f"{i}:{a}" for i, a in addrs]})
 
-    def _ib(self, m: re.Match, line: str, ctx: LineContext) -> Event:
+    def _ib(self, m: rx.Match, line: str, ctx: LineContext) -> Event:
         status = int(m["err"] or m["sn1"] or m["sn2"])
         o = IB_OPCODE_RE.search(line, m.end())
         v = IB_VENDOR_RE.search(line, m.end())
@@ -189,7 +188,7 @@ class NcclParser:
         return event("nccl", "ib_completion_error", ctx, line, prefix_of(line, ctx), code=status,
                      severity="error", fields=f)
 
-    def _warn(self, m: re.Match, line: str, ctx: LineContext) -> Event:
+    def _warn(self, m: rx.Match, line: str, ctx: LineContext) -> Event:
         msg = m["msg"]
         pre = prefix_of(line, ctx)
         site = m["site"]
@@ -209,5 +208,5 @@ class NcclParser:
                              "result": nccl_result(ret).name if ret is not None else None})
 
 
-def _g(m: re.Match | None, group: str) -> str | None:
+def _g(m: rx.Match | None, group: str) -> str | None:
     return m[group] if m else None

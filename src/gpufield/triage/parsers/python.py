@@ -7,18 +7,17 @@ of the line (after any log prefix); https://docs.python.org/3/library/traceback.
 
 from __future__ import annotations
 
-import re
-
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.protocols import LineContext
 
 # OSError: [Errno 28] No space left on device
 # torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3.
 # RuntimeError: [6] is setting up NCCL communicator ...
-EXC_LINE_RE = re.compile(
+EXC_LINE_RE = rx.compile(
     r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*?))?\s*$")
-ERRNO_RE = re.compile(r"\[Errno (?P<errno>\d+)\]")
+ERRNO_RE = rx.compile(r"\[Errno (?P<errno>\d+)\]")
 
 
 class PythonExceptionParser:

@@ -10,38 +10,38 @@ Reference: ``../shared/reference/triage.md`` §2.2-2.4 and corpus cases 16, 32.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import at_line, event, prefix_of, to_int
 from gpufield.triage.protocols import LineContext
 
 # GPU 00000000:18:00.0
-SMI_GPU_RE = re.compile(r"^GPU (?P<bdf>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+SMI_GPU_RE = rx.compile(r"^GPU (?P<bdf>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 #         Idle                              : Active
-SMI_KV_RE = re.compile(r"^(?P<ind> *)(?P<key>\S[^:]*?)\s*: ?(?P<val>.*?)\s*$")
-SMI_HEAD_RE = re.compile(r"^(?P<ind> *)(?P<key>\S.*?)\s*$")
+SMI_KV_RE = rx.compile(r"^(?P<ind> *)(?P<key>\S[^:]*?)\s*: ?(?P<val>.*?)\s*$")
+SMI_HEAD_RE = rx.compile(r"^(?P<ind> *)(?P<key>\S.*?)\s*$")
 _ACTIVE = {"Active": True, "Not Active": False}
-_HW_REASONS = re.compile(r"HW|Thermal|Power Brake", re.IGNORECASE)
+_HW_REASONS = rx.compile(r"HW|Thermal|Power Brake", ignore_case=True)
 #         SW Power Capping                               : 0 us
-US_RE = re.compile(r"(?P<us>\d+) us")
+US_RE = rx.compile(r"(?P<us>\d+) us")
 # ECC counter names meaning uncorrectable: "Volatile DRAM Uncorrectable", "Volatile Double Bit Total"
-UNCORRECTABLE_RE = re.compile(r"Uncorr|Double|DBE", re.IGNORECASE)
+UNCORRECTABLE_RE = rx.compile(r"Uncorr|Double|DBE", ignore_case=True)
 # Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)
 # P2P=Disabled Latency Matrix (us)
-P2P_HEAD_RE = re.compile(
+P2P_HEAD_RE = rx.compile(
     r"(?:(?P<dir>Unidirectional|Bidirectional) )?P2P=(?P<en>Enabled|Disabled) (?P<what>Bandwidth|Latency)"
     r"(?: \((?P<mode>[^)]*)\))? Matrix(?: \((?P<unit>[^)]*)\))?")
 #    D\D     0      1      2        /    GPU     0      1
-P2P_COLS_RE = re.compile(r"^\s*(?:D\\D|GPU|CPU)(?:\s+\d+)+\s*$")
+P2P_COLS_RE = rx.compile(r"^\s*(?:D\\D|GPU|CPU)(?:\s+\d+)+\s*$")
 #      0 673.49   2.60   1.58
-P2P_ROW_RE = re.compile(r"^\s*(?P<dev>\d+)(?P<vals>(?:\s+[\d.]+)+)\s*$")
+P2P_ROW_RE = rx.compile(r"^\s*(?P<dev>\d+)(?P<vals>(?:\s+[\d.]+)+)\s*$")
 # Device=0 CAN Access Peer Device=1
-P2P_ACCESS_RE = re.compile(r"Device=(?P<a>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<b>\d+)")
+P2P_ACCESS_RE = rx.compile(r"Device=(?P<a>\d+) (?P<can>CAN|CANNOT) Access Peer Device=(?P<b>\d+)")
 # Unable to determine the device handle for GPU0000:03:00.0: Unknown Error
-HANDLE_RE = re.compile(r"Unable to determine the device handle for GPU ?(?P<bdf>[0-9A-Fa-f:.]+): (?P<err>.*)$"
+HANDLE_RE = rx.compile(r"Unable to determine the device handle for GPU ?(?P<bdf>[0-9A-Fa-f:.]+): (?P<err>.*)$"
                        r"|(?P<nvml>NVMLError_\w+|NVML_ERROR_GPU_IS_LOST|GPU is lost)")
 
 

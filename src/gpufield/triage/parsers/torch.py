@@ -11,9 +11,8 @@ https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html
 
 from __future__ import annotations
 
-import re
-
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import torch_pg
 from gpufield.triage.protocols import LineContext
@@ -21,44 +20,44 @@ from gpufield.triage.protocols import LineContext
 # [rank0]:[E1218 20:27:21.426415540 ProcessGroupNCCL.cpp:629] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=131072000, NumelOut=131072000, Timeout(ms)=600000) ran for 600081 milliseconds before timing out.
 # [E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out.
 # [E ProcessGroupNCCL.cpp:523] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, SeqNum=458) ran for 1800600 ms before timing out.
-WATCHDOG_RE = re.compile(
+WATCHDOG_RE = rx.compile(
     r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>.*?)(?:\) ran for (?P<ran>\d+) (?:milliseconds|ms)|$)")
-WORK_KV_RE = re.compile(r"(?P<k>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<v>[^,\s)]+)")
+WORK_KV_RE = rx.compile(r"(?P<k>SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=(?P<v>[^,\s)]+)")
 # [PG 1 Rank 0] Exception (either an error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.
 # [PG ID 0 PG GUID 0(default_pg) Rank 0]  failure detected by watchdog at work sequence id: 619725 PG status: last enqueued work: 619732, last completed work: 619724
 # [PG 0 Rank 0] Timeout at NCCL work: 315, last enqueued NCCL work: 315, last completed NCCL work: 314.
-LAST_RE = re.compile(
+LAST_RE = rx.compile(
     r"(?:(?:at work(?: sequence id)?|Timeout at NCCL work): (?P<seq>\d+).*?)?[Ll]ast enqueued (?:NCCL )?work: (?P<enq>\d+)")
-LAST_DONE_RE = re.compile(r"last completed (?:NCCL )?work: (?P<done>\d+)")
-LAST_STARTED_RE = re.compile(r"last started (?:NCCL )?work: (?P<started>\d+)")
+LAST_DONE_RE = rx.compile(r"last completed (?:NCCL )?work: (?P<done>\d+)")
+LAST_STARTED_RE = rx.compile(r"last started (?:NCCL )?work: (?P<started>\d+)")
 # [PG 0 Rank 144] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1
 # [PG 0 Rank 144] ProcessGroupNCCL's watchdog got stuck for 600 seconds without making progress in monitoring enqueued collectives.
 # [PG 3 Rank 7] First PG on this rank that detected no heartbeat of its watchdog.
-HEARTBEAT_RE = re.compile(
+HEARTBEAT_RE = rx.compile(
     r"Heartbeat monitor timed out|watchdog got stuck for (?P<secs>\d+) seconds|detected no heartbeat of its watchdog")
 # [E ProcessGroupNCCL.cpp:489] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, ...
 # [E ProcessGroupNCCL.cpp:495] To avoid data inconsistency, we are taking the entire process down.
-TEARDOWN_RE = re.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
+TEARDOWN_RE = rx.compile(r"Some NCCL operations have failed or timed out|taking the entire process down")
 # [E ProcessGroupNCCL.cpp:916] [Rank 1] NCCL watchdog thread terminated with exception: <wrapped message>
 # [PG ID 0 PG GUID 0(default_pg) Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered
-WATCHDOG_EXC_RE = re.compile(r"[Ww]atchdog thread terminated with exception: (?P<inner>.*)$")
+WATCHDOG_EXC_RE = rx.compile(r"[Ww]atchdog thread terminated with exception: (?P<inner>.*)$")
 # terminate called after throwing an instance of 'c10::DistBackendError'
-TERMINATE_RE = re.compile(r"terminate called after throwing an instance of '(?P<exc>[^']+)'")
+TERMINATE_RE = rx.compile(r"terminate called after throwing an instance of '(?P<exc>[^']+)'")
 # [rank0]:[E ... ProcessGroupNCCL.cpp:1153] [PG 0 Rank 144] ProcessGroupNCCL preparing to dump debug info.
 # [E ... ProcessGroupNCCL.cpp:667] Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. ...
 # Not all ranks joining collective 5 at entry 4       /   missing ranks: {1}       (fr_trace output)
-FR_RE = re.compile(
+FR_RE = rx.compile(
     r"preparing to dump debug info|FlightRecorder is disabled|Flight ?Recorder|Not all ranks joining collective (?P<seq>\d+)"
     r"(?: at entry (?P<entry>\d+))?|missing ranks: \{(?P<missing>[\d, ]*)\}|[Dd]umping (?:nccl|NCCL) trace")
 # Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=315, OpType=ALLREDUCE, ...), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=313, OpType=_ALLGATHER_BASE, ...)
 # [Rank 0] Desync debugging report: ...   /   Collective sequence number: 12 has started on rank 0 but not on rank 1
-DESYNC_RE = re.compile(r"[Dd]esync|mismatch between collectives|CollectiveFingerPrint|has started on rank \d+ but not")
-FP_RE = re.compile(r"(?:SequenceNumber|SeqNum|sequence number:?)[=: ]+(?P<seq>\d+)")
-OPTYPE_RE = re.compile(r"OpType=(?P<op>\w+)")
+DESYNC_RE = rx.compile(r"[Dd]esync|mismatch between collectives|CollectiveFingerPrint|has started on rank \d+ but not")
+FP_RE = rx.compile(r"(?:SequenceNumber|SeqNum|sequence number:?)[=: ]+(?P<seq>\d+)")
+OPTYPE_RE = rx.compile(r"OpType=(?P<op>\w+)")
 # WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: remote process exited or there was a network error
-ASYNC_EXC_RE = re.compile(r"WorkNCCL\((?P<args>[^\n]*?)\) raised the following async exception: (?P<inner>.*)$")
+ASYNC_EXC_RE = rx.compile(r"WorkNCCL\((?P<args>[^\n]*?)\) raised the following async exception: (?P<inner>.*)$")
 # NCCL error: remote process exited or there was a network error, NCCL version 2.20.5
-INNER_NCCL_RE = re.compile(r"NCCL error: (?P<msg>.*?)(?:, NCCL [Vv]ersion (?P<ver>[\w.+-]+))?\s*$")
+INNER_NCCL_RE = rx.compile(r"NCCL error: (?P<msg>.*?)(?:, NCCL [Vv]ersion (?P<ver>[\w.+-]+))?\s*$")
 
 
 class TorchParser:
@@ -152,7 +151,7 @@ class TorchParser:
         return None
 
 
-def _nccl_inner(m: re.Match, line: str, ctx: LineContext, pre, pg: int | None, via: str, **extra) -> Event:
+def _nccl_inner(m: rx.Match, line: str, ctx: LineContext, pre, pg: int | None, via: str, **extra) -> Event:
     """An NCCL error re-raised by ProcessGroupNCCL (watchdog / async work exception) -> NCCL kind."""
     from gpufield.triage.parsers.nccl import KIND_OF_RESULT, result_of_text
 

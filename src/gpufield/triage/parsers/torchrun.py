@@ -9,51 +9,51 @@ Reference: ``../shared/reference/triage.md`` §2.9. Docs: https://docs.pytorch.o
 
 from __future__ import annotations
 
-import re
 import signal as _signal
 from collections.abc import Sequence
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import at_line, event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import parse_date_time
 from gpufield.triage.protocols import LineContext
 
 # torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-CHILD_OPEN_RE = re.compile(r"ChildFailedError:?\s*$")
+CHILD_OPEN_RE = rx.compile(r"ChildFailedError:?\s*$")
 # experiments/<script>.py FAILED     ------     ====     Failures:     <NO_OTHER_FAILURES>     Root Cause (first observed failure):
-BLOCK_LINE_RE = re.compile(
+BLOCK_LINE_RE = rx.compile(
     r"^\s*(?:[=-]{8,}|\S.* FAILED|Failures:|<NO_OTHER_FAILURES>|Root Cause \(first observed failure\):|\[\d+\]:"
     r"|\s*(?:time|host|rank|exitcode|error_file|traceback)\s*: .*|\s+\S.*)\s*$")
-SEP_RE = re.compile(r"^\s*[=-]{8,}\s*$")
+SEP_RE = rx.compile(r"^\s*[=-]{8,}\s*$")
 # [0]:
-ENTRY_RE = re.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
+ENTRY_RE = rx.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
 #   time      : 2023-09-14_01:45:50
-FIELD_RE = re.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*?)\s*$")
+FIELD_RE = rx.compile(r"^\s*(?P<k>time|host|rank|exitcode|error_file|traceback)\s*: ?(?P<v>.*?)\s*$")
 #   rank      : 2 (local_rank: 2)
-RANK_RE = re.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
+RANK_RE = rx.compile(r"(?P<rank>-?\d+) \(local_rank: (?P<lr>-?\d+)\)")
 #   exitcode  : -9 (pid: 36071)
-EXIT_RE = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+EXIT_RE = rx.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
 #   traceback : Signal 9 (SIGKILL) received by PID 79468      (older: "signal 9 (SIGKILL) received by PID")
-SIGNAL_RE = re.compile(r"[Ss]ignal (?P<n>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
+SIGNAL_RE = rx.compile(r"[Ss]ignal (?P<n>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 # ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 3 (pid: 429) of binary: /usr/bin/python
 # E1129 11:57:07.249000 29471 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) local_rank: 3 (pid: 29577) of binary: <python>
-FAILED_RE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)(?: of binary: (?P<bin>\S+))?")
+FAILED_RE = rx.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)(?: of binary: (?P<bin>\S+))?")
 # WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 426 closing signal SIGTERM
-CLOSING_RE = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<name>SIG\w+)")
+CLOSING_RE = rx.compile(r"Sending process (?P<pid>\d+) closing signal (?P<name>SIG\w+)")
 # torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. ...
 # torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError
-RDZV_RE = re.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.*))?")
+RDZV_RE = rx.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.*))?")
 # [E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to <ip-A>:1234
-SOCKET_RE = re.compile(r"client socket has timed out after (?P<secs>\d+)s while trying to connect to \(?(?P<ep>[^)\s]+?)\)?\.?\s*$")
+SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)s while trying to connect to \(?(?P<ep>[^)\s]+?)\)?\.?\s*$")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
-STORE_RE = re.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
+STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
 # slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***
 # slurmstepd: error: *** STEP 12345.0 ON hA CANCELLED AT 2026-08-11T03:00:05 ***          (scancel: no reason)
 # (Slurm src/slurmd/slurmstepd/req.c / step_terminate_monitor: the step is killed with SIGKILL after KillWait)
-SLURM_CANCEL_RE = re.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+]+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
+SLURM_CANCEL_RE = rx.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+]+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
                              r"(?: DUE TO (?P<reason>[A-Z][A-Z_ ]*[A-Z]))?(?: \([^)]*\))? \*\*\*")
-RESTART_RE = re.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
+RESTART_RE = rx.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
 
 
 def _signal_name(exitcode: int | None) -> tuple[int | None, str | None]:

@@ -10,40 +10,40 @@ Reference: ``../shared/reference/triage.md`` §2.11 and corpus cases 24, 25, 33,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import at_line, event, prefix_of, to_float, to_int
 from gpufield.triage.protocols import LineContext
 
 # [2022-02-16 01:23:00,852] [INFO] [stage_1_and_2.py:1644:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648.0
 # [2021-01-26 22:04:09,191] [INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8.0, reducing to 4.0
-OVERFLOW_RE = re.compile(
+OVERFLOW_RE = rx.compile(
     r"(?:OVERFLOW! Rank (?P<rank>\d+) Skipping step|Overflow detected\. Skipping step)\. "
     r"Attempted loss scale: (?P<old>[\d.eE+-]+), reducing to (?P<new>[\d.eE+-]+)")
 # Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0        (Apex amp)
-APEX_RE = re.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to (?P<new>[\d.eE+-]+)")
+APEX_RE = rx.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to (?P<new>[\d.eE+-]+)")
 # [Rank 0] step=2, skipped=2, lr=[0.0001, 0.0001], mom=[(0.85, 0.99), (0.85, 0.99)]
-SKIPPED_RE = re.compile(r"\bstep=(?P<step>\d+), skipped=(?P<skipped>[1-9]\d*)")
+SKIPPED_RE = rx.compile(r"\bstep=(?P<step>\d+), skipped=(?P<skipped>[1-9]\d*)")
 # iter 16 step 1: loss nan, train time: 1405.01ms    /   'loss': nan   /   loss=inf   /  Loss is NaN
-NAN_RE = re.compile(
+NAN_RE = rx.compile(
     r"\b(?P<metric>(?:\w+_)?loss|grad_norm|grad norm|Loss)\b['\"]?\s*(?:[:=]|is)?\s*(?:tensor\()?"
     r"(?P<val>[-+]?(?:nan|NaN|NAN|inf|Inf|Infinity))\b")
-STEP_RE = re.compile(r"\b(?:global_step|steps?)\b[\s:=]*(?P<step>\d+)")
-ITER_RE = re.compile(r"\biter(?:ation)?\b[\s:=]*(?P<iter>\d+)")
+STEP_RE = rx.compile(r"\b(?:global_step|steps?)\b[\s:=]*(?P<step>\d+)")
+ITER_RE = rx.compile(r"\biter(?:ation)?\b[\s:=]*(?P<iter>\d+)")
 # steps: 1 loss: 11.4926 iter time (s): 36.217     /    iter 13 step 0: loss 1.9210, train time: 1410.36ms
-LOSS_RE = re.compile(r"\b(?P<metric>(?:\w+_)?loss)\b['\"]?\s*[:=]?\s*(?P<val>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\b")
+LOSS_RE = rx.compile(r"\b(?P<metric>(?:\w+_)?loss)\b['\"]?\s*[:=]?\s*(?P<val>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\b")
 # Got rescheduled on the same GPU. Need to resume again from the same checkpoint          (Megatron-LM rerun machine)
-RESTART_RE = re.compile(r"rescheduled on the same (?:GPU|node)|[Rr]estarting (?:the )?(?:job|training|run)\b|[Rr]esuming from (?:the )?same checkpoint")
+RESTART_RE = rx.compile(r"rescheduled on the same (?:GPU|node)|[Rr]estarting (?:the )?(?:job|training|run)\b|[Rr]esuming from (?:the )?same checkpoint")
 # INPUT_STRAGGLER: Rank r2 input wait was 199.7ms vs median rank r0 at 10.4ms.
 # COMPUTE_BOUND: Model compute took 346.4ms of a 362.1ms average step.
-FINDING_RE = re.compile(r"^\s*(?P<finding>[A-Z][A-Z0-9]*_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*): (?P<msg>.*?)\s*$")
-FINDING_RANK_RE = re.compile(r"Rank r?(?P<rank>\d+) [\w ]*? was (?P<v>[\d.]+) ?ms vs median rank r?(?P<mr>\d+) at (?P<med>[\d.]+) ?ms")
-FINDING_TOOK_RE = re.compile(r"took (?P<v>[\d.]+) ?ms of an? (?P<t>[\d.]+) ?ms")
+FINDING_RE = rx.compile(r"^\s*(?P<finding>[A-Z][A-Z0-9]*_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*): (?P<msg>.*?)\s*$")
+FINDING_RANK_RE = rx.compile(r"Rank r?(?P<rank>\d+) [\w ]*? was (?P<v>[\d.]+) ?ms vs median rank r?(?P<mr>\d+) at (?P<med>[\d.]+) ?ms")
+FINDING_TOOK_RE = rx.compile(r"took (?P<v>[\d.]+) ?ms of an? (?P<t>[\d.]+) ?ms")
 # rank,backward_ms      then rows "0,293.0"
-TABLE_HEAD_RE = re.compile(r"^rank,(?P<metric>\w+_ms)\s*$")
-TABLE_ROW_RE = re.compile(r"^(?P<rank>\d+),(?P<v>[-+\d.eE]+)\s*$")
+TABLE_HEAD_RE = rx.compile(r"^rank,(?P<metric>\w+_ms)\s*$")
+TABLE_ROW_RE = rx.compile(r"^(?P<rank>\d+),(?P<v>[-+\d.eE]+)\s*$")
 
 
 class TrainParser:

@@ -14,8 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import jinja2
-
 from gpufield.errors import InputError
 from gpufield.triage.engine.model import Tier
 from gpufield.triage.report.json_export import iso
@@ -86,6 +84,8 @@ def timeline_svg_data(result: TriageResult) -> dict:
 
 def render_html(result: TriageResult) -> str:
     """The report as one HTML string."""
+    import jinja2  # lazily: a plain `gpufield triage` never renders HTML
+
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(
             lambda name: (resources.files("gpufield.triage.report") / "templates" / name).read_text("utf-8")),

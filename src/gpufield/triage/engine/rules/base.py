@@ -179,7 +179,7 @@ def as_int(v: object) -> int | None:
     """``int(v)`` or None for missing / non-numeric values."""
     try:
         return int(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite sample value
         return None
 
 
