@@ -252,10 +252,16 @@ def _random_events():
 
 
 def test_engine_invariants_on_arbitrary_events():
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
+
+    inf_skip = [Event("train", "skipped_step", "f0.log", 1, "step=3, skipped=inf", fields={"skipped": float("inf")}),
+                Event("train", "nan_loss", "f0.log", 2, "loss nan", fields={"step": float("nan"), "value": "nan"}),
+                Event("torch", "watchdog_timeout", "f1.log", 3, "x", fields={"seq": float("inf"), "ran_for_ms": -1.0e308,
+                                                                             "timeout_ms": float("inf")})]
 
     @settings(max_examples=40, deadline=None)
     @given(_random_events())
+    @example(inf_skip)  # found by a property run: as_int(inf) raised OverflowError inside silent_skip_rule
     def check(events):
         res = run_engine(events)
         cited = {id(e) for f in res.findings for e in f.evidence}

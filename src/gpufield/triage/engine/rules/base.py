@@ -8,6 +8,7 @@ object: it names the classes it can emit and its causal tier, reads the :class:`
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -176,16 +177,29 @@ def finding(ctx: RuleContext, cls: str, rule: str, tier: Tier, conf: float, evid
 
 
 def as_int(v: object) -> int | None:
-    """``int(v)`` or None for missing / non-numeric values."""
+    """``int(v)`` or None for missing, non-numeric or non-finite values.
+
+    ``inf``/``nan`` (floats, or text a parser kept, as in ``{'skipped': inf}``) give None instead of
+    raising ``OverflowError``/``ValueError``: a rule treats them as "no count".
+    """
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) else None
     try:
         return int(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
+    except (TypeError, ValueError, OverflowError):
+        try:
+            f = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return int(f) if math.isfinite(f) and f == int(f) else None
 
 
 def as_float(v: object) -> float | None:
-    """``float(v)`` or None for missing / non-numeric values."""
+    """``float(v)`` or None for missing / non-numeric values (``inf``/``nan`` are kept: callers that
+    need a finite value check :func:`math.isfinite`)."""
     try:
         return float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
