@@ -76,7 +76,10 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg", "wrapped")),
     "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s", "pg", "message")),
     "desync": ("torch", "desync debug report / collective sequence mismatch", ("seq", "op_type", "message")),
-    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks", "seq", "pg", "enabled", "entry")),
+    "flight_recorder": ("torch", "Flight Recorder missing-ranks report line, or (``dump`` True) one process group of a "
+                        "whole dump (parsers/flight_recorder.py)",
+                        ("message", "missing_ranks", "seq", "pg", "enabled", "entry", "dump", "last_enqueued",
+                         "last_started", "last_completed", "timeout_ms", "version")),
     "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started", "seq", "pg")),
     "pg_teardown": ("torch", "'Some NCCL operations have failed or timed out' / 'taking the entire process down'", ("message",)),
     "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message", "pg")),
@@ -95,8 +98,12 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpu_handle_error": ("smi", "nvidia-smi / NVML cannot reach a GPU (Unable to determine the device handle, NVMLError)", ("message",)),
     # train
     "loss": ("train", "a training-progress line with a loss value (only with IngestOptions(with_loss=True))", ("step", "loss", "iter")),
-    "nan_loss": ("train", "loss or grad is NaN/Inf", ("step", "value", "iter", "metric")),
-    "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced", ("step", "loss_scale", "new_loss_scale")),
+    "nan_loss": ("train", "loss or another metric (grad-norm) is NaN/Inf; ``is_loss`` False = a metric other than the "
+                 "loss (a warning, never a root by itself), ``finite_loss`` = a finite loss on the same line",
+                 ("step", "value", "iter", "metric", "is_loss", "finite_loss")),
+    "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced; ``at_minimum``: DeepSpeed's "
+                            "'Current loss scale already at minimum' (the run aborts)",
+                            ("step", "loss_scale", "new_loss_scale", "at_minimum")),
     "skipped_step": ("train", "optimizer step skipped", ("step", "skipped")),
     "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count", "message")),
     "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms", "metric", "value_ms", "median_ms", "median_rank", "total_ms", "message")),

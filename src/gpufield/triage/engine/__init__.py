@@ -27,11 +27,14 @@ class EngineResult:
         incidents: most likely root first.
         findings: every rule finding (for debugging and the HTML report).
         timeline: the corrected timeline the rules saw.
+        warnings: ``(message, evidence events)`` that are not failures (e.g. NaN grad-norm with a
+            finite loss); a run with only warnings has no incident.
     """
 
     incidents: list[Incident]
     findings: list[Finding]
     timeline: Timeline
+    warnings: tuple[tuple[str, tuple[Event, ...]], ...] = ()
 
 
 def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), skew_tolerance_s: float = 30.0,
@@ -60,7 +63,8 @@ def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), ske
         ctx.cite(found)
         findings.extend(found)
     incidents = build_incidents(findings, tl, progress=ctx.kinds("loss"))
-    return EngineResult(incidents=incidents, findings=findings, timeline=tl)
+    return EngineResult(incidents=incidents, findings=findings, timeline=tl,
+                        warnings=tuple((m, tuple(ev)) for m, ev in ctx.warnings))
 
 
 __all__ = ["EngineResult", "Incident", "Finding", "run_engine"]

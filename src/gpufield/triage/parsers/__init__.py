@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from gpufield.triage.parsers.cuda import CudaParser
 from gpufield.triage.parsers.dcgm import DcgmParser
+from gpufield.triage.parsers.flight_recorder import FlightRecorderParser
 from gpufield.triage.parsers.kernel import KernelParser
 from gpufield.triage.parsers.nccl import NcclParser
 from gpufield.triage.parsers.python import PythonExceptionParser
@@ -39,7 +40,8 @@ from gpufield.triage.parsers.train import LossParser, TrainParser
 
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
-    "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser",
+    "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
+    "FlightRecorderParser",
 ]
 
 #: the default parser table, in evaluation order
@@ -50,3 +52,7 @@ PARSERS = (
 
 #: finite-loss parser, appended by ``IngestOptions(with_loss=True)``
 LOSS_PARSER = LossParser()
+
+#: whole-file parsers (binary or structured dumps): ingestion offers each file's first bytes to their
+#: ``sniff(head)`` before the line scan and, on a hit, hands the whole file to ``parse_file(data, path)``
+FILE_PARSERS = (FlightRecorderParser(),)

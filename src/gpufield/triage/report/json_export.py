@@ -92,6 +92,8 @@ def to_dict(result: TriageResult) -> dict[str, Any]:
         "verdict": None if v is None else {"class": v.cls, "root_cause": v.root_cause, "confidence": v.confidence,
                                            "action_kind": v.action_kind, "action": v.action},
         "incidents": [incident_dict(i) for i in result.incidents],
+        "warnings": [{"message": m, "evidence": [e.where for e in ev[:20]], "count": len(ev)}
+                     for m, ev in (result.engine.warnings if result.engine is not None else ())],
     }
 
 

@@ -58,12 +58,15 @@ class RuleContext:
         phases: phase markers (setup, checkpoint save, ...) found in the input files.
         by_kind: events per ``kind``, in timeline order.
         cited: ids of events already cited by earlier rules of the table.
+        warnings: ``(message, evidence events)`` a rule reports that are not failures (a NaN grad-norm
+            with a finite loss): shown beside the incidents, never an incident themselves.
     """
 
     timeline: Timeline
     phases: Sequence[PhaseMark] = ()
     by_kind: dict[str, list[Event]] = field(default_factory=dict)
     cited: set[int] = field(default_factory=set)
+    warnings: list[tuple[str, list[Event]]] = field(default_factory=list)
     _pos: dict[int, int] = field(default_factory=dict, repr=False)
     _first_loss: tuple[dict[str, int], int | None] | None = field(default=None, repr=False)
 
@@ -78,6 +81,11 @@ class RuleContext:
         """Mark the evidence of ``findings`` as explained (fallback rules skip cited events)."""
         for f in findings:
             self.cited.update(id(e) for e in f.evidence)
+
+    def warn(self, message: str, evidence: Sequence[Event]) -> None:
+        """Record a warning (not a failure); its events count as cited."""
+        self.warnings.append((message, list(evidence)))
+        self.cited.update(id(e) for e in evidence)
 
     def is_cited(self, e: Event) -> bool:
         """True when an earlier rule already cited ``e`` as evidence."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from gpufield.triage.engine import flight
 from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
 from gpufield.triage.engine.rules.fabric import peer_name
@@ -24,6 +25,9 @@ _PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote pr
                         r"Connection reset by peer|ncclRemoteError", re.IGNORECASE)
 _STUCK = re.compile(r"watchdog got stuck|Heartbeat monitor timed out|no heartbeat", re.IGNORECASE)
 _TIMEOUT_TEXT = re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.IGNORECASE)
+# gloo's collective timeout (torch 2.13 CPU, real: "RuntimeError: [.../gloo/transport/tcp/unbound_buffer.cc:78]
+# Timed out waiting 3000ms for recv operation to complete")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")
 _WRAPPED = re.compile(r"CUDA error|NCCL error|illegal|ECC|Watchdog caught collective", re.IGNORECASE)
 
 
@@ -175,18 +179,27 @@ def heartbeat_rule(ctx: RuleContext) -> list[Finding]:
 def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
     """Watchdog collective timeouts (same SeqNum everywhere) -> ``NCCL_COLLECTIVE_TIMEOUT`` (root unknown).
 
-    A Flight Recorder "missing ranks" report names the rank that never joined; it is blamed.
+    Flight Recorder evidence names the rank that never joined and it is blamed: a text "missing
+    ranks" report, or dumps of several ranks (:mod:`gpufield.triage.engine.flight`: ranks whose last
+    enqueued SeqNum is below the one the others wait in, with what each last did). gloo's
+    "Timed out waiting Nms for recv operation" counts as a collective timeout.
     """
-    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder", "pg_teardown")
-    if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder"):
+    gloo = [e for e in ctx.kinds("python_exception", "nccl_error") if _GLOO_TIMEOUT.search(text(e))]
+    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder", "pg_teardown") + gloo
+    if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder") and not gloo:
         return []
     missing = next((e.fields.get("missing_ranks") for e in ctx.kinds("flight_recorder")
                     if e.fields.get("missing_ranks")), None)
     miss = list(missing) if isinstance(missing, list | tuple | set) else ([missing] if missing is not None else [])
+    fr_note = ""
+    fr = [v for v in flight.views(ctx.kinds("flight_recorder")) if v.behind]
+    if fr and not miss:
+        miss = sorted({r for v in fr for r in v.behind})
+        fr_note = " " + " ".join(v.describe() for v in fr)
     w = [e for e in evs if e.kind == "watchdog_timeout"]
-    seq = _seq(w[0]) if w else None
+    seq = _seq(w[0]) if w else (fr[0].seq if fr else None)
     op = w[0].fields.get("op_type") if w else None
-    ranks = sorted({e.rank for e in w if e.rank is not None})
+    ranks = sorted({e.rank for e in w + gloo if e.rank is not None})
     facts = {"seq": str(seq) if seq is not None else "-", "op": str(op or "-"),
              "ranks": ",".join(map(str, ranks)) or "-", "missing": ",".join(map(str, miss)) or "-"}
     if not miss and len(ranks) >= 2:
@@ -205,10 +218,11 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
                          for (pg, sq, o), r in per_key.items())
         lead = f"Timeouts on {len(per_key)} collectives: {what}"
     else:
-        lead = f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
+        lead = f"{len(ranks) or len(w) or len(gloo)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
     note = (lead
             + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
-               "; no rank in the input explains why (some rank never joined or a link stalled)."))
+               "; no rank in the input explains why (some rank never joined or a link stalled).")) + fr_note
+    evs.sort(key=lambda e: (e.kind == "flight_recorder", ctx.t(e) or 0, e.file, e.line))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
                     evs, established=False, host=None, gpu=None, rank=rank, facts=facts, note=note)]
 

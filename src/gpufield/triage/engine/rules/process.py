@@ -104,15 +104,29 @@ def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
 
 
 def nan_rule(ctx: RuleContext) -> list[Finding]:
-    """Non-finite loss -> ``NAN_LOSS``; notes whether it started right after the first optimizer step."""
+    """Non-finite *loss* -> ``NAN_LOSS``; NaN/Inf in another metric (grad-norm) -> a warning only.
+
+    A NaN/Inf gradient norm with a finite loss is what mixed-precision loops print when a step's
+    gradients overflow and the step is skipped (FSDP2 loops print ``'grad_norm': nan`` on every
+    step line); the run may be perfectly healthy, so it is never the root of an incident
+    (issue 23). Notes whether the loss went NaN right after the first optimizer step.
+    """
     evs = ctx.kinds("nan_loss")
-    if not evs:
+    loss = [e for e in evs if e.fields.get("is_loss", "loss" in str(e.fields.get("metric", "loss")).lower())]
+    other = [e for e in evs if e not in loss]
+    if other:
+        metrics = sorted({str(e.fields.get("metric")) for e in other})
+        fin = [e for e in other if e.fields.get("finite_loss") is not None]
+        ctx.warn(f"{len(other)} line(s) with a non-finite {', '.join(metrics)}"
+                 + (f" while the loss stayed finite ({fin[0].where}: loss {fin[0].fields['finite_loss']:g})" if fin
+                    else "") + ": skipped/overflowed steps; a warning, not a failure.", other)
+    if not loss:
         return []
-    step = as_int(evs[0].fields.get("step"))
+    step = as_int(loss[0].fields.get("step"))
     early = step is not None and step <= 2
     note = (f"Loss became NaN/Inf at step {step}" if step is not None else "Loss became NaN/Inf") + (
         " right after the first optimizer step: numerics/configuration, not hardware." if early else ".")
-    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, evs, note=note,
+    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note,
                     facts={"step": str(step) if step is not None else "-"})]
 
 
@@ -127,10 +141,11 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     if not evs:
         return []
     scales = [s for s in (as_float(e.fields.get("new_loss_scale")) for e in evs) if s is not None]
-    floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR
-    nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss"))
+    floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR or any(e.fields.get("at_minimum") for e in evs)
+    nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss")
+                    if n.fields.get("is_loss", True))
     strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
-    scale_txt = f"{min(scales):g}" if scales else "?"
+    scale_txt = f"{min(scales):g}" if scales else ("its minimum" if floor else "?")
     return [finding(ctx, "LOSS_SCALE_COLLAPSE", "loss_scale", Tier.PROCESS, 0.85 if strong else CONF_PRIOR + 0.05,
                     evs, established=strong, facts={"min_scale": scale_txt},
                     note=f"{len(evs)} fp16 overflow skip(s); loss scale down to {scale_txt}"
