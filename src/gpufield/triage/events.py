@@ -72,6 +72,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message", "peer", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
     "nccl_internal_error": ("nccl", "ncclInternalError / unhandled cuda error", ("message", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
     "nccl_error": ("nccl", "other NCCL error (NCCL error ... / ncclInvalidUsage)", ("message", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
+    "native_frame": ("nccl", "a native backtrace frame in an NCCL entry point (ncclGroupEnd, ncclGetUniqueId, "
+                     "ncclShmOpen): where a signal hit", ("function",)),
     # torch
     "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg", "wrapped")),
     "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s", "pg", "message")),

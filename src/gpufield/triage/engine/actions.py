@@ -186,6 +186,28 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                     "host memory (fewer DataLoader workers, less pinned memory); if not, find who sent SIGKILL "
                     "(scheduler limit, cgroup, a monitor) before changing anything.")
     if cls == "IB_TRANSPORT_RETRY_EXCEEDED" and not running:
-        kind, template = FIX_CONFIG, ("Fix the RoCE/IB addressing before retrying: check NCCL_IB_GID_INDEX "
-                                     "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")
+        if values.get("roce") == "yes":  # RoCE evidence (GID / RoCE in the NCCL lines): the GID index is the usual fix
+            kind, template = FIX_CONFIG, ("Fix the RoCE addressing before retrying: check NCCL_IB_GID_INDEX "
+                                         "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")
+        else:  # native InfiniBand (or unknown link layer): no GID index to fix; the path itself
+            kind, template = FIX_CONFIG, ("Check the IB path between {reporters} and {peer} before retrying: port "
+                                         "state and link layer (ibstat), subnet manager, routing/partition (P_Key), "
+                                         "then ib_write_bw between the pair; if ibstat shows 'Link layer: Ethernet' "
+                                         "(RoCE), check NCCL_IB_GID_INDEX with show_gids.")
+            nxt = ("ibstat / ibv_devinfo on both hosts (link layer, port state)", *nxt)
+    if cls == "CONTAINER_SHM_IPC":
+        cause = values.get("shm_cause")
+        if cause == "permission":
+            kind, template = FIX_CONFIG, ("Fix the permissions of /dev/shm inside the container (mounted read-only "
+                                         "or not writable by the job's user: chmod 1777 /dev/shm or mount a writable "
+                                         "tmpfs there); a larger --shm-size does not help a permission error.")
+            nxt = ("ls -ld /dev/shm and mount | grep shm inside the container",)
+        elif cause == "space":
+            kind, template = FIX_CONFIG, ("Give the container more /dev/shm: --shm-size (e.g. 8g) or --ipc=host; "
+                                         "NCCL's SHM segments did not fit.", )
+            nxt = ("df -h /dev/shm inside the container",)
+    if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "socket_ifname":
+        template = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the host NIC that reaches the other nodes: "
+                    "NCCL chose {ifnames}, a container bridge/loopback interface other hosts cannot reach.")
+        nxt = ("ip -br addr on every node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET log after the change")
     return kind, render(template, values), tuple(render(n, values) for n in nxt)

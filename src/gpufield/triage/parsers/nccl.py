@@ -99,12 +99,28 @@ class NcclParser:
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
                  r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
-                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using ")
+                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |Caught signal \d+ \(|"
+                 r"\b(?:ncclGroupEnd|ncclGetUniqueId|ncclCommInitRank\w*|ncclShmOpen)\(")
     keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", ".c:", "NET/IB", "NCCL error", "nccl",
-                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket")
+                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket", "Caught signal")
+
+    # [8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)   (UCX handler)
+    _CAUGHT = re.compile(r"Caught signal (?P<n>\d+) \((?P<what>[^):]+)")
+    #  2 0x000000000007587d ncclGroupEnd()  ???:0      /   #0 0x00007f6b59544f3b in ncclShmOpen(char*, ...) ()
+    _FRAME = re.compile(r"^\s*#?\d+\s+0x[0-9a-fA-F]+\s+(?:in\s+)?(?P<fn>nccl\w+)\(")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""
+        m = self._CAUGHT.search(line)
+        if m:
+            n = int(m["n"])
+            name = {7: "SIGBUS", 11: "SIGSEGV", 6: "SIGABRT", 9: "SIGKILL"}.get(n)
+            return event("nccl", "signal_death", ctx, line, prefix_of(line, ctx), code=-n, severity="error",
+                         fields={"signal": n, "signal_name": name, "message": line[m.start():].strip()})
+        m = self._FRAME.search(line)
+        if m:
+            return event("nccl", "native_frame", ctx, line, prefix_of(line, ctx), severity="debug",
+                         fields={"function": m["fn"]})
         if "NCCL INFO" in line and ("Using" in line or "busId" in line):
             ev = self._init(line, ctx)
             if ev is not None:

@@ -39,6 +39,9 @@ XID_SECONDARY = frozenset({8, 43, 45, 92, 154})  # follow-ups, trends, recovery 
 #: catalog buckets that mean "the GPU needs a reset or a reboot"
 RESET_BUCKETS = frozenset({"RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "RESET_FABRIC"})
 
+# "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149" (R570+
+# drivers: the channel teardown names the fault that caused it; open-gpu-kernel-modules #1150)
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 _GSP_TEXT = re.compile(r"GSP Timeout|RPC from GSP|RPC response from GPU\d* GSP", re.IGNORECASE)
 _RESET_TEXT = re.compile(r"NV_ERR_RESET_REQUIRED|Reset required|GPU needs? (?:to be )?reset", re.IGNORECASE)
 _ECC_TEXT = re.compile(r"uncorrectable ECC error|cudaErrorECCUncorrectable", re.IGNORECASE)
@@ -108,6 +111,9 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         if e.kind == "xid":
             code = xid_code(e)
             cls = xid_class(code, e) if code is not None else None
+            prev = _CAUSED_BY.search(e.raw)
+            if cls is None and prev:  # a follow-up Xid (45 channel teardown) that names its cause
+                cls = xid_class(int(prev.group(1)))
             if cls is None or cls == "CUDA_ILLEGAL_ADDRESS":
                 continue  # app-level Xids are handled by the process rules
         elif e.kind == "gpu_fell_off_bus":
@@ -148,7 +154,12 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         uuid = ctx.timeline.gpu_uuid.get((host, gpu_id)) if gpu_id else None
         maps = [m for m in ctx.kinds("gpu_map") if m.host == host and gpu_id and m.gpu_bdf == gpu_id]
         codes = sorted({str(xid_code(e)) for e in evs if e.kind == "xid"})
+        causes = sorted({m.group(1) for e in evs if e.kind == "xid" for m in [_CAUSED_BY.search(e.raw)] if m})
+        if causes:  # root the incident at the NVLink/other Xid the follow-ups name, not at the follow-up
+            codes = sorted(set(codes) - {str(xid_code(e)) for e in evs if _CAUSED_BY.search(e.raw)} | set(causes))
         facts = {"xid": ",".join(codes)} if codes else {}
+        if causes:
+            facts["caused_by"] = ",".join(causes)
         bucket = _bucket_of(evs)
         if bucket:
             facts["bucket"] = bucket

@@ -37,7 +37,13 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
     then marked not established and asks for the kernel log of that host.
     """
     ooms = ctx.kinds("host_oom_kill")
-    kills = [e for e in ctx.kinds("child_failed", "signal_death") if is_sigkill(e)]
+    forced = [e for e in ctx.kinds("signal_death") if e.fields.get("sent_by_agent") and is_sigkill(e)]
+    forced_pids = {e.pid for e in forced if e.pid is not None}
+    # torchrun SIGKILLed these itself after SIGTERM was ignored ("forcefully exiting via 9"): a hung rank
+    # during teardown, not the kernel OOM killer; a kill is the agent's when its pid matches, or when the
+    # same file shows the agent forcing a kill and the kill names no pid
+    kills = [e for e in ctx.kinds("child_failed", "signal_death") if is_sigkill(e) and not e.fields.get("sent_by_agent")
+             and not (e.pid in forced_pids or (e.pid is None and any(f.file == e.file for f in forced)))]
     out = []
     if ooms:
         for host, group in group_by(ooms, lambda e: e.host).items():
