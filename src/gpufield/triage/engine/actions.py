@@ -204,7 +204,7 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
             nxt = ("ls -ld /dev/shm and mount | grep shm inside the container",)
         elif cause == "space":
             kind, template = FIX_CONFIG, ("Give the container more /dev/shm: --shm-size (e.g. 8g) or --ipc=host; "
-                                         "NCCL's SHM segments did not fit.", )
+                                         "NCCL's SHM segments did not fit.")
             nxt = ("df -h /dev/shm inside the container",)
     if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "socket_ifname":
         template = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the host NIC that reaches the other nodes: "

@@ -99,7 +99,7 @@ class NcclParser:
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
                  r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
-                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |Caught signal \d+ \(|"
+                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |NCCL INFO Call to connect returned|Caught signal \d+ \(|"
                  r"\b(?:ncclGroupEnd|ncclGetUniqueId|ncclCommInitRank\w*|ncclShmOpen)\(")
     keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", ".c:", "NET/IB", "NCCL error", "nccl",
                 "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket", "Caught signal")
@@ -107,6 +107,8 @@ class NcclParser:
     # [8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)   (UCX handler)
     _CAUGHT = re.compile(r"Caught signal (?P<n>\d+) \((?P<what>[^):]+)")
     #  2 0x000000000007587d ncclGroupEnd()  ???:0      /   #0 0x00007f6b59544f3b in ncclShmOpen(char*, ...) ()
+    # worker:101542:101934 [0] NCCL INFO Call to connect returned Connection timed out, retrying   (misc/socket.cc)
+    _RETRY = re.compile(r"NCCL INFO (?P<msg>Call to connect returned (?P<err>.+?)), retrying")
     _FRAME = re.compile(r"^\s*#?\d+\s+0x[0-9a-fA-F]+\s+(?:in\s+)?(?P<fn>nccl\w+)\(")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
@@ -117,6 +119,10 @@ class NcclParser:
             name = {7: "SIGBUS", 11: "SIGSEGV", 6: "SIGABRT", 9: "SIGKILL"}.get(n)
             return event("nccl", "signal_death", ctx, line, prefix_of(line, ctx), code=-n, severity="error",
                          fields={"signal": n, "signal_name": name, "message": line[m.start():].strip()})
+        m = self._RETRY.search(line)
+        if m:  # an INFO line, but the only trace of a peer NCCL cannot reach (route, firewall, wrong interface)
+            return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="warning",
+                         fields={"message": m["msg"]})
         m = self._FRAME.search(line)
         if m:
             return event("nccl", "native_frame", ctx, line, prefix_of(line, ctx), severity="debug",

@@ -168,8 +168,14 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    facts, extra = {}, ""
+    if bridges and not shm_explicit:
+        names = sorted({n for _, n in bridges})
+        facts = {"ifnames": ",".join(names), "fix": "socket_ifname"}
+        extra = f" NCCL's socket interfaces include container/bridge interface(s) {', '.join(names)}."
+        evs += [e for e, _ in bridges if e not in evs]
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs, gpu=None, rank=None,
-                    note="NCCL could not set up its network (interface, bind or route failure).")]
+                    facts=facts, note="NCCL could not set up its network (interface, bind or route failure)." + extra)]
 
 
 def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
