@@ -62,7 +62,7 @@ def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), ske
         found = rule(ctx)
         ctx.cite(found)
         findings.extend(found)
-    incidents = build_incidents(findings, tl, progress=ctx.kinds("loss"))
+    incidents = build_incidents(findings, tl, progress=ctx.kinds("loss"), rejected=ctx.rejected)
     return EngineResult(incidents=incidents, findings=findings, timeline=tl,
                         warnings=tuple((m, tuple(ev)) for m, ev in ctx.warnings))
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 from gpufield.triage.engine.actions import action_for
 from gpufield.triage.engine.correlate import Timeline, dedupe
+from gpufield.triage.engine.hypotheses import Rejected, competitors
 from gpufield.triage.engine.model import Finding, Incident, Tier
 from gpufield.triage.events import Event
 
@@ -164,13 +165,15 @@ def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str],
     return f.tier >= Tier.NCCL or teardown_kill or _consistent(root, f, known_hosts)
 
 
-def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = ()) -> list[Incident]:
+def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = (),
+                    rejected: Sequence[Rejected] = ()) -> list[Incident]:
     """Group findings into incidents, most likely root first.
 
     Args:
         findings: every finding of every rule.
         tl: the timeline (corrected times, skew tolerance).
         progress: training-progress events (loss lines); used to tell startup from running failures.
+        rejected: hypotheses rules refused on contrary evidence (listed as competitors of the top incident).
 
     Returns:
         Incidents; empty when there are no findings.
@@ -187,6 +190,8 @@ def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequ
         else:
             roots.append((f, []))
     incidents = [_incident(root, cascades, tl, progress, in_episode(root, window)) for root, cascades in roots]
+    for i, (inc, (root, cascades)) in enumerate(zip(incidents, roots, strict=True)):
+        inc.competitors = competitors(root, cascades, [r for r, _ in roots[i + 1:]], rejected if i == 0 else ())
     lemon = _lemon(incidents, [r for r, _ in roots])
     return lemon + incidents
 
@@ -229,6 +234,7 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         cascade_count=len(cascade_events),
         cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),
         rule=root.rule, note=note, t_ns=root.t_ns,
+        peer=None if root.facts.get("peer") in (None, "", "-") else root.facts["peer"],
     )
 
 

@@ -129,6 +129,9 @@ class Incident:
         rule: the rule that produced the root finding.
         note: explanation sentence.
         t_ns: skew-corrected time of the root event.
+        competitors: the other hypotheses and why this root beat each
+            (:class:`~gpufield.triage.engine.hypotheses.Competitor`: explained / outranked / rejected).
+        peer: the peer the root names (``IP``, ``IP:port``, a host), when it names one.
     """
 
     cls: str
@@ -147,6 +150,13 @@ class Incident:
     rule: str
     note: str
     t_ns: int | None
+    competitors: tuple = ()
+    peer: str | None = None
+
+    @property
+    def evidence_lines(self) -> tuple[str, ...]:
+        """``file:line`` of every evidence line, root lines first."""
+        return tuple(x.event.where for x in self.evidence)
 
     @property
     def root_cause(self) -> str:

@@ -80,6 +80,8 @@ def incident_dict(inc: Incident) -> dict[str, Any]:
                  "time": iso(r.ts_ns), "time_corrected": iso(inc.t_ns), "kind": r.kind, "raw": r.raw},
         "cascade_count": inc.cascade_count, "cascade_classes": list(inc.cascade_classes), "rule": inc.rule,
         "note": inc.note, "evidence": [evidence_dict(x) for x in inc.evidence],
+        "evidence_lines": list(inc.evidence_lines), "peer": inc.peer,
+        "competitors": [c.to_dict() for c in inc.competitors],
     }
 
 

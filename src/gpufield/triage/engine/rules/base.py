@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufield.triage.engine.correlate import Timeline
+from gpufield.triage.engine.hypotheses import Rejected
 from gpufield.triage.engine.model import (
     CONF_DETERMINISTIC,
     CONF_DETERMINISTIC_ENTITY,
@@ -67,6 +68,7 @@ class RuleContext:
     by_kind: dict[str, list[Event]] = field(default_factory=dict)
     cited: set[int] = field(default_factory=set)
     warnings: list[tuple[str, list[Event]]] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
     _pos: dict[int, int] = field(default_factory=dict, repr=False)
     _first_loss: tuple[dict[str, int], int | None] | None = field(default=None, repr=False)
 
@@ -86,6 +88,10 @@ class RuleContext:
         """Record a warning (not a failure); its events count as cited."""
         self.warnings.append((message, list(evidence)))
         self.cited.update(id(e) for e in evidence)
+
+    def reject(self, cls: str, why: str, evidence: Sequence[Event]) -> None:
+        """Record that hypothesis ``cls`` was considered and refused because of ``evidence`` against it."""
+        self.rejected.append(Rejected(cls, why, tuple(e.where for e in evidence[:5])))
 
     def is_cited(self, e: Event) -> bool:
         """True when an earlier rule already cited ``e`` as evidence."""

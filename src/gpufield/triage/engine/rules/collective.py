@@ -59,6 +59,18 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
         lo = min(seqs)
         behind = by_seq[lo]
         desc = "; ".join(f"SeqNum {s}: ranks {r or '?'}" for s, r in by_seq.items())
+        lagging = [e for e in evs if _seq(e) == lo]
+        stalled = [e for e in lagging if _blocked(e)]
+        saving = _checkpoint_mark(ctx, lagging)
+        if len(ops) == 1 and (stalled or saving is not None):
+            # evidence against a desync: the lagging rank did not issue a different collective, it stalled
+            # (its watchdog noticed far too late) or was saving a checkpoint while the others went on
+            why = (f"the lagging rank's watchdog ran for {_ratio(stalled[0]):.0f}x its timeout ({stalled[0].where}): "
+                   "it was stalled, so the SeqNum it reports is where it stopped, not a different collective sequence"
+                   if stalled else f"the lagging rank was saving a checkpoint ({saving.file}:{saving.line}) while "
+                                   "the others went on to the next collective")
+            ctx.reject("COLLECTIVE_DESYNC", f"SeqNum mismatch ({desc}) explained: {why}", lagging)
+            continue
         ck = _checkpoint_mark(ctx, evs)
         during = f" during a checkpoint save ({ck.file}:{ck.line})" if ck is not None else ""
         out.append(finding(ctx, "COLLECTIVE_DESYNC", "seqnum_mismatch", Tier.PROCESS,
@@ -68,6 +80,17 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
                            note=f"Ranks timed out on different collectives ({desc}){during}: they issued "
                                 "different collective sequences."))
     return out
+
+
+def _ratio(e: Event) -> float:
+    ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
+    return ran / limit if ran and limit else 0.0
+
+
+def _blocked(e: Event) -> bool:
+    """'ran for' far beyond the timeout: the watchdog (or the whole process) was stalled."""
+    ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
+    return bool(ran and limit and ran > BLOCKED_FACTOR * limit and ran > limit + 60_000)
 
 
 def _same_seq_mismatch(ctx: RuleContext, pg: object, evs: list[Event]) -> list[Finding]:
@@ -150,17 +173,17 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
 
 def watchdog_blocked_rule(ctx: RuleContext) -> list[Finding]:
     """"ran for" far beyond the timeout, or a watchdog thread that died on its own -> ``WATCHDOG_BLOCKED``."""
-    evs = []
-    for e in ctx.kinds("watchdog_timeout"):
-        ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
-        if ran and limit and ran > BLOCKED_FACTOR * limit and ran > limit + 60_000:
-            evs.append(e)
+    evs = [e for e in ctx.kinds("watchdog_timeout") if _blocked(e)]
     evs += [e for e in ctx.kinds("watchdog_blocked") if not _WRAPPED.search(text(e)) and not _STUCK.search(text(e))]
     if not evs:
         return []
+    ranks = sorted({e.rank for e in evs if e.rank is not None})
+    worst = max((e for e in evs if e.kind == "watchdog_timeout"), key=_ratio, default=None)
+    how = f" (rank {worst.rank}: ran for {_ratio(worst):.0f}x its timeout)" if worst is not None else ""
     return [finding(ctx, "WATCHDOG_BLOCKED", "watchdog_blocked", Tier.WATCHDOG, CONF_INFERRED - 0.15, evs,
-                    established=False, note="The watchdog thread itself was blocked (it noticed the timeout far "
-                                            "too late): a CUDA/NCCL call or the GIL held it.")]
+                    established=False, rank=ranks[0] if len(ranks) == 1 else None,
+                    note="The watchdog thread itself was blocked (it noticed the timeout far "
+                         f"too late){how}: the process was stalled (SIGSTOP, a stuck CUDA/NCCL call, the GIL).")]
 
 
 def heartbeat_rule(ctx: RuleContext) -> list[Finding]:
@@ -208,6 +231,16 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
         if world > len(ranks) and len(silent) <= max(1, world // 8):
             miss = silent  # every other rank of the job timed out; these never reported
             facts["missing"] = ",".join(map(str, miss))
+    stalled_note = ""
+    seqs = sorted({_seq(e) for e in w if _seq(e) is not None})
+    if not miss and len(seqs) > 1:
+        lag = [e for e in w if _seq(e) == seqs[0]]
+        lag_ranks = sorted({e.rank for e in lag if e.rank is not None})
+        if lag and all(_blocked(e) for e in lag) and len(lag_ranks) == 1:
+            miss = lag_ranks  # the rank stalled in an earlier collective is the one the others waited for
+            facts["missing"] = str(lag_ranks[0])
+            stalled_note = (f" Rank {lag_ranks[0]} was stalled in SeqNum {seqs[0]} (its watchdog ran for "
+                            f"{_ratio(lag[0]):.0f}x the timeout) while the others waited in SeqNum {seqs[-1]}.")
     rank = as_int(miss[0]) if len(miss) == 1 else None
     per_key: dict[tuple, set] = {}
     for e in w:
@@ -221,7 +254,7 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
         lead = f"{len(ranks) or len(w) or len(gloo)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
     note = (lead
             + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
-               "; no rank in the input explains why (some rank never joined or a link stalled).")) + fr_note
+               "; no rank in the input explains why (some rank never joined or a link stalled).")) + fr_note + stalled_note
     evs.sort(key=lambda e: (e.kind == "flight_recorder", ctx.t(e) or 0, e.file, e.line))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
                     evs, established=False, host=None, gpu=None, rank=rank, facts=facts, note=note)]

@@ -1,0 +1,44 @@
+"""Issue 23 evidence model: competing hypotheses, evidence against a SeqNum-mismatch desync,
+file:line evidence and competitors in the JSON export."""
+
+from __future__ import annotations
+
+import glob
+
+from test_engine import watchdog
+
+from gpufield.triage import analyze
+from gpufield.triage.engine import run_engine
+from gpufield.triage.report.json_export import to_dict
+
+CASES = "/work/shared/data/triage-cases"
+
+
+def test_seqnum_mismatch_does_not_beat_a_watchdog_that_ran_14x_its_timeout():
+    # ranks 0-2 time out on SeqNum 48213; rank 3 reports SeqNum 48212 after 14x the 600 s timeout: it was
+    # stalled in 48212 (SIGSTOP / stuck call), not issuing a different collective sequence
+    evs = [watchdog(r, "node-a", 600, seq=48213, line=10 + r) for r in range(3)]
+    evs.append(watchdog(3, "node-b", 8400, seq=48212, ran=8_400_000, line=20))
+    res = run_engine(evs)
+    top = res.incidents[0]
+    assert top.cls != "COLLECTIVE_DESYNC" and all(i.cls != "COLLECTIVE_DESYNC" for i in res.incidents)
+    rejected = [c for c in top.competitors if c.verdict == "rejected"]
+    assert rejected and rejected[0].cls == "COLLECTIVE_DESYNC" and "14x" in rejected[0].why
+    assert rejected[0].evidence == ("node-b.log:20",)
+    assert top.rank == 3 and "Rank 3 was stalled in SeqNum 48212" in top.note  # the stalled rank, not the waiters
+    assert [c.verdict for c in top.competitors if c.cls == "WATCHDOG_BLOCKED"] == ["explained"]
+    # the same mismatch with ordinary 'ran for' values stays a desync (different collective sequences)
+    evs[-1] = watchdog(3, "node-b", 600, seq=48212, line=20)
+    assert run_engine(evs).incidents[0].cls == "COLLECTIVE_DESYNC"
+
+
+def test_competitors_and_evidence_lines_are_exported(shared_dir):
+    res = analyze(glob.glob(f"{CASES}/03-*.log"))
+    top = res.verdict
+    assert top.cls == "COLLECTIVE_DESYNC"
+    (c,) = [c for c in top.competitors if c.cls == "NCCL_COLLECTIVE_TIMEOUT"]
+    assert c.verdict == "explained" and "cascade-level" in c.why
+    assert top.evidence_lines[0].endswith("03-collective-desync-after-midepoch-ckpt.log:1")
+    d = to_dict(res)["incidents"][0]
+    assert d["evidence_lines"] == list(top.evidence_lines)
+    assert d["competitors"][0]["verdict"] in ("explained", "outranked", "rejected")
