@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpufield.triage.engine import echo
 from gpufield.triage.engine.correlate import Timeline, build_timeline
 from gpufield.triage.engine.incidents import build_incidents
 from gpufield.triage.engine.model import Finding, Incident
@@ -49,14 +50,23 @@ def run_engine(events: Sequence[Event], *, phases: Sequence[PhaseMark] = (), ske
             ``nccl_bootstrap`` events (see :mod:`.topology`); None = from the events only.
         rules: the rule table (default :data:`RULES`); tests may pass a subset.
 
+    Events that quote messages instead of reporting them (echoed commands, argument dumps, help text,
+    config banners: :mod:`.echo`) are dropped before the rules and named in a warning.
+
     Returns:
         An :class:`EngineResult`; no incidents when no rule fired.
 
     Raises:
         ValueError: ``skew_tolerance_s`` < 0, or a rule emitted a class outside the taxonomy.
     """
+    echoed = [e for e in events if echo.is_echo(e.raw)]
+    if echoed:
+        events = [e for e in events if not echo.is_echo(e.raw)]
     tl = build_timeline(events, skew_tolerance_s=skew_tolerance_s, topology=topology)
     ctx = RuleContext(tl, phases)
+    if echoed:
+        ctx.warnings.append((f"{len(echoed)} echoed command / argument / banner line(s) quote log messages; "
+                             "ignored as evidence (first: " + echoed[0].where + ")", echoed))
     findings: list[Finding] = []
     for rule in rules:
         found = rule(ctx)

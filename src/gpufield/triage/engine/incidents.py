@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gpufield.triage.engine import blame
 from gpufield.triage.engine.actions import action_for
 from gpufield.triage.engine.correlate import Timeline, dedupe
 from gpufield.triage.engine.hypotheses import Rejected, competitors
@@ -209,7 +210,18 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
     cascade_events.sort(key=lambda e: (tl.t(e) is None, tl.t(e) or 0, e.file, e.line))
     running = root.facts.get("phase") != "startup" and (
         root.facts.get("phase") == "running" or any(tl.before(p, root.root) for p in progress))
-    values: dict[str, object] = {"host": root.host, "gpu": root.gpu, "rank": root.rank, **root.facts}
+    host, gpu, rank = root.host, root.gpu, root.rank
+    if root.established and root.tier in (Tier.HARDWARE, Tier.HOST, Tier.PROCESS):
+        # the blame stage: the culprit is the entity the root's own lines name (fabric roots are left as
+        # the rule chose: their reporters are often the victims of the far end)
+        b = blame.extract(root.evidence, tl.gpu_uuid)
+        host = host if host is not None or "host" in root.fixed else b.host
+        gpu = gpu if gpu is not None or "gpu" in root.fixed else b.gpu
+        if root.tier == Tier.PROCESS and "rank" not in root.fixed:
+            rank = rank if rank is not None else b.rank
+        if gpu and gpu.startswith("GPU-"):
+            gpu = blame.uuid_map(tl.gpu_uuid).get((host, gpu), gpu)
+    values: dict[str, object] = {"host": host, "gpu": gpu, "rank": rank, **root.facts}
     if root.host is None and root.root.file:
         # no hostname in the line, its file or its folder: say which file's host is meant
         values["host"] = f"<the host that wrote {_short(root.root.file)}: not named in the logs>"
@@ -219,7 +231,7 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         nxt = action_for("UNKNOWN", values)[2]
     note, conf = root.note, root.confidence
     silent = {m for c in cascades for m in c.facts.get("missing", "").split(",") if m not in ("", "-")}
-    if root.rank is not None and silent == {str(root.rank)}:
+    if rank is not None and silent == {str(rank)}:
         # the job side agrees with the host side: the one rank that never reported runs on the blamed GPU
         note += f" Rank {root.rank}, the only rank that never reported, runs on this GPU."
         conf = min(0.95, conf + 0.05)
@@ -229,7 +241,7 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         conf = min(conf, 0.3)
     return Incident(
         cls=root.cls, confidence=round(conf, 2), established=root.established, root=root.root,
-        host=root.host, gpu=root.gpu, rank=root.rank, action_kind=kind, action=action, next_evidence=nxt,
+        host=host, gpu=gpu, rank=rank, action_kind=kind, action=action, next_evidence=nxt,
         evidence=dedupe(root.evidence, "root") + dedupe(cascade_events, "cascade"),
         cascade_count=len(cascade_events),
         cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),

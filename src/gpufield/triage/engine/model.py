@@ -68,6 +68,8 @@ class Finding:
         note: one-sentence explanation shown in reports.
         facts: values the action template may use (e.g. ``{"peer": "10.0.0.2"}``).
         t_ns: skew-corrected time of ``root`` in ns, or None.
+        fixed: entity names (``host``, ``gpu``, ``rank``) the rule set on purpose (None included:
+            "the lines do not say which"); the blame stage fills only the others from the evidence.
     """
 
     cls: str
@@ -83,6 +85,7 @@ class Finding:
     note: str = ""
     facts: dict[str, str] = field(default_factory=dict)
     t_ns: int | None = None
+    fixed: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.cls not in TAXONOMY:

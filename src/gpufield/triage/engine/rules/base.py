@@ -187,6 +187,7 @@ def finding(ctx: RuleContext, cls: str, rule: str, tier: Tier, conf: float, evid
         gpu=gpu_of(root) if gpu is ... else gpu,
         rank=root.rank if rank is ... else rank,
         note=note, facts=dict(facts or {}), t_ns=ctx.t(root),
+        fixed=frozenset(k for k, v in (("host", host), ("gpu", gpu), ("rank", rank)) if v is not ...),
     )
 
 

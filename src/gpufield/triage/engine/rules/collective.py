@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from gpufield.triage.engine import flight
+from gpufield.triage.engine import blame, flight
 from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
 from gpufield.triage.engine.rules.fabric import peer_name
@@ -165,10 +165,16 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     conf = 0.75 if (barrier and setup_mark) else CONF_INFERRED
     why = f"SeqNum {min(seqs)}" + (", a 1-element barrier" if barrier else "") + (
         f", after '{last.text[:60]}'" if setup_mark else "")
+    # the ranks that timed out arrived and waited: blame the one that never did (it was preparing)
+    waited = sorted({e.rank for e in evs if e.rank is not None})
+    world = max((as_int(e.fields.get("nranks")) or 0 for e in ctx.kinds("nccl_init")), default=0) or None
+    busy = blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None), world)
+    who = (f" Rank {busy} is the only rank that did not time out: it was the busy one; rank(s) "
+           f"{', '.join(map(str, waited))} waited." if busy is not None else "")
     return [finding(ctx, "SETUP_PHASE_TIMEOUT", "phase_timeout", Tier.PROCESS, conf, evs,
-                    facts={"seq": str(min(seqs))},
+                    rank=busy, facts={"seq": str(min(seqs)), "waited": ",".join(map(str, waited)) or "-"},
                     note=f"A setup-phase collective timed out ({why}): one rank was still preparing "
-                         "(e.g. tokenising) while the others waited.")]
+                         "(e.g. tokenising) while the others waited." + who)]
 
 
 def watchdog_blocked_rule(ctx: RuleContext) -> list[Finding]:

@@ -183,6 +183,8 @@ def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
     out = []
     for e in ctx.kinds("nccl_bootstrap"):
         names = [str(a).split(":", 1)[0] for a in (e.fields.get("addresses") or [])] or [str(e.fields.get("ifname", ""))]
+        if e.fields.get("transport") != "NET/Socket":
+            names = names[:1]  # bootstrap (and IB's OOB) use the first interface only; NET/Socket uses them all
         out += [(e, n) for n in dict.fromkeys(names) if _BRIDGE_IF.match(n)]
     return out
 
