@@ -1,0 +1,105 @@
+"""Assign the development / test split of the triage corpus v2 (``tests/triage/corpus``).
+
+Rows whose ``split`` cell is already ``dev`` or ``test`` keep it (a split, once published, never
+moves: rules were written against the dev rows). Every row without one is assigned, per index
+file and per expected class (``clean`` is a class here), to the half that has fewer rows of that
+class so far; ties are broken by a seeded coin. The order in which a class's new rows are
+assigned is a seeded shuffle of their ids, so the result depends on the seed and the rows only.
+
+Usage::
+
+    .venv/bin/python benchmarks/triage_corpus_split.py [--seed 23] [--check] INDEX.md ...
+
+``--check`` changes nothing and exits 1 when a row has no split (CI-friendly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+_CLASS = re.compile(r"`([A-Z][A-Z0-9_]+)`")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+
+def expected(label: str) -> str:
+    """The class a row is stratified by: its first backticked class, or ``clean``."""
+    m = _CLASS.search(label)
+    return m.group(1) if m else ("clean" if "clean" in label.lower() else "?")
+
+
+def assign(path: Path, seed: int, write: bool = True) -> tuple[int, int, int]:
+    """Fill the empty split cells of one index.
+
+    Returns:
+        (rows, newly assigned, rows still without a split when ``write`` is False).
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    head: dict[str, int] | None = None
+    rows: list[tuple[int, list[str]]] = []
+    for n, line in enumerate(lines):
+        if not line.lstrip().startswith("|"):
+            head = None
+            continue
+        cells = _cells(line)
+        low = [c.lower() for c in cells]
+        if "case file" in low and "expected class" in low:
+            head = {c: i for i, c in enumerate(low)}
+            continue
+        if head is None or set("".join(cells)) <= set("-: "):
+            continue
+        rows.append((n, cells))
+    if head is None and not rows:
+        raise SystemExit(f"{path}: no case table")
+    assert head is not None
+    si, ci, ii = head["split"], head["expected class"], head.get("#", head["case file"])
+    count: dict[str, dict[str, int]] = defaultdict(lambda: {"dev": 0, "test": 0})
+    todo: dict[str, list[tuple[int, list[str]]]] = defaultdict(list)
+    for n, cells in rows:
+        cls = expected(cells[ci])
+        if cells[si] in ("dev", "test"):
+            count[cls][cells[si]] += 1
+        else:
+            todo[cls].append((n, cells))
+    assigned = 0
+    for cls in sorted(todo):
+        rng = random.Random(f"{seed}:{path.parent.name}:{cls}")
+        group = sorted(todo[cls], key=lambda r: r[1][ii])
+        rng.shuffle(group)
+        for n, cells in group:
+            c = count[cls]
+            half = ("dev" if rng.random() < 0.5 else "test") if c["dev"] == c["test"] else \
+                ("dev" if c["dev"] < c["test"] else "test")
+            c[half] += 1
+            cells[si] = half
+            lines[n] = "| " + " | ".join(cells) + " |"
+            assigned += 1
+    if write and assigned:
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return len(rows), assigned, 0 if write else assigned
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry (see the module docstring)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("index", nargs="+", type=Path)
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a row has no split")
+    a = ap.parse_args(argv)
+    missing = 0
+    for p in a.index:
+        n, new, miss = assign(p, a.seed, write=not a.check)
+        missing += miss
+        print(f"{p}: {n} rows, {new} {'without a split' if a.check else 'newly assigned'}")
+    return 1 if a.check and missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

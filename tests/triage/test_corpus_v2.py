@@ -1,0 +1,100 @@
+"""The labelled corpus v2 (tests/triage/corpus): every INDEX row parses, every file it names
+exists, every file is named by exactly one row, the dev/test split is complete and disjoint, and
+no public case is one of the 27 shared cases."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+EVAL = _load("triage_eval_corpus")
+SPLIT = _load("triage_corpus_split")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {sub: EVAL.read_index(CORPUS / sub / "INDEX.md") for sub in ("public", "faults")}
+
+
+def test_counts(rows):
+    assert len(rows["public"]) >= 60
+    assert 30 <= len(rows["faults"]) <= 40
+    clean = [r for rs in rows.values() for r in rs if r.clean]
+    assert len(clean) >= 8  # clean runs and clean-with-scary-warnings excerpts
+
+
+def test_every_file_is_named_by_exactly_one_row(rows):
+    for sub, rs in rows.items():
+        named = [p.resolve() for r in rs for p in r.paths]
+        assert len(named) == len(set(named)), f"{sub}: a case path is named twice"
+        on_disk = {p.resolve() for p in (CORPUS / sub).iterdir() if p.name not in ("INDEX.md", "MANIFEST.json")}
+        assert on_disk == set(named), f"{sub}: unindexed {sorted(on_disk - set(named))}"
+
+
+def test_split_complete_disjoint_and_stratified(rows):
+    ids = [r.id for rs in rows.values() for r in rs]
+    assert len(ids) == len(set(ids))
+    for sub in rows:
+        n, new, missing = SPLIT.assign(CORPUS / sub / "INDEX.md", 23, write=False)
+        assert (new, missing) == (0, 0), f"{sub}: {new} rows without a split"
+    both = [r for rs in rows.values() for r in rs]
+    dev = {p.resolve() for r in both if r.split == "dev" for p in r.paths}
+    test = {p.resolve() for r in both if r.split == "test" for p in r.paths}
+    assert dev and test and not dev & test
+    # stratified: within each corpus half, no class differs by more than one case between halves
+    for rs in rows.values():
+        per: dict[str, list[int]] = {}
+        for r in rs:
+            k = "clean" if r.clean else r.classes[0]
+            per.setdefault(k, [0, 0])[r.split == "test"] += 1
+        assert all(abs(a - b) <= 1 for a, b in per.values()), per
+
+
+def test_unreadable_row_is_refused_with_line(tmp_path):
+    (tmp_path / "a.log").write_text("x\n")
+    idx = tmp_path / "INDEX.md"
+    idx.write_text("| # | Case file | Expected class | blame | action | split |\n|---|---|---|---|---|---|\n"
+                   "| 1 | `a.log` | `NAN_LOSS` | rank=x=1 | - | dev |\n")
+    with pytest.raises(EVAL.RowError, match=r"INDEX.md:3: blame token"):
+        EVAL.read_index(idx)
+    idx.write_text("| # | Case file | Expected class | split |\n|---|---|---|---|\n| 1 | `b.log` | clean | dev |\n")
+    with pytest.raises(EVAL.RowError, match=r"INDEX.md:3: case path .* does not exist"):
+        EVAL.read_index(idx)
+
+
+def test_public_cases_are_new_and_sanitised(rows, shared_dir):
+    shared = set(re.findall(r"https://github\.com/[^\s|)]+/issues/\d+",
+                            (shared_dir / "data" / "triage-cases" / "INDEX.md").read_text(encoding="utf-8")))
+    shared_cases = set()
+    for line in (shared_dir / "data" / "triage-cases" / "INDEX.md").read_text(encoding="utf-8").splitlines():
+        if re.match(r"\| \d\d \| `", line):
+            shared_cases.add(re.search(r"https://\S+?(?= |\|)", line).group(0))
+    text = (CORPUS / "public" / "INDEX.md").read_text(encoding="utf-8")
+    urls = [re.search(r"https://\S+?(?= \|)", line).group(0) for line in text.splitlines() if line.startswith("| p")]
+    assert len(urls) == len(rows["public"]) == len(set(urls))
+    assert not set(urls) & shared_cases
+    assert shared  # the shared index was read
+    for r in rows["public"]:
+        body = r.paths[0].read_text(encoding="utf-8")
+        assert not re.search(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}", body), r.id  # UUIDs replaced
+
+
+def test_corpus_is_small():
+    total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
+    assert total < 5 * 2**20
