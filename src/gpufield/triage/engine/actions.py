@@ -152,6 +152,8 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
         KeyError: ``cls`` has no action (a consistency test keeps the table complete).
     """
     kind, template, nxt = UNKNOWN_EXCEPTION if (cls == "UNKNOWN" and exception) else ACTIONS[cls]
+    if cls == "PEER_PROCESS_EXIT" and values.get("exception"):  # the exiting rank's own exception is known
+        kind, template, nxt = UNKNOWN_EXCEPTION
     if cls == "ECC_UNCORRECTABLE":
         bucket, xid = values.get("bucket"), values.get("xid")
         values = {**values, "catalog": f"catalog {bucket} for Xid {xid}" if bucket and xid else
@@ -181,6 +183,10 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                              ("scontrol show node {host}", "slurmd log of {host}")),
         }.get(str(reason), (STOP, "Cancelled by the scheduler or a user (scancel, {scheduler_reason}): ask the "
                                   "owner before resubmitting.", ("sacct -j {job_id}",)))
+    if cls == "HOST_OOM_KILL" and values.get("prior") == "allocator":
+        template = ("Reduce host memory per rank on {host} (rank {rank}): the CPU allocator was refused memory "
+                    "(RAM, cgroup or RLIMIT_AS limit): fewer DataLoader workers, less pinned memory, check the job's "
+                    "memory limit.")
     if cls == "HOST_OOM_KILL" and values.get("prior") == "sigkill":
         template = ("Check the kernel log of {host} for 'Out of memory: Killed process' first: if it is there, reduce "
                     "host memory (fewer DataLoader workers, less pinned memory); if not, find who sent SIGKILL "

@@ -21,7 +21,7 @@ from gpufield.triage.events import Event
 SETUP_MAX_SEQ = 8  # the first collectives of a job: init broadcast, barriers
 BARRIER_MAX_NUMEL = 8
 BLOCKED_FACTOR = 1.5  # "ran for" > 1.5 x timeout (and > timeout + 60 s): the watchdog was blocked
-_PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|"
+_PEER_GONE = re.compile(r"Broken pipe|Connection closed by (?:remote )?peer|remote process exited|"
                         r"Connection reset by peer|ncclRemoteError", re.IGNORECASE)
 _STUCK = re.compile(r"watchdog got stuck|Heartbeat monitor timed out|no heartbeat", re.IGNORECASE)
 _TIMEOUT_TEXT = re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.IGNORECASE)

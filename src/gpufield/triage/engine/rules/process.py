@@ -222,21 +222,40 @@ def straggler_rule(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
-    """A Python exception or CUDA error no other rule explains -> ``UNKNOWN`` (process tier).
+_PEER_LOST = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|"
+                        r"remote process exited|ncclRemoteError|remote worker crashing", re.IGNORECASE)
 
-    Exceptions of the distributed machinery (NCCL, DistBackendError, ChildFailedError) are
-    cascades and are left to the teardown rule.
+
+def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
+    """A Python exception or CUDA error no other rule explains.
+
+    When other ranks then lose their connection to the failing rank (gloo "Connection closed by
+    peer", ncclRemoteError, broken pipe), the job failed because that rank *exited*: the class is
+    ``PEER_PROCESS_EXIT`` with the root *established* at the exception (the rank is blamed, the peers
+    are victims). Otherwise ``UNKNOWN`` (process tier). Exceptions of the distributed machinery (NCCL,
+    gloo, DistBackendError, ChildFailedError) are cascades and are left to the teardown rule.
     """
     cascade = re.compile(r"NCCL|DistBackendError|ChildFailedError|ProcessGroup|watchdog|c10d|Rendezvous|"
-                         r"SignalException|KeyboardInterrupt", re.IGNORECASE)
+                         r"SignalException|KeyboardInterrupt|gloo|Connection closed by|Connection reset by|"
+                         r"Timed out waiting", re.IGNORECASE)
     evs = [e for e in ctx.kinds("python_exception", "cuda_error")
            if not cascade.search(text(e)) and not ctx.is_cited(e)]
     if not evs:
         return []
     first = evs[0]
     exc = str(first.fields.get("exc_type") or first.kind)
+    lost = [e for e in ctx.kinds("python_exception", "nccl_remote_error", "nccl_warn", "nccl_error")
+            if _PEER_LOST.search(text(e)) and e.rank != first.rank
+            and ctx.timeline.before(e, first) is not True and (e.file != first.file or e.line > first.line
+                                                                or e.rank is not None)]
+    who = f"rank {first.rank}" if first.rank is not None else "a rank"
+    if lost:
+        ranks = sorted({e.rank for e in lost if e.rank is not None})
+        return [finding(ctx, "PEER_PROCESS_EXIT", "rank_exception_exit", Tier.PROCESS, 0.8, evs + lost[:8],
+                        facts={"exception": exc, "victims": ",".join(map(str, ranks)) or "-"},
+                        note=f"{exc} on {who} ({first.where}) ended that rank; its peers"
+                             f"{' (ranks ' + ', '.join(map(str, ranks)) + ')' if ranks else ''} then lost the "
+                             "connection to it: they are victims.")]
     return [finding(ctx, "UNKNOWN", "python_exception", Tier.PROCESS, CONF_CASCADE_ONLY, evs, established=False,
                     facts={"exception": exc},
-                    note=f"{exc} on {('rank ' + str(first.rank)) if first.rank is not None else 'a rank'} "
-                         "matches no failure class; it is the earliest process fault in the input.")]
+                    note=f"{exc} on {who} matches no failure class; it is the earliest process fault in the input.")]
