@@ -130,7 +130,9 @@ COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "mes
 
 #: kinds emitted by more than the source listed first in :data:`KINDS` (dcgm-exporter text gives
 #: the same clock-event / ECC / row-remap facts as nvidia-smi)
-OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",)}
+OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",),
+                                             # UCX's "Caught signal 7 (Bus error...)" inside NCCL's process
+                                             "signal_death": ("nccl",)}
 
 
 @dataclass(frozen=True, slots=True)

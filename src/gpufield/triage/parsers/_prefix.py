@@ -36,6 +36,8 @@ _MONTH_INITIALS = frozenset("JFMASOND")
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
+# node-7 [stderr] ...   (multi-node launchers that tag each forwarded line with the node and stream)
+LAUNCHER_RE = re.compile(r"(?P<host>[^\s\[\]:]+) \[(?:stdout|stderr)\] ")
 # [rank0]:   [rank144]:   [default0]:   [trainer3]:  (torch TORCH_LOGS rank / torchrun --tee role prefix)
 RANK_PREFIX_RE = re.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
 # May 18 19:02:39 host kernel: / Aug 29 16:58:38 <host-A> kernel: / Dec  2 10:43:35.123 h kernel:
@@ -172,6 +174,11 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                     p.host = m["host"]
                 if m["procid"].isdigit() and m["app"] != "kernel":
                     p.pid = int(m["procid"])
+            pos = m.end()
+            continue
+        m = LAUNCHER_RE.match(line, pos) if not bracket and " [std" in line[pos:pos + 80] else None
+        if m:
+            p.host = m["host"]
             pos = m.end()
             continue
         m = RANK_PREFIX_RE.match(line, pos) if bracket else None

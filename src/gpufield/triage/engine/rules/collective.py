@@ -13,7 +13,7 @@ import re
 from collections import Counter
 
 from gpufield.triage.engine import blame, flight
-from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
 from gpufield.triage.engine.rules.fabric import peer_name
 from gpufield.triage.events import Event
@@ -162,6 +162,12 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     setup_mark = last is not None and last.phase == "setup"
     if not (low and (barrier or setup_mark)):
         return []
+    if not setup_mark:  # an early 1-element barrier alone: any startup hang looks like this; only a hint
+        return [finding(ctx, "SETUP_PHASE_TIMEOUT", "phase_timeout_hint", Tier.PROCESS, CONF_PRIOR, evs,
+                        established=False, rank=None, facts={"seq": str(min(seqs)), "hint": "barrier_only"},
+                        note=f"An early 1-element collective (SeqNum {min(seqs)}) timed out; no setup-phase "
+                             "line (dataset preparation, tokenising) shows a rank was busy, so this may be any "
+                             "startup hang.")]
     conf = 0.75 if (barrier and setup_mark) else CONF_INFERRED
     why = f"SeqNum {min(seqs)}" + (", a 1-element barrier" if barrier else "") + (
         f", after '{last.text[:60]}'" if setup_mark else "")

@@ -76,6 +76,16 @@ def _catalog(code: int) -> tuple[str | None, bool | None]:
     return get("bucket"), get("fatal")
 
 
+def _mnemonic(code: int) -> str:
+    try:
+        from gpufield.triage.catalog import xid_info
+
+        info = xid_info(code)
+    except Exception:  # catalog missing or unknown code
+        return ""
+    return str(getattr(info, "mnemonic", "") or "") if info is not None and getattr(info, "known", True) else ""
+
+
 def xid_class(code: int, e: Event | None = None) -> str | None:
     """Triage class of one Xid code, or None when the code is secondary/app-level noise.
 
@@ -96,6 +106,8 @@ def xid_class(code: int, e: Event | None = None) -> str | None:
         return "CUDA_ILLEGAL_ADDRESS"
     if code in XID_SECONDARY:
         return None
+    if _mnemonic(code).startswith("NVLINK"):  # catalogued NVLink codes outside the listed ranges (137 ...)
+        return "NVLINK_FAULT"
     bucket, fatal = _catalog(code)
     flags = (e.fields.get("rst"), e.fields.get("d_rst")) if e is not None else ()
     if fatal is True or (bucket in RESET_BUCKETS) or any(f is True or str(f).lower() == "yes" for f in flags):

@@ -106,7 +106,8 @@ def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
         return []
     conf = 0.85 if any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
     endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), "-")
-    return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs, facts={"endpoint": endpoint},
+    return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs,
+                    facts={"endpoint": endpoint, "peer": endpoint},
                     note=f"Workers could not reach the rendezvous endpoint {endpoint}.")]
 
 
