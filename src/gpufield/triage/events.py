@@ -132,7 +132,9 @@ COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "mes
 #: the same clock-event / ECC / row-remap facts as nvidia-smi)
 OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",),
                                              # UCX's "Caught signal 7 (Bus error...)" inside NCCL's process
-                                             "signal_death": ("nccl",)}
+                                             "signal_death": ("nccl",),
+                                             # nvidia-smi --query-gpu / NVML sampler CSVs join bus id and UUID too
+                                             "gpu_map": ("smi",)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ cuda           cuda        CUDA errors, OOM (3 generations), DataLoader bus erro
 train          train/tool  NaN/Inf loss, loss-scale overflow, skipped steps, restart loop,
                            straggler table and findings
 smi            smi         ``nvidia-smi -q`` sections, p2p matrices, device-handle errors
+smi_csv        smi         ``nvidia-smi --query-gpu --format=csv`` and NVML sampler CSVs
 dcgm           dcgm        dcgm-exporter samples
 python         torch       any other ``SomeError: message`` line
 =============  ==========  ====================================================================
@@ -34,6 +35,7 @@ from gpufield.triage.parsers.kernel import KernelParser
 from gpufield.triage.parsers.nccl import NcclParser
 from gpufield.triage.parsers.python import PythonExceptionParser
 from gpufield.triage.parsers.smi import SmiParser
+from gpufield.triage.parsers.smi_csv import SmiCsvParser
 from gpufield.triage.parsers.torch import TorchParser
 from gpufield.triage.parsers.torchrun import TorchrunParser
 from gpufield.triage.parsers.train import LossParser, TrainParser
@@ -41,13 +43,13 @@ from gpufield.triage.parsers.train import LossParser, TrainParser
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
     "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
-    "FlightRecorderParser",
+    "FlightRecorderParser", "SmiCsvParser",
 ]
 
 #: the default parser table, in evaluation order
 PARSERS = (
     KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
-    SmiParser(), DcgmParser(), PythonExceptionParser(),
+    SmiParser(), SmiCsvParser(), DcgmParser(), PythonExceptionParser(),
 )
 
 #: finite-loss parser, appended by ``IngestOptions(with_loss=True)``
