@@ -35,6 +35,10 @@ def _cols(line: str) -> list[str]:
     return [c.strip().split(" [", 1)[0].strip().lower() for c in line.split(",")]
 
 
+def _value(vals: list[str], i: int | None) -> str | None:
+    return None if i is None or vals[i] in ("", "[N/A]", "N/A") else vals[i]
+
+
 class SmiCsvParser:
     """``nvidia-smi --query-gpu --format=csv`` and NVML sampler CSV tables."""
 
@@ -71,8 +75,8 @@ class SmiCsvParser:
                 continue
             rctx = at_line(ctx, n)
             pre = prefix_of(row, rctx)
-            get = (lambda i, _v=vals: None if i is None or _v[i] in ("", "[N/A]", "N/A") else _v[i])
-            common = {"bdf": get(bus), "uuid": get(uid), "host": get(hst), "gpu_index": to_int(get(gi))}
+            common = {"bdf": _value(vals, bus), "uuid": _value(vals, uid), "host": _value(vals, hst),
+                      "gpu_index": to_int(_value(vals, gi))}
             if common["bdf"] or common["uuid"]:
                 out.append(event("smi", "gpu_map", rctx, row, pre, severity="info", **common))
             for c, i in idx.items():
