@@ -114,6 +114,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile", "location")),
     "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure", "banks_max", "banks_high", "banks_partial", "banks_low", "banks_none")),
     "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes", "matrix")),
+    "pcie_acs": ("smi", "lspci -vvv 'ACSCtl: SrcValid+ ...' (ACS enabled on a PCIe port: P2P / GPUDirect redirected)",
+                 ("src_valid", "req_redir", "cmplt_redir", "enabled")),
     "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }

@@ -40,6 +40,9 @@ _KV_RANK = re.compile(r"\brank[=:]\s*(?P<rank>\d+)\b")
 _IP_PORT = re.compile(r"\b(?P<ip>(?:\d{1,3}\.){3}\d{1,3})(?:[:<](?P<port>\d{1,5})>?)?")
 _IB_PORT = re.compile(r"\b(?P<dev>mlx5_\d+|mlx4_\d+|ibp\w+|bnxt_re\d+|irdma\d+|efa_\d+)[:/](?P<port>\d+)\b")
 _BDF = re.compile(r"\b(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\b")
+# [8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (...)   (UCX's error handler: host:pid:thread-index:tid)
+_UCX_HOST = re.compile(r"^\[(?P<host>[A-Za-z0-9<][\w.<>-]*):\d+ *:\d+:\d+\]")
+_GPU_ORD = re.compile(r"\bNVRM: GPU(\d+) |\bGPU (\d+) has a total capacity")
 _NOT_HOSTS = frozenset({"kernel", "kernel:", "localhost", "-", ""})
 
 
@@ -60,8 +63,9 @@ class Blame:
 
 
 def host_in_text(raw: str) -> str | None:
-    """A host name written in the text of a line (Slurm task error, env dump, Kubernetes, ChildFailedError)."""
-    for pat in (_SLURM_TASK, _ENV_HOST, _K8S_NODE, _CHILD_HOST):
+    """A host name written in the text of a line (UCX handler prefix, Slurm task error, env dump, Kubernetes,
+    ChildFailedError)."""
+    for pat in (_UCX_HOST, _SLURM_TASK, _ENV_HOST, _K8S_NODE, _CHILD_HOST):
         m = pat.search(raw)
         if m and m["host"].lower() not in _NOT_HOSTS:
             return m["host"]
@@ -90,7 +94,12 @@ def gpu_of_event(e: Event, uuid_to_bdf: dict[tuple[str | None, str], str]) -> st
     if e.gpu_uuid:
         return uuid_to_bdf.get((e.host, e.gpu_uuid)) or uuid_to_bdf.get((None, e.gpu_uuid)) or e.gpu_uuid
     m = _BDF.search(e.raw)
-    return m.group(0).lower() if m else None
+    if m:
+        return m.group(0).lower()
+    if e.gpu_index is not None:
+        return f"GPU {e.gpu_index}"
+    m = _GPU_ORD.search(e.raw)  # "NVRM: GPU0 nvCheckFailedNoLog ...", "GPU 0 has a total capacity ..."
+    return f"GPU {m.group(1) or m.group(2)}" if m else None
 
 
 def uuid_map(gpu_uuid: dict[tuple[str | None, str], str]) -> dict[tuple[str | None, str], str]:

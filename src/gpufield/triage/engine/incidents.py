@@ -221,6 +221,10 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
             rank = rank if rank is not None else b.rank
         if gpu and gpu.startswith("GPU-"):
             gpu = blame.uuid_map(tl.gpu_uuid).get((host, gpu), gpu)
+    if host is None and rank is not None:
+        # the blamed rank's host: where that rank's own lines come from (one host only)
+        hosts = {e.host for e in tl.events if e.rank == rank and e.host}
+        host = next(iter(hosts)) if len(hosts) == 1 else None
     values: dict[str, object] = {"host": host, "gpu": gpu, "rank": rank, **root.facts}
     if root.host is None and root.root.file:
         # no hostname in the line, its file or its folder: say which file's host is meant

@@ -21,6 +21,7 @@ train          train/tool  NaN/Inf loss, loss-scale overflow, skipped steps, res
                            straggler table and findings
 smi            smi         ``nvidia-smi -q`` sections, p2p matrices, device-handle errors
 smi_csv        smi         ``nvidia-smi --query-gpu --format=csv`` and NVML sampler CSVs
+lspci          smi         ``lspci -vvv`` ACS control lines
 dcgm           dcgm        dcgm-exporter samples
 python         torch       any other ``SomeError: message`` line
 =============  ==========  ====================================================================
@@ -32,6 +33,7 @@ from gpufield.triage.parsers.cuda import CudaParser
 from gpufield.triage.parsers.dcgm import DcgmParser
 from gpufield.triage.parsers.flight_recorder import FlightRecorderParser
 from gpufield.triage.parsers.kernel import KernelParser
+from gpufield.triage.parsers.lspci import LspciParser
 from gpufield.triage.parsers.nccl import NcclParser
 from gpufield.triage.parsers.python import PythonExceptionParser
 from gpufield.triage.parsers.smi import SmiParser
@@ -43,13 +45,13 @@ from gpufield.triage.parsers.train import LossParser, TrainParser
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
     "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
-    "FlightRecorderParser", "SmiCsvParser",
+    "FlightRecorderParser", "SmiCsvParser", "LspciParser",
 ]
 
 #: the default parser table, in evaluation order
 PARSERS = (
     KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
-    SmiParser(), SmiCsvParser(), DcgmParser(), PythonExceptionParser(),
+    SmiParser(), SmiCsvParser(), LspciParser(), DcgmParser(), PythonExceptionParser(),
 )
 
 #: finite-loss parser, appended by ``IngestOptions(with_loss=True)``

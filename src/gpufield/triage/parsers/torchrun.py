@@ -49,7 +49,7 @@ FORCED_RE = re.compile(r"Unable to shutdown process (?P<pid>\d+) via (?:Signals\
 RDZV_RE = re.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.*))?")
 # [E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to <ip-A>:1234
 # ... while trying to connect to (<ip-A>, 29500).     (torch >= 2.4 prints the address as a (host, port) pair)
-SOCKET_RE = re.compile(r"client socket has timed out after (?P<secs>\d+)s while trying to connect to "
+SOCKET_RE = re.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit>ms|s) while trying to connect to "
                        r"(?:\((?P<h>[^,()\s]+), (?P<p>\d+)\)|\(?(?P<ep>[^)\s]+?)\)?)\.?\s*$")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
 STORE_RE = re.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
@@ -113,7 +113,8 @@ class TorchrunParser:
         m = SOCKET_RE.search(line)
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
-                         fields={"endpoint": m["ep"] or f"{m['h']}:{m['p']}", "timeout_s": int(m["secs"]),
+                         fields={"endpoint": m["ep"] or f"{m['h']}:{m['p']}",
+                                 "timeout_s": int(m["secs"]) / (1000 if m["unit"] == "ms" else 1),
                                  "message": line[m.start():]})
         m = RDZV_RE.search(line)
         if m:

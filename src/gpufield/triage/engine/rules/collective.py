@@ -117,6 +117,7 @@ def _same_seq_mismatch(ctx: RuleContext, pg: object, evs: list[Event]) -> list[F
                          "different collective sequences (a code path that differs between ranks).")]
 
 
+_RANK_TAG = re.compile(r"^\[(?:rank|Rank )(\d+)\]")  # "[rank1] saving checkpoint ..." / "[Rank 1] ..."
 TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
 
 
@@ -145,8 +146,12 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     ck = _checkpoint_mark(ctx, evs)
     if ck is not None:
+        # the saving rank: the one the save banner names, else the one rank that did not time out
+        m = _RANK_TAG.search(ck.text)
+        waited = sorted({e.rank for e in evs if e.rank is not None})
+        saver = int(m.group(1)) if m else blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
         return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
-                        facts={"marker": f"{ck.file}:{ck.line}"},
+                        rank=saver, facts={"marker": f"{ck.file}:{ck.line}"},
                         note=f"The collective timed out while a checkpoint was being saved ({ck.file}:{ck.line}: "
                              f"'{ck.text[:60]}').")]
     evs = [e for e in evs if e.kind == "watchdog_timeout"]

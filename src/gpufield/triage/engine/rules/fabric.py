@@ -101,6 +101,11 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         elif len(reporters) == 1 and not peers:
             host = reporters[0]
             note_who = f"host {host} (the only reporter)"
+        elif len(reporters) == 1 and len(peers) == 1:
+            # one pair: the reporter's side and the named peer are both blamed (host + peer); either end's
+            # HCA, cable or switch port may be at fault
+            host = reporters[0]
+            note_who = f"the pair {host} <-> {top[0][0]} (one reporter, one peer)"
         peer_txt = top[0][0] if top else "-"
         extra: list[Event] = []
         if host is not None and host not in reporters and host not in {e.host for e in ctx.events if e.host}:
@@ -197,6 +202,13 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
     """
     rows = ctx.kinds("p2p_bandwidth")
     unsupported = ctx.matching(_P2P_TEXT)
+    acs = [e for e in ctx.kinds("pcie_acs") if e.fields.get("enabled")]
+    if acs and not rows and not ctx.kinds("ib_completion_error"):
+        return [finding(ctx, "P2P_BROKEN", "pcie_acs", Tier.FABRIC, CONF_INFERRED, acs, gpu=None, rank=None,
+                        facts={"acs_ports": str(len(acs))},
+                        note=f"ACS is enabled on {len(acs)} PCIe port(s) (lspci ACSCtl SrcValid+/Redir+, "
+                             f"{acs[0].where}): peer-to-peer traffic between GPUs and NICs is redirected through "
+                             "the root complex.")]
     if unsupported and not rows:
         return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, CONF_INFERRED, unsupported,
                         note="CUDA/NCCL report that GPU peer-to-peer access is unavailable between devices.")]

@@ -224,6 +224,10 @@ def _gpu_from_text(evs: list[Event]) -> str | None:
         m = re.search(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(\d))?\b", e.raw)
         if m:
             return f"{m.group(1).lower()}.{m.group(2) or '0'}"
+    for e in evs:  # "NVRM: GPU0 nvCheckFailedNoLog ...": the driver's own ordinal when no bus id is printed
+        m = re.search(r"\bNVRM: GPU(\d+) ", e.raw)
+        if m:
+            return f"GPU {m.group(1)}"
     return None
 
 
