@@ -128,7 +128,8 @@ UNKNOWN_EXCEPTION: Final = (STOP, "Stop: {exception} ends the job on one rank; f
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
         return {"host": "<host not named in the logs>", "gpu": "<GPU not named in the logs>",
-                "rank": "<rank not named>", "peer": "<peer not named>"}.get(key, "?")
+                "rank": "<rank not named>", "peer": "<peer not named>", "reporters": "<the reporting host>",
+                "seqs": "see the mismatch report in the evidence", "endpoint": "<endpoint not named>"}.get(key, "?")
 
 
 def render(template: str, values: dict[str, object]) -> str:
