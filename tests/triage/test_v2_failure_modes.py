@@ -133,3 +133,20 @@ def test_ib_status_12_at_startup_without_roce_evidence_does_not_get_the_gid_fix(
     roce = "<host-A>:946:946 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE ; OOB eth0:10.0.0.1<0>\n"
     v = _run(tmp_path, roce + line).verdict
     assert v.cls == "IB_TRANSPORT_RETRY_EXCEEDED" and v.action.startswith("Fix the RoCE addressing")
+
+
+def test_remote_error_is_not_peer_exit_when_the_fabric_or_the_interfaces_explain_it(tmp_path):
+    # the DistBackendError text torch prints for ncclRemoteError (ProcessGroupNCCL.cpp), after an IB status-12
+    # line (shared case 06's format) or after NCCL chose a veth for its sockets (oneflow #3586's INFO lines)
+    remote = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+              "ProcessGroupNCCL.cpp:1333, remote process exited or there was a network error, NCCL version 2.18.6\n")
+    ib = ("<host-A>:946:988 [0] transport/net_ib.cc:839 NCCL WARN NET/IB : Got completion with error 12, opcode 1, "
+          "len 0, vendor err 129\n")
+    res = _run(tmp_path, ib + remote)
+    assert res.verdict.cls == "IB_TRANSPORT_RETRY_EXCEEDED"
+    assert any(c.cls == "PEER_PROCESS_EXIT" and c.verdict == "explained" for c in res.verdict.competitors)
+    veth = ("worker:101542:101542 [0] NCCL INFO NET/Socket : Using [0]eno1:172.18.40.41<0> "
+            "[1]veth25f2e72:fe80::380d:bfff:fe5b:54d2%veth25f2e72<0>\n")
+    res = _run(tmp_path, veth + remote)
+    assert res.verdict.cls == "NCCL_NETWORK_CONFIG" and "veth25f2e72" in res.verdict.action
+    assert _run(tmp_path, remote).verdict.cls == "PEER_PROCESS_EXIT"  # alone: a peer went away, root unknown
