@@ -11,7 +11,6 @@ from gpufield.triage import analyze
 from gpufield.triage.engine import run_engine
 from gpufield.triage.report.json_export import to_dict
 
-CASES = "/work/shared/data/triage-cases"
 
 
 def test_seqnum_mismatch_does_not_beat_a_watchdog_that_ran_14x_its_timeout():
@@ -33,7 +32,7 @@ def test_seqnum_mismatch_does_not_beat_a_watchdog_that_ran_14x_its_timeout():
 
 
 def test_competitors_and_evidence_lines_are_exported(shared_dir):
-    res = analyze(glob.glob(f"{CASES}/03-*.log"))
+    res = analyze(glob.glob(str(shared_dir / "data/triage-cases/03-*.log")))
     top = res.verdict
     assert top.cls == "COLLECTIVE_DESYNC"
     (c,) = [c for c in top.competitors if c.cls == "NCCL_COLLECTIVE_TIMEOUT"]
