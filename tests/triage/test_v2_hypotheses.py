@@ -12,7 +12,6 @@ from gpufield.triage.engine import run_engine
 from gpufield.triage.report.json_export import to_dict
 
 
-
 def test_seqnum_mismatch_does_not_beat_a_watchdog_that_ran_14x_its_timeout():
     # ranks 0-2 time out on SeqNum 48213; rank 3 reports SeqNum 48212 after 14x the 600 s timeout: it was
     # stalled in 48212 (SIGSTOP / stuck call), not issuing a different collective sequence
