@@ -37,6 +37,8 @@ def test_competitors_and_evidence_lines_are_exported(shared_dir):
     (c,) = [c for c in top.competitors if c.cls == "NCCL_COLLECTIVE_TIMEOUT"]
     assert c.verdict == "explained" and "cascade-level" in c.why
     assert top.evidence_lines[0].endswith("03-collective-desync-after-midepoch-ckpt.log:1")
+    verdict = to_dict(res)["verdict"]
+    assert verdict["beat"][0]["class"] == "NCCL_COLLECTIVE_TIMEOUT" and verdict["evidence_lines"][0].endswith(":1")
     d = to_dict(res)["incidents"][0]
     assert d["evidence_lines"] == list(top.evidence_lines)
     assert d["competitors"][0]["verdict"] in ("explained", "outranked", "rejected")
