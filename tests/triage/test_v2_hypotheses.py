@@ -42,3 +42,27 @@ def test_competitors_and_evidence_lines_are_exported(shared_dir):
     d = to_dict(res)["incidents"][0]
     assert d["evidence_lines"] == list(top.evidence_lines)
     assert d["competitors"][0]["verdict"] in ("explained", "outranked", "rejected")
+
+
+def test_as_int_never_raises_and_keeps_finite_integers():
+    # issue 23: {'skipped': inf} made as_int raise OverflowError inside a rule (runs under the fixed 'ci' profile)
+    import math
+
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from gpufield.triage.engine.rules.base import as_float, as_int
+
+    @given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.text(max_size=12),
+                     st.none(), st.booleans(), st.just("inf"), st.just("-Infinity"), st.just("1e400")))
+    def check(v):
+        got = as_int(v)
+        assert got is None or isinstance(got, int)
+        if isinstance(v, float):
+            assert (got is None) == (not math.isfinite(v))
+        if isinstance(v, int):
+            assert got == int(v)
+        as_float(v)
+
+    check()
+    assert as_int(float("inf")) is None and as_int("12") == 12 and as_int("1e400") is None
