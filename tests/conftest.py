@@ -9,6 +9,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
+try:  # the fixed CI profile: every hypothesis test draws the same examples on every clone and run
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+    _hyp_settings.load_profile("ci")
+except ImportError:  # hypothesis is a test dependency; tests that need it import it themselves
+    pass
+
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:

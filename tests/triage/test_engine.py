@@ -103,11 +103,16 @@ def test_seqnum_mismatch_is_desync_and_stops():
     assert top.cls == "COLLECTIVE_DESYNC" and top.action_kind == "STOP" and top.rank == 1
 
 
-def test_low_seqnum_barrier_is_setup_phase():
-    # corpus case 02: SeqNum=2, NumelIn=1, Timeout 1800000 ms
-    evs = [watchdog(1, None, None, seq=2, numel=1, ran=1800449)]
-    top = run_engine(evs).incidents[0]
-    assert top.cls == "SETUP_PHASE_TIMEOUT" and top.action_kind == "FIX_CONFIG"
+def test_low_seqnum_barrier_alone_is_only_a_setup_phase_hint():
+    # corpus case 02's timeout line without its progress bar (SeqNum=2, NumelIn=1): any startup hang looks
+    # like this (issue 23, corpus v2 dev p013: 4 of 8 ranks on SeqNum 1, root unknown), so the setup phase
+    # is a hint, not an established root; case 02 itself (with the 'Generating train split' line) is
+    # established in test_corpus / test_v2_blame_prefix
+    evs = [watchdog(1, None, None, seq=2, numel=1, ran=610449)]
+    res = run_engine(evs)
+    assert res.incidents[0].cls == "NCCL_COLLECTIVE_TIMEOUT" and not res.incidents[0].established
+    hint = [i for i in res.incidents if i.cls == "SETUP_PHASE_TIMEOUT"]
+    assert hint and not hint[0].established
 
 
 def test_sigkill_with_oom_killer_line_is_established_host_oom():
@@ -252,10 +257,16 @@ def _random_events():
 
 
 def test_engine_invariants_on_arbitrary_events():
-    from hypothesis import given, settings
+    from hypothesis import example, given, settings
+
+    inf_skip = [Event("train", "skipped_step", "f0.log", 1, "step=3, skipped=inf", fields={"skipped": float("inf")}),
+                Event("train", "nan_loss", "f0.log", 2, "loss nan", fields={"step": float("nan"), "value": "nan"}),
+                Event("torch", "watchdog_timeout", "f1.log", 3, "x", fields={"seq": float("inf"), "ran_for_ms": -1.0e308,
+                                                                             "timeout_ms": float("inf")})]
 
     @settings(max_examples=40, deadline=None)
     @given(_random_events())
+    @example(inf_skip)  # found by a property run: as_int(inf) raised OverflowError inside silent_skip_rule
     def check(events):
         res = run_engine(events)
         cited = {id(e) for f in res.findings for e in f.evidence}

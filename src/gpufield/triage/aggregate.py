@@ -11,7 +11,7 @@ times costs ``KEEP_PER_TEMPLATE + 1`` events, while distinct errors (other ranks
 SeqNums) are all kept.
 
 NCCL setup lines are topology context, not evidence: ``nccl_init`` is kept once per ``(host, rank,
-bus id, nranks, state)`` (the GPU -> rank map), ``nccl_bootstrap`` once per ``(host, addresses)``
+bus id, nranks, state)`` (the GPU -> rank map), ``nccl_bootstrap`` once per ``(host, transport, addresses)``
 (the IP -> host map), whatever the number of communicators that printed them.
 
 Loss lines (already thinned by ingestion) are progress markers: each file's first one is kept, and
@@ -112,7 +112,7 @@ class EventReducer:
         if kind in ("nccl_init", "nccl_bootstrap"):
             f = e.fields
             key = (kind, e.host, f.get("rank"), f.get("bus_id"), f.get("nranks"), f.get("state")) \
-                if kind == "nccl_init" else (kind, e.host, tuple(f.get("addresses") or ()))
+                if kind == "nccl_init" else (kind, e.host, f.get("transport"), tuple(f.get("addresses") or ()))
             if key in self._setup:
                 self.dropped += 1
                 return

@@ -72,11 +72,16 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "nccl_remote_error": ("nccl", "ncclRemoteError / remote process exited / broken pipe", ("message", "peer", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
     "nccl_internal_error": ("nccl", "ncclInternalError / unhandled cuda error", ("message", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
     "nccl_error": ("nccl", "other NCCL error (NCCL error ... / ncclInvalidUsage)", ("message", "nccl_version", "via", "pg", "seq", "op_type", "errno")),
+    "native_frame": ("nccl", "a native backtrace frame in an NCCL entry point (ncclGroupEnd, ncclGetUniqueId, "
+                     "ncclShmOpen): where a signal hit", ("function",)),
     # torch
     "watchdog_timeout": ("torch", "ProcessGroupNCCL watchdog caught collective timeout", ("seq", "op_type", "numel_in", "numel_out", "timeout_ms", "ran_for_ms", "pg", "wrapped")),
     "heartbeat_timeout": ("torch", "heartbeat monitor timed out / watchdog stuck", ("timeout_s", "pg", "message")),
     "desync": ("torch", "desync debug report / collective sequence mismatch", ("seq", "op_type", "message")),
-    "flight_recorder": ("torch", "Flight Recorder dump / missing-ranks report", ("message", "missing_ranks", "seq", "pg", "enabled", "entry")),
+    "flight_recorder": ("torch", "Flight Recorder missing-ranks report line, or (``dump`` True) one process group of a "
+                        "whole dump (parsers/flight_recorder.py)",
+                        ("message", "missing_ranks", "seq", "pg", "enabled", "entry", "dump", "last_enqueued",
+                         "last_started", "last_completed", "timeout_ms", "version")),
     "last_enqueued": ("torch", "last enqueued / completed NCCL work SeqNum", ("last_enqueued", "last_completed", "last_started", "seq", "pg")),
     "pg_teardown": ("torch", "'Some NCCL operations have failed or timed out' / 'taking the entire process down'", ("message",)),
     "watchdog_blocked": ("torch", "watchdog thread blocked / terminated with exception", ("message", "pg")),
@@ -95,8 +100,12 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpu_handle_error": ("smi", "nvidia-smi / NVML cannot reach a GPU (Unable to determine the device handle, NVMLError)", ("message",)),
     # train
     "loss": ("train", "a training-progress line with a loss value (only with IngestOptions(with_loss=True))", ("step", "loss", "iter")),
-    "nan_loss": ("train", "loss or grad is NaN/Inf", ("step", "value", "iter", "metric")),
-    "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced", ("step", "loss_scale", "new_loss_scale")),
+    "nan_loss": ("train", "loss or another metric (grad-norm) is NaN/Inf; ``is_loss`` False = a metric other than the "
+                 "loss (a warning, never a root by itself), ``finite_loss`` = a finite loss on the same line",
+                 ("step", "value", "iter", "metric", "is_loss", "finite_loss")),
+    "loss_scale_overflow": ("train", "fp16 overflow: skipping step, loss scale reduced; ``at_minimum``: DeepSpeed's "
+                            "'Current loss scale already at minimum' (the run aborts)",
+                            ("step", "loss_scale", "new_loss_scale", "at_minimum")),
     "skipped_step": ("train", "optimizer step skipped", ("step", "skipped")),
     "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count", "message")),
     "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms", "metric", "value_ms", "median_ms", "median_rank", "total_ms", "message")),
@@ -105,6 +114,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile", "location")),
     "row_remap": ("smi", "row-remap state", ("correctable", "uncorrectable", "pending", "failure", "banks_max", "banks_high", "banks_partial", "banks_low", "banks_none")),
     "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes", "matrix")),
+    "pcie_acs": ("smi", "lspci -vvv 'ACSCtl: SrcValid+ ...' (ACS enabled on a PCIe port: P2P / GPUDirect redirected)",
+                 ("src_valid", "req_redir", "cmplt_redir", "enabled")),
     "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }
@@ -121,7 +132,11 @@ COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "mes
 
 #: kinds emitted by more than the source listed first in :data:`KINDS` (dcgm-exporter text gives
 #: the same clock-event / ECC / row-remap facts as nvidia-smi)
-OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",)}
+OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",),
+                                             # UCX's "Caught signal 7 (Bus error...)" inside NCCL's process
+                                             "signal_death": ("nccl",),
+                                             # nvidia-smi --query-gpu / NVML sampler CSVs join bus id and UUID too
+                                             "gpu_map": ("smi",)}
 
 
 @dataclass(frozen=True, slots=True)

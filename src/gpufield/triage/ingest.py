@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpufield.errors import LogFormatError
+from gpufield.errors import InputError, LogFormatError
 from gpufield.triage._decompress import Decoded
 from gpufield.triage.events import Event
-from gpufield.triage.parsers import LOSS_PARSER, PARSERS
+from gpufield.triage.parsers import FILE_PARSERS, LOSS_PARSER, PARSERS
 from gpufield.triage.parsers._scan import BLOCK_BYTES, BlockHook, ScanCounters, Table, scan
 
 __all__ = ["IngestOptions", "IngestWarning", "FileStats", "IngestStats", "IngestResult", "iter_events", "ingest"]
@@ -346,6 +346,10 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
         st.warnings.append(IngestWarning(path, None, "empty file"))
         st.files_skipped += 1
         return
+    whole = next((fp for fp in FILE_PARSERS if fp.sniff(head)), None)
+    if whole is not None:  # a structured dump (Flight Recorder pickle/JSON): parsed whole, not by lines
+        yield from _whole_file(whole, stream, head, path, fs, st)
+        return
     nul = head.find(b"\x00")
     if nul >= 0:
         st.warnings.append(IngestWarning(path, None, f"binary file (NUL byte at offset {nul}), skipped"))
@@ -371,6 +375,19 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
     if counters.events == 0:
         st.warnings.append(IngestWarning(path, None, f"no recognised log records in {counters.lines} lines "
                                                      f"(known: {', '.join(p.name for p in table.parsers)})"))
+
+
+def _whole_file(parser, stream, head: bytes, path: str, fs: FileStats, st: IngestStats) -> Iterator[Event]:
+    try:
+        data = head + stream.read()
+        events = parser.parse_file(data, path)
+    except (InputError, OSError, EOFError) as e:
+        st.warnings.append(IngestWarning(path, None, f"{parser.name}: {e}"))
+        st.files_skipped += 1
+        return
+    fs.bytes, fs.events = len(data), len(events)
+    st.files_read += 1
+    yield from events
 
 
 def ingest(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], *,

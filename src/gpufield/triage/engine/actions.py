@@ -128,7 +128,8 @@ UNKNOWN_EXCEPTION: Final = (STOP, "Stop: {exception} ends the job on one rank; f
 class _Blank(dict):
     def __missing__(self, key: str) -> str:
         return {"host": "<host not named in the logs>", "gpu": "<GPU not named in the logs>",
-                "rank": "<rank not named>", "peer": "<peer not named>"}.get(key, "?")
+                "rank": "<rank not named>", "peer": "<peer not named>", "reporters": "<the reporting host>",
+                "seqs": "see the mismatch report in the evidence", "endpoint": "<endpoint not named>"}.get(key, "?")
 
 
 def render(template: str, values: dict[str, object]) -> str:
@@ -152,6 +153,8 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
         KeyError: ``cls`` has no action (a consistency test keeps the table complete).
     """
     kind, template, nxt = UNKNOWN_EXCEPTION if (cls == "UNKNOWN" and exception) else ACTIONS[cls]
+    if cls == "PEER_PROCESS_EXIT" and values.get("exception"):  # the exiting rank's own exception is known
+        kind, template, nxt = UNKNOWN_EXCEPTION
     if cls == "ECC_UNCORRECTABLE":
         bucket, xid = values.get("bucket"), values.get("xid")
         values = {**values, "catalog": f"catalog {bucket} for Xid {xid}" if bucket and xid else
@@ -181,11 +184,37 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                              ("scontrol show node {host}", "slurmd log of {host}")),
         }.get(str(reason), (STOP, "Cancelled by the scheduler or a user (scancel, {scheduler_reason}): ask the "
                                   "owner before resubmitting.", ("sacct -j {job_id}",)))
+    if cls == "HOST_OOM_KILL" and values.get("prior") == "allocator":
+        template = ("Reduce host memory per rank on {host} (rank {rank}): the CPU allocator was refused memory "
+                    "(RAM, cgroup or RLIMIT_AS limit): fewer DataLoader workers, less pinned memory, check the job's "
+                    "memory limit.")
     if cls == "HOST_OOM_KILL" and values.get("prior") == "sigkill":
         template = ("Check the kernel log of {host} for 'Out of memory: Killed process' first: if it is there, reduce "
                     "host memory (fewer DataLoader workers, less pinned memory); if not, find who sent SIGKILL "
                     "(scheduler limit, cgroup, a monitor) before changing anything.")
     if cls == "IB_TRANSPORT_RETRY_EXCEEDED" and not running:
-        kind, template = FIX_CONFIG, ("Fix the RoCE/IB addressing before retrying: check NCCL_IB_GID_INDEX "
-                                     "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")
+        if values.get("roce") == "yes":  # RoCE evidence (GID / RoCE in the NCCL lines): the GID index is the usual fix
+            kind, template = FIX_CONFIG, ("Fix the RoCE addressing before retrying: check NCCL_IB_GID_INDEX "
+                                         "(show_gids, RoCE v2 GID) and run ib_write_bw between the pair.")
+        else:  # native InfiniBand (or unknown link layer): no GID index to fix; the path itself
+            kind, template = FIX_CONFIG, ("Check the IB path between {reporters} and {peer} before retrying: port "
+                                         "state and link layer (ibstat), subnet manager, routing/partition (P_Key), "
+                                         "then ib_write_bw between the pair; if ibstat shows 'Link layer: Ethernet' "
+                                         "(RoCE), check NCCL_IB_GID_INDEX with show_gids.")
+            nxt = ("ibstat / ibv_devinfo on both hosts (link layer, port state)", *nxt)
+    if cls == "CONTAINER_SHM_IPC":
+        cause = values.get("shm_cause")
+        if cause == "permission":
+            kind, template = FIX_CONFIG, ("Fix the permissions of /dev/shm inside the container (mounted read-only "
+                                         "or not writable by the job's user: chmod 1777 /dev/shm or mount a writable "
+                                         "tmpfs there); a larger --shm-size does not help a permission error.")
+            nxt = ("ls -ld /dev/shm and mount | grep shm inside the container",)
+        elif cause == "space":
+            kind, template = FIX_CONFIG, ("Give the container more /dev/shm: --shm-size (e.g. 8g) or --ipc=host; "
+                                         "NCCL's SHM segments did not fit.")
+            nxt = ("df -h /dev/shm inside the container",)
+    if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "socket_ifname":
+        template = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the host NIC that reaches the other nodes: "
+                    "NCCL chose {ifnames}, a container bridge/loopback interface other hosts cannot reach.")
+        nxt = ("ip -br addr on every node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET log after the change")
     return kind, render(template, values), tuple(render(n, values) for n in nxt)

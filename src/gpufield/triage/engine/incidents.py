@@ -29,8 +29,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gpufield.triage.engine import blame
 from gpufield.triage.engine.actions import action_for
 from gpufield.triage.engine.correlate import Timeline, dedupe
+from gpufield.triage.engine.hypotheses import Rejected, competitors
 from gpufield.triage.engine.model import Finding, Incident, Tier
 from gpufield.triage.events import Event
 
@@ -164,13 +166,15 @@ def _explains(root: Finding, f: Finding, tl: Timeline, known_hosts: set[str],
     return f.tier >= Tier.NCCL or teardown_kill or _consistent(root, f, known_hosts)
 
 
-def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = ()) -> list[Incident]:
+def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequence[Event] = (),
+                    rejected: Sequence[Rejected] = ()) -> list[Incident]:
     """Group findings into incidents, most likely root first.
 
     Args:
         findings: every finding of every rule.
         tl: the timeline (corrected times, skew tolerance).
         progress: training-progress events (loss lines); used to tell startup from running failures.
+        rejected: hypotheses rules refused on contrary evidence (listed as competitors of the top incident).
 
     Returns:
         Incidents; empty when there are no findings.
@@ -187,6 +191,8 @@ def build_incidents(findings: Sequence[Finding], tl: Timeline, *, progress: Sequ
         else:
             roots.append((f, []))
     incidents = [_incident(root, cascades, tl, progress, in_episode(root, window)) for root, cascades in roots]
+    for i, (inc, (root, cascades)) in enumerate(zip(incidents, roots, strict=True)):
+        inc.competitors = competitors(root, cascades, [r for r, _ in roots[i + 1:]], rejected if i == 0 else ())
     lemon = _lemon(incidents, [r for r, _ in roots])
     return lemon + incidents
 
@@ -204,7 +210,22 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
     cascade_events.sort(key=lambda e: (tl.t(e) is None, tl.t(e) or 0, e.file, e.line))
     running = root.facts.get("phase") != "startup" and (
         root.facts.get("phase") == "running" or any(tl.before(p, root.root) for p in progress))
-    values: dict[str, object] = {"host": root.host, "gpu": root.gpu, "rank": root.rank, **root.facts}
+    host, gpu, rank = root.host, root.gpu, root.rank
+    if root.established and root.tier in (Tier.HARDWARE, Tier.HOST, Tier.PROCESS):
+        # the blame stage: the culprit is the entity the root's own lines name (fabric roots are left as
+        # the rule chose: their reporters are often the victims of the far end)
+        b = blame.extract(root.evidence, tl.gpu_uuid)
+        host = host if host is not None or "host" in root.fixed else b.host
+        gpu = gpu if gpu is not None or "gpu" in root.fixed else b.gpu
+        if root.tier == Tier.PROCESS and "rank" not in root.fixed:
+            rank = rank if rank is not None else b.rank
+        if gpu and gpu.startswith("GPU-"):
+            gpu = blame.uuid_map(tl.gpu_uuid).get((host, gpu), gpu)
+    if host is None and rank is not None:
+        # the blamed rank's host: where that rank's own lines come from (one host only)
+        hosts = {e.host for e in tl.events if e.rank == rank and e.host}
+        host = next(iter(hosts)) if len(hosts) == 1 else None
+    values: dict[str, object] = {"host": host, "gpu": gpu, "rank": rank, **root.facts}
     if root.host is None and root.root.file:
         # no hostname in the line, its file or its folder: say which file's host is meant
         values["host"] = f"<the host that wrote {_short(root.root.file)}: not named in the logs>"
@@ -214,7 +235,7 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         nxt = action_for("UNKNOWN", values)[2]
     note, conf = root.note, root.confidence
     silent = {m for c in cascades for m in c.facts.get("missing", "").split(",") if m not in ("", "-")}
-    if root.rank is not None and silent == {str(root.rank)}:
+    if rank is not None and silent == {str(rank)}:
         # the job side agrees with the host side: the one rank that never reported runs on the blamed GPU
         note += f" Rank {root.rank}, the only rank that never reported, runs on this GPU."
         conf = min(0.95, conf + 0.05)
@@ -224,11 +245,12 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         conf = min(conf, 0.3)
     return Incident(
         cls=root.cls, confidence=round(conf, 2), established=root.established, root=root.root,
-        host=root.host, gpu=root.gpu, rank=root.rank, action_kind=kind, action=action, next_evidence=nxt,
+        host=host, gpu=gpu, rank=rank, action_kind=kind, action=action, next_evidence=nxt,
         evidence=dedupe(root.evidence, "root") + dedupe(cascade_events, "cascade"),
         cascade_count=len(cascade_events),
         cascade_classes=tuple(dict.fromkeys(c.cls for c in cascades)),
         rule=root.rule, note=note, t_ns=root.t_ns,
+        peer=None if root.facts.get("peer") in (None, "", "-") else root.facts["peer"],
     )
 
 

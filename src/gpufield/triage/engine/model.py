@@ -68,6 +68,8 @@ class Finding:
         note: one-sentence explanation shown in reports.
         facts: values the action template may use (e.g. ``{"peer": "10.0.0.2"}``).
         t_ns: skew-corrected time of ``root`` in ns, or None.
+        fixed: entity names (``host``, ``gpu``, ``rank``) the rule set on purpose (None included:
+            "the lines do not say which"); the blame stage fills only the others from the evidence.
     """
 
     cls: str
@@ -83,6 +85,7 @@ class Finding:
     note: str = ""
     facts: dict[str, str] = field(default_factory=dict)
     t_ns: int | None = None
+    fixed: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.cls not in TAXONOMY:
@@ -129,6 +132,9 @@ class Incident:
         rule: the rule that produced the root finding.
         note: explanation sentence.
         t_ns: skew-corrected time of the root event.
+        competitors: the other hypotheses and why this root beat each
+            (:class:`~gpufield.triage.engine.hypotheses.Competitor`: explained / outranked / rejected).
+        peer: the peer the root names (``IP``, ``IP:port``, a host), when it names one.
     """
 
     cls: str
@@ -147,6 +153,13 @@ class Incident:
     rule: str
     note: str
     t_ns: int | None
+    competitors: tuple = ()
+    peer: str | None = None
+
+    @property
+    def evidence_lines(self) -> tuple[str, ...]:
+        """``file:line`` of every evidence line, root lines first."""
+        return tuple(x.event.where for x in self.evidence)
 
     @property
     def root_cause(self) -> str:

@@ -20,6 +20,8 @@ cuda           cuda        CUDA errors, OOM (3 generations), DataLoader bus erro
 train          train/tool  NaN/Inf loss, loss-scale overflow, skipped steps, restart loop,
                            straggler table and findings
 smi            smi         ``nvidia-smi -q`` sections, p2p matrices, device-handle errors
+smi_csv        smi         ``nvidia-smi --query-gpu --format=csv`` and NVML sampler CSVs
+lspci          smi         ``lspci -vvv`` ACS control lines
 dcgm           dcgm        dcgm-exporter samples
 python         torch       any other ``SomeError: message`` line
 =============  ==========  ====================================================================
@@ -29,24 +31,32 @@ from __future__ import annotations
 
 from gpufield.triage.parsers.cuda import CudaParser
 from gpufield.triage.parsers.dcgm import DcgmParser
+from gpufield.triage.parsers.flight_recorder import FlightRecorderParser
 from gpufield.triage.parsers.kernel import KernelParser
+from gpufield.triage.parsers.lspci import LspciParser
 from gpufield.triage.parsers.nccl import NcclParser
 from gpufield.triage.parsers.python import PythonExceptionParser
 from gpufield.triage.parsers.smi import SmiParser
+from gpufield.triage.parsers.smi_csv import SmiCsvParser
 from gpufield.triage.parsers.torch import TorchParser
 from gpufield.triage.parsers.torchrun import TorchrunParser
 from gpufield.triage.parsers.train import LossParser, TrainParser
 
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
-    "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser",
+    "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
+    "FlightRecorderParser", "SmiCsvParser", "LspciParser",
 ]
 
 #: the default parser table, in evaluation order
 PARSERS = (
     KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
-    SmiParser(), DcgmParser(), PythonExceptionParser(),
+    SmiParser(), SmiCsvParser(), LspciParser(), DcgmParser(), PythonExceptionParser(),
 )
 
 #: finite-loss parser, appended by ``IngestOptions(with_loss=True)``
 LOSS_PARSER = LossParser()
+
+#: whole-file parsers (binary or structured dumps): ingestion offers each file's first bytes to their
+#: ``sniff(head)`` before the line scan and, on a hit, hands the whole file to ``parse_file(data, path)``
+FILE_PARSERS = (FlightRecorderParser(),)

@@ -37,18 +37,20 @@ _MONTH_INITIALS = frozenset("JFMASOND")
 _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 
+# node-7 [stderr] ...   (multi-node launchers that tag each forwarded line with the node and stream)
+LAUNCHER_RE = rx.compile(r"(?P<host>[^\s\[\]:]+) \[(?:stdout|stderr)\] ")
 # [rank0]:   [rank144]:   [default0]:   [trainer3]:  (torch TORCH_LOGS rank / torchrun --tee role prefix)
 RANK_PREFIX_RE = rx.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
 # May 18 19:02:39 host kernel: / Aug 29 16:58:38 <host-A> kernel: / Dec  2 10:43:35.123 h kernel:
 SYSLOG_RE = rx.compile(
     r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
-    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?P<host>\S+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+    r"(?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))? (?:(?P<host>[^\s:]+) )?(?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
 # 2026-05-18T19:02:39.123456+02:00 host kernel:  /  2022-02-16 01:23:00,852  /  [2025-06-12 22:45:44]
 ISO_RE = rx.compile(
     r"\[?(?P<date>\d{4}-\d\d-\d\d)[T _](?P<hms>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
     r"(?P<tz>Z|[+-]\d\d:?\d\d)?\]? ?")
 # ... host kernel:   (after an ISO time with a zone or a 'T': journalctl -o short-iso)
-ISO_HOST_RE = rx.compile(r"(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)(?:\[(?P<pid>\d+)\])?: ")
+ISO_HOST_RE = rx.compile(r"(?:(?P<host>[^\s\[\]:]+) (?P<tag>[^\s:\[]+)|(?P<bare>kernel))(?:\[(?P<pid>\d+)\])?: ")
 # <4>1 2026-08-11T03:00:00.123456+00:00 hB kernel - - - msg  (RFC 5424: PRI VERSION TIMESTAMP HOSTNAME
 # APP-NAME PROCID MSGID STRUCTURED-DATA MSG; "-" = nil value)   /   <4>  (a bare PRI before an RFC 3164 line)
 RFC5424_RE = rx.compile(
@@ -175,6 +177,11 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                     p.pid = int(m["procid"])
             pos = m.end()
             continue
+        m = LAUNCHER_RE.match(line, pos) if not bracket and " [std" in line[pos:pos + 80] else None
+        if m:
+            p.host = m["host"]
+            pos = m.end()
+            continue
         m = RANK_PREFIX_RE.match(line, pos) if bracket else None
         if m:
             if m["rank"]:
@@ -187,7 +194,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         if m:
             p.ts_ns = _yearless(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
             _check(p, line[m.start("mon"):m.end("frac") if m["frac"] else m.end("hms")])
-            p.host = m["host"]
+            p.host = m["host"]  # None for a journal line without a hostname ("Jan 21 10:00:00 kernel: ...")
             if m["pid"] and m["tag"] != "kernel":
                 p.pid = int(m["pid"])
             pos = m.end()
@@ -217,7 +224,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 h = ISO_HOST_RE.match(line, pos)
                 if h:
                     p.host = h["host"]
-                    if h["pid"] and h["tag"] != "kernel":
+                    if h["pid"] and h["tag"] not in (None, "kernel"):
                         p.pid = int(h["pid"])
                     pos = h.end()
             continue

@@ -26,7 +26,7 @@ ANY_BDF_RE = rx.compile(r"\b(?:PCI:)?(" + _BDF + r")\b")
 # NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No
 # NVRM: Xid (0000:01:00): 3, C 00000005 ...        (legacy, no "PCI:")
 XID_RE = rx.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<bdf>" + _BDF + r")(?: GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+)"
+    r"NVRM: Xid \((?:PCI:)?(?:(?P<bdf>" + _BDF + r")|\.\.\.)(?: GPU-I:(?P<gi>\d+))?\): (?P<xid>\d+)"
     r"(?:, pid=(?P<pid>'?<unknown>'?|\d+|[^,]*))?(?:, name=(?P<name>[^,]*))?,? ?(?P<msg>.*)$")
 # ... Contained: CE User Channel (0x9). RST: No, D-RST: No
 RST_RE = rx.compile(r"\bRST: (?P<rst>Yes|No), D-RST: (?P<drst>Yes|No)")

@@ -24,7 +24,7 @@ from gpufield.triage.protocols import LineContext
 # NCCL WARN NET/IB : Got completion from peer <ip><port> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid <gid> remoteGids<gid> [hca mlx5_10]
 # NCCL WARN NET/IB: Got completion from peer 10.0.0.2<4242> with status=transport retry counter exceeded(12) opcode=RDMA_WRITE(1) ... vendor_err=129 ... hca mlx5_0
 IB_COMPL_RE = rx.compile(
-    r"NET/IB ?: Got completion(?: from peer (?P<peer>\S+))? with "
+    r"NET/IB\w* ?: ?Got completion(?: from peer (?P<peer>\S+))? with "
     r"(?:error (?P<err>\d+)|status=(?:(?P<stext>[^()=]*?)\((?P<sn1>\d+)\)|(?P<sn2>\d+)))")
 IB_OPCODE_RE = rx.compile(r"opcode[ =](?:(?P<otext>[A-Za-z_]\w*)\((?P<on1>\d+)\)|(?P<on2>\d+))")
 IB_VENDOR_RE = rx.compile(r"vendor[ _]err[ =](?P<vendor>\d+)")
@@ -98,12 +98,44 @@ class NcclParser:
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
                  r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
-                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using ")
+                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |NCCL INFO Call to connect returned|"
+                 r"Caught signal \d+ \(|NET/IB\w+ ?: ?Got completion|"
+                 r"Error while (?:creating|attaching to) shared memory segment|"
+                 r"\b(?:ncclGroupEnd|ncclGetUniqueId|ncclCommInitRank\w*|ncclShmOpen)\(")
     keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", ".c:", "NET/IB", "NCCL error", "nccl",
-                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket")
+                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket", "INFO Call to connect", "Caught signal", "shared memory segment")
+
+    # "Error while creating shared memory segment /dev/shm/nccl-pZafXL (size 7340384)" quoted without NCCL's
+    # prefix (a user's paste, a wrapper's log): still NCCL's SHM transport message (src/misc/shmutils.cc)
+    _SHM_SEG = rx.compile(r"Error while (?:creating|attaching to) shared memory segment \S+")
+
+    # [8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)   (UCX handler)
+    _CAUGHT = rx.compile(r"Caught signal (?P<n>\d+) \((?P<what>[^):]+)")
+    #  2 0x000000000007587d ncclGroupEnd()  ???:0      /   #0 0x00007f6b59544f3b in ncclShmOpen(char*, ...) ()
+    # worker:101542:101934 [0] NCCL INFO Call to connect returned Connection timed out, retrying   (misc/socket.cc)
+    _RETRY = rx.compile(r"NCCL INFO (?P<msg>Call to connect returned (?P<err>.+?)), retrying")
+    _FRAME = rx.compile(r"^\s*#?\d+\s+0x[0-9a-fA-F]+\s+(?:in\s+)?(?P<fn>nccl\w+)\(")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""
+        m = self._CAUGHT.search(line)
+        if m:
+            n = int(m["n"])
+            name = {7: "SIGBUS", 11: "SIGSEGV", 6: "SIGABRT", 9: "SIGKILL"}.get(n)
+            return event("nccl", "signal_death", ctx, line, prefix_of(line, ctx), code=-n, severity="error",
+                         fields={"signal": n, "signal_name": name, "message": line[m.start():].strip()})
+        m = self._SHM_SEG.search(line)
+        if m and "NCCL WARN" not in line:
+            return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="error",
+                         fields={"message": line[m.start():].strip()})
+        m = self._RETRY.search(line)
+        if m:  # an INFO line, but the only trace of a peer NCCL cannot reach (route, firewall, wrong interface)
+            return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="warning",
+                         fields={"message": m["msg"]})
+        m = self._FRAME.search(line)
+        if m:
+            return event("nccl", "native_frame", ctx, line, prefix_of(line, ctx), severity="debug",
+                         fields={"function": m["fn"]})
         if "NCCL INFO" in line and ("Using" in line or "busId" in line):
             ev = self._init(line, ctx)
             if ev is not None:

@@ -11,6 +11,9 @@ https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
@@ -75,6 +78,21 @@ class TorchParser:
                 "dump debug info", "Recorder", "Not all ranks joining", "missing ranks:", "umping nccl trace",
                 "umping NCCL trace", "esync", "mismatch between collectives", "CollectiveFingerPrint",
                 "has started on rank", "raised the following async exception")
+
+    # a launcher that wraps long lines: "... Watchdog caught collective operation timeout: " then "WorkNCCL(...)"
+    def opens_record(self, line: str) -> bool:
+        """A watchdog record wrapped right after ``timeout:`` (the ``WorkNCCL(...)`` part on the next line)."""
+        return line.rstrip().endswith("Watchdog caught collective operation timeout:")
+
+    def continues_record(self, lines: Sequence[str], line: str) -> bool:
+        """Only the one ``WorkNCCL(...)`` continuation line."""
+        return len(lines) == 1 and line.lstrip().startswith("WorkNCCL(")
+
+    def parse_record(self, lines: Sequence[str], ctx: LineContext) -> list[Event]:
+        """Join the wrapped watchdog record and parse it as one line (raw keeps both lines)."""
+        joined = lines[0].rstrip() + " " + (lines[1].strip() if len(lines) > 1 else "")
+        e = self.parse_line(joined, ctx)
+        return [] if e is None else [replace(e, raw="\n".join(lines))]
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one PyTorch distributed line (see module docstring)."""

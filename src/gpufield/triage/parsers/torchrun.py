@@ -40,11 +40,17 @@ SIGNAL_RE = rx.compile(r"[Ss]ignal (?P<n>\d+) \((?P<name>SIG\w+)\) received by P
 FAILED_RE = rx.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)(?: of binary: (?P<bin>\S+))?")
 # WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 426 closing signal SIGTERM
 CLOSING_RE = rx.compile(r"Sending process (?P<pid>\d+) closing signal (?P<name>SIG\w+)")
+# [WARNING] Unable to shutdown process 264 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL
+# (torch/distributed/elastic/multiprocessing/api.py; newer torch prints the numbers: "via 15, forcefully exiting via 9")
+FORCED_RE = rx.compile(r"Unable to shutdown process (?P<pid>\d+) via (?:Signals\.)?(?P<first>\w+), forcefully exiting via "
+                       r"(?:Signals\.)?(?P<then>\w+)")
 # torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. ...
 # torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError
 RDZV_RE = rx.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.*))?")
 # [E socket.cpp:860] [c10d] The client socket has timed out after 60s while trying to connect to <ip-A>:1234
-SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)s while trying to connect to \(?(?P<ep>[^)\s]+?)\)?\.?\s*$")
+# ... while trying to connect to (<ip-A>, 29500).     (torch >= 2.4 prints the address as a (host, port) pair)
+SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit>ms|s) while trying to connect to "
+                       r"(?:\((?P<h>[^,()\s]+), (?P<p>\d+)\)|\(?(?P<ep>[^)\s]+?)\)?)\.?\s*$")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
 STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
@@ -71,8 +77,9 @@ class TorchrunParser:
     name = "torchrun"
     source = "torchrun"
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
-                 r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT")
-    keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "ignal ", "Rendezvous",
+                 r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
+                 r"Unable to shutdown process")
+    keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
@@ -91,6 +98,13 @@ class TorchrunParser:
             return event("torchrun", "signal_death", ctx, line, pre, code=-int(m["n"]), severity="error",
                          pid=int(m["pid"]), fields={"signal": int(m["n"]), "signal_name": m["name"],
                                                      "message": line[m.start():]})
+        m = FORCED_RE.search(line)
+        if m:  # the agent itself SIGKILLs a worker that ignored SIGTERM (a hung rank), not the OOM killer
+            then = m["then"]
+            num = int(then) if then.isdigit() else (9 if then == "SIGKILL" else None)
+            return event("torchrun", "signal_death", ctx, line, pre, code=-num if num else then, severity="info",
+                         pid=int(m["pid"]), fields={"signal": num, "signal_name": "SIGKILL" if num == 9 else then,
+                                                     "sent_by_agent": True, "message": line[m.start():]})
         m = CLOSING_RE.search(line)
         if m:
             return event("torchrun", "signal_death", ctx, line, pre, code=m["name"], severity="info",
@@ -99,7 +113,9 @@ class TorchrunParser:
         m = SOCKET_RE.search(line)
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
-                         fields={"endpoint": m["ep"], "timeout_s": int(m["secs"]), "message": line[m.start():]})
+                         fields={"endpoint": m["ep"] or f"{m['h']}:{m['p']}",
+                                 "timeout_s": int(m["secs"]) / (1000 if m["unit"] == "ms" else 1),
+                                 "message": line[m.start():]})
         m = RDZV_RE.search(line)
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, code=m["exc"], severity="error",

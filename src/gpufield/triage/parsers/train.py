@@ -35,6 +35,9 @@ ITER_RE = rx.compile(r"\biter(?:ation)?\b[\s:=]*(?P<iter>\d+)")
 # steps: 1 loss: 11.4926 iter time (s): 36.217     /    iter 13 step 0: loss 1.9210, train time: 1410.36ms
 LOSS_RE = rx.compile(r"\b(?P<metric>(?:\w+_)?loss)\b['\"]?\s*[:=]?\s*(?P<val>[-+]?\d+\.?\d*(?:[eE][-+]?\d+)?)\b")
 # Got rescheduled on the same GPU. Need to resume again from the same checkpoint          (Megatron-LM rerun machine)
+# Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.   (DeepSpeed
+# runtime/fp16/loss_scaler.py DynamicLossScaler, raised when the scale would go below min_scale)
+SCALE_MIN_RE = rx.compile(r"Current loss scale already at minimum")
 RESTART_RE = rx.compile(r"rescheduled on the same (?:GPU|node)|[Rr]estarting (?:the )?(?:job|training|run)\b|[Rr]esuming from (?:the )?same checkpoint")
 # INPUT_STRAGGLER: Rank r2 input wait was 199.7ms vs median rank r0 at 10.4ms.
 # COMPUTE_BOUND: Model compute took 346.4ms of a 362.1ms average step.
@@ -52,11 +55,11 @@ class TrainParser:
     name = "train"
     source = "train"
     prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
-                 r"skipped=[1-9]|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
+                 r"skipped=[1-9]|Current loss scale already at minimum|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
                  r"same checkpoint|_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*: |^rank,\w+_ms\s*$")
     keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow",
                 *(f"skipped={d}" for d in range(1, 10)),
-                "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
+                "Current loss scale already at minimum", "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
                 "rank,")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
@@ -69,6 +72,9 @@ class TrainParser:
             return event("train", "loss_scale_overflow", ctx, line, pre, severity="warning", rank=rank,
                          code=m["new"], fields={"loss_scale": old, "new_loss_scale": to_float(m["new"]),
                                                 "step": _step(line)})
+        if SCALE_MIN_RE.search(line):
+            return event("train", "loss_scale_overflow", ctx, line, prefix_of(line, ctx), severity="error",
+                         fields={"at_minimum": True, "step": _step(line)})
         m = SKIPPED_RE.search(line)
         if m:
             return event("train", "skipped_step", ctx, line, prefix_of(line, ctx), severity="warning",
@@ -76,9 +82,13 @@ class TrainParser:
         m = NAN_RE.search(line)
         if m:
             it = ITER_RE.search(line)
-            return event("train", "nan_loss", ctx, line, prefix_of(line, ctx), severity="error", code=m["val"],
+            is_loss = "loss" in m["metric"].lower()
+            fin = None if is_loss else LOSS_RE.search(line)  # a finite loss printed beside a NaN grad-norm
+            return event("train", "nan_loss", ctx, line, prefix_of(line, ctx),
+                         severity="error" if is_loss else "warning", code=m["val"],
                          fields={"value": m["val"], "metric": m["metric"], "step": _step(line),
-                                 "iter": to_int(it and it["iter"])})
+                                 "iter": to_int(it and it["iter"]), "is_loss": is_loss,
+                                 "finite_loss": to_float(fin["val"]) if fin else None})
         m = RESTART_RE.search(line)
         if m:
             return event("tool", "restart_loop", ctx, line, prefix_of(line, ctx), severity="warning",

@@ -9,7 +9,8 @@ from gpufield.triage.evaluate import EvalReport
 
 
 def render_eval(report: EvalReport, console: Console | None = None, *, cases: bool = True) -> None:
-    """Print per-case results (optional), per-class accuracy, confusion and calibration tables."""
+    """Print per-case results (optional), per-class accuracy, confusion, calibration, precision/recall,
+    blame/action accuracy, clean-run incidents and per-split accuracy."""
     console = console or Console()
     if cases:
         t = Table(title=f"cases of {report.directory}", title_justify="left")
@@ -43,6 +44,31 @@ def render_eval(report: EvalReport, console: Console | None = None, *, cases: bo
     for b, n, c, a in report.calibration():
         cal.add_row(b, str(n), f"{c:.2f}", f"{a:.2f}")
     console.print(cal)
+    pr = report.precision_recall()
+    if pr:
+        pt = Table(title="per-class precision / recall (top incident)", title_justify="left")
+        for col in ("class", "tp", "predicted", "expected", "precision", "recall"):
+            pt.add_column(col, justify="left" if col == "class" else "right")
+        for cls, m in pr.items():
+            pt.add_row(cls, str(m["tp"]), str(m["predicted"]), str(m["expected"]),
+                       "-" if m["precision"] is None else f"{m['precision']:.2f}",
+                       "-" if m["recall"] is None else f"{m['recall']:.2f}")
+        console.print(pt)
+    b, a = report.blame_accuracy(), report.action_accuracy()
+    if b["labelled"]:
+        keys = ", ".join(f"{k} {v['right']}/{v['labelled']}" for k, v in b["per_key"].items())
+        console.print(f"blame right {b['right']}/{b['labelled']} ({keys})")
+    if a["labelled"]:
+        console.print(f"action right {a['right']}/{a['labelled']}")
+    clean_rows = [r for r in report.results if r.case.clean]
+    if clean_rows:
+        bad = report.clean_incidents()
+        console.print(f"clean runs: {len(bad)} of {len(clean_rows)} with an incident"
+                      + (": " + "; ".join(f"{n}: {', '.join(c)}" for n, c in bad) if bad else ""))
+    for name in sorted({r.case.split for r in report.results if r.case.split}):
+        sub = report.split(name)
+        console.print(f"split {name}: accuracy {sub.accuracy:.1%} ({sum(r.correct for r in sub.results)}/"
+                      f"{len(sub.results)})")
     roots = [r for r in report.results if r.root_ok is not None]
     console.print(f"accuracy {report.accuracy:.1%} ({sum(r.correct for r in report.results)}/{len(report.results)}, "
                   f"chain accepted); strict {report.strict_accuracy:.1%}; root check "

@@ -80,6 +80,8 @@ def incident_dict(inc: Incident) -> dict[str, Any]:
                  "time": iso(r.ts_ns), "time_corrected": iso(inc.t_ns), "kind": r.kind, "raw": r.raw},
         "cascade_count": inc.cascade_count, "cascade_classes": list(inc.cascade_classes), "rule": inc.rule,
         "note": inc.note, "evidence": [evidence_dict(x) for x in inc.evidence],
+        "evidence_lines": list(inc.evidence_lines), "peer": inc.peer,
+        "competitors": [c.to_dict() for c in inc.competitors],
     }
 
 
@@ -90,8 +92,13 @@ def to_dict(result: TriageResult) -> dict[str, Any]:
         "schema": SCHEMA, "inputs": list(result.inputs), "example": result.example,
         "stats": _jsonable(result.stats), "clock_offsets_s": dict(result.clock_offsets_s),
         "verdict": None if v is None else {"class": v.cls, "root_cause": v.root_cause, "confidence": v.confidence,
-                                           "action_kind": v.action_kind, "action": v.action},
+                                           "action_kind": v.action_kind, "action": v.action,
+                                           "blamed": {"host": v.host, "rank": v.rank, "gpu": v.gpu, "peer": v.peer},
+                                           "evidence_lines": list(v.evidence_lines)[:20],
+                                           "beat": [c.to_dict() for c in v.competitors]},
         "incidents": [incident_dict(i) for i in result.incidents],
+        "warnings": [{"message": m, "evidence": [e.where for e in ev[:20]], "count": len(ev)}
+                     for m, ev in (result.engine.warnings if result.engine is not None else ())],
     }
 
 

@@ -52,7 +52,7 @@ RULES: tuple[Rule, ...] = (
     FnRule("heartbeat", ("HEARTBEAT_MONITOR_TIMEOUT",), Tier.WATCHDOG, collective.heartbeat_rule),
     FnRule("nccl_timeout", ("NCCL_COLLECTIVE_TIMEOUT",), Tier.WATCHDOG, collective.nccl_timeout_rule),
     # fallbacks: only events no rule above cited
-    FnRule("generic_fault", ("UNKNOWN",), Tier.PROCESS, process.generic_fault_rule),
+    FnRule("generic_fault", ("UNKNOWN", "PEER_PROCESS_EXIT"), Tier.PROCESS, process.generic_fault_rule),
     FnRule("teardown", ("UNKNOWN",), Tier.TEARDOWN, collective.teardown_rule),
 )
 

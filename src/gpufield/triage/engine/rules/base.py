@@ -8,6 +8,7 @@ object: it names the classes it can emit and its causal tier, reads the :class:`
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpufield.triage.engine.correlate import Timeline
+from gpufield.triage.engine.hypotheses import Rejected
 from gpufield.triage.engine.model import (
     CONF_DETERMINISTIC,
     CONF_DETERMINISTIC_ENTITY,
@@ -57,12 +59,16 @@ class RuleContext:
         phases: phase markers (setup, checkpoint save, ...) found in the input files.
         by_kind: events per ``kind``, in timeline order.
         cited: ids of events already cited by earlier rules of the table.
+        warnings: ``(message, evidence events)`` a rule reports that are not failures (a NaN grad-norm
+            with a finite loss): shown beside the incidents, never an incident themselves.
     """
 
     timeline: Timeline
     phases: Sequence[PhaseMark] = ()
     by_kind: dict[str, list[Event]] = field(default_factory=dict)
     cited: set[int] = field(default_factory=set)
+    warnings: list[tuple[str, list[Event]]] = field(default_factory=list)
+    rejected: list[Rejected] = field(default_factory=list)
     _pos: dict[int, int] = field(default_factory=dict, repr=False)
     _first_loss: tuple[dict[str, int], int | None] | None = field(default=None, repr=False)
 
@@ -77,6 +83,15 @@ class RuleContext:
         """Mark the evidence of ``findings`` as explained (fallback rules skip cited events)."""
         for f in findings:
             self.cited.update(id(e) for e in f.evidence)
+
+    def warn(self, message: str, evidence: Sequence[Event]) -> None:
+        """Record a warning (not a failure); its events count as cited."""
+        self.warnings.append((message, list(evidence)))
+        self.cited.update(id(e) for e in evidence)
+
+    def reject(self, cls: str, why: str, evidence: Sequence[Event]) -> None:
+        """Record that hypothesis ``cls`` was considered and refused because of ``evidence`` against it."""
+        self.rejected.append(Rejected(cls, why, tuple(e.where for e in evidence[:5])))
 
     def is_cited(self, e: Event) -> bool:
         """True when an earlier rule already cited ``e`` as evidence."""
@@ -172,20 +187,34 @@ def finding(ctx: RuleContext, cls: str, rule: str, tier: Tier, conf: float, evid
         gpu=gpu_of(root) if gpu is ... else gpu,
         rank=root.rank if rank is ... else rank,
         note=note, facts=dict(facts or {}), t_ns=ctx.t(root),
+        fixed=frozenset(k for k, v in (("host", host), ("gpu", gpu), ("rank", rank)) if v is not ...),
     )
 
 
 def as_int(v: object) -> int | None:
-    """``int(v)`` or None for missing / non-numeric values."""
+    """``int(v)`` or None for missing, non-numeric or non-finite values.
+
+    ``inf``/``nan`` (floats, or text a parser kept, as in ``{'skipped': inf}``) give None instead of
+    raising ``OverflowError``/``ValueError``: a rule treats them as "no count".
+    """
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) else None
     try:
         return int(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite sample value
-        return None
+    except (TypeError, ValueError, OverflowError):
+        try:
+            f = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return int(f) if math.isfinite(f) and f == int(f) else None
 
 
 def as_float(v: object) -> float | None:
-    """``float(v)`` or None for missing / non-numeric values."""
+    """``float(v)`` or None for missing / non-numeric values (``inf``/``nan`` are kept: callers that
+    need a finite value check :func:`math.isfinite`)."""
     try:
         return float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, Finding, Tier
+from gpufield.triage.engine import blame, flight
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
 from gpufield.triage.engine.rules.fabric import peer_name
 from gpufield.triage.events import Event
@@ -20,10 +21,13 @@ from gpufield.triage.events import Event
 SETUP_MAX_SEQ = 8  # the first collectives of a job: init broadcast, barriers
 BARRIER_MAX_NUMEL = 8
 BLOCKED_FACTOR = 1.5  # "ran for" > 1.5 x timeout (and > timeout + 60 s): the watchdog was blocked
-_PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|"
+_PEER_GONE = re.compile(r"Broken pipe|Connection closed by (?:remote )?peer|remote process exited|"
                         r"Connection reset by peer|ncclRemoteError", re.IGNORECASE)
 _STUCK = re.compile(r"watchdog got stuck|Heartbeat monitor timed out|no heartbeat", re.IGNORECASE)
 _TIMEOUT_TEXT = re.compile(r"Watchdog caught collective operation timeout|timed out|Timeout", re.IGNORECASE)
+# gloo's collective timeout (torch 2.13 CPU, real: "RuntimeError: [.../gloo/transport/tcp/unbound_buffer.cc:78]
+# Timed out waiting 3000ms for recv operation to complete")
+_GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")
 _WRAPPED = re.compile(r"CUDA error|NCCL error|illegal|ECC|Watchdog caught collective", re.IGNORECASE)
 
 
@@ -55,6 +59,18 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
         lo = min(seqs)
         behind = by_seq[lo]
         desc = "; ".join(f"SeqNum {s}: ranks {r or '?'}" for s, r in by_seq.items())
+        lagging = [e for e in evs if _seq(e) == lo]
+        stalled = [e for e in lagging if _blocked(e)]
+        saving = _checkpoint_mark(ctx, lagging)
+        if len(ops) == 1 and (stalled or saving is not None):
+            # evidence against a desync: the lagging rank did not issue a different collective, it stalled
+            # (its watchdog noticed far too late) or was saving a checkpoint while the others went on
+            why = (f"the lagging rank's watchdog ran for {_ratio(stalled[0]):.0f}x its timeout ({stalled[0].where}): "
+                   "it was stalled, so the SeqNum it reports is where it stopped, not a different collective sequence"
+                   if stalled else f"the lagging rank was saving a checkpoint ({saving.file}:{saving.line}) while "
+                                   "the others went on to the next collective")
+            ctx.reject("COLLECTIVE_DESYNC", f"SeqNum mismatch ({desc}) explained: {why}", lagging)
+            continue
         ck = _checkpoint_mark(ctx, evs)
         during = f" during a checkpoint save ({ck.file}:{ck.line})" if ck is not None else ""
         out.append(finding(ctx, "COLLECTIVE_DESYNC", "seqnum_mismatch", Tier.PROCESS,
@@ -64,6 +80,17 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
                            note=f"Ranks timed out on different collectives ({desc}){during}: they issued "
                                 "different collective sequences."))
     return out
+
+
+def _ratio(e: Event) -> float:
+    ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
+    return ran / limit if ran and limit else 0.0
+
+
+def _blocked(e: Event) -> bool:
+    """'ran for' far beyond the timeout: the watchdog (or the whole process) was stalled."""
+    ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
+    return bool(ran and limit and ran > BLOCKED_FACTOR * limit and ran > limit + 60_000)
 
 
 def _same_seq_mismatch(ctx: RuleContext, pg: object, evs: list[Event]) -> list[Finding]:
@@ -90,6 +117,7 @@ def _same_seq_mismatch(ctx: RuleContext, pg: object, evs: list[Event]) -> list[F
                          "different collective sequences (a code path that differs between ranks).")]
 
 
+_RANK_TAG = re.compile(r"^\[(?:rank|Rank )(\d+)\]")  # "[rank1] saving checkpoint ..." / "[Rank 1] ..."
 TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
 
 
@@ -118,8 +146,12 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     ck = _checkpoint_mark(ctx, evs)
     if ck is not None:
+        # the saving rank: the one the save banner names, else the one rank that did not time out
+        m = _RANK_TAG.search(ck.text)
+        waited = sorted({e.rank for e in evs if e.rank is not None})
+        saver = int(m.group(1)) if m else blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
         return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
-                        facts={"marker": f"{ck.file}:{ck.line}"},
+                        rank=saver, facts={"marker": f"{ck.file}:{ck.line}"},
                         note=f"The collective timed out while a checkpoint was being saved ({ck.file}:{ck.line}: "
                              f"'{ck.text[:60]}').")]
     evs = [e for e in evs if e.kind == "watchdog_timeout"]
@@ -135,28 +167,40 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     setup_mark = last is not None and last.phase == "setup"
     if not (low and (barrier or setup_mark)):
         return []
+    if not setup_mark:  # an early 1-element barrier alone: any startup hang looks like this; only a hint
+        return [finding(ctx, "SETUP_PHASE_TIMEOUT", "phase_timeout_hint", Tier.PROCESS, CONF_PRIOR, evs,
+                        established=False, rank=None, facts={"seq": str(min(seqs)), "hint": "barrier_only"},
+                        note=f"An early 1-element collective (SeqNum {min(seqs)}) timed out; no setup-phase "
+                             "line (dataset preparation, tokenising) shows a rank was busy, so this may be any "
+                             "startup hang.")]
     conf = 0.75 if (barrier and setup_mark) else CONF_INFERRED
     why = f"SeqNum {min(seqs)}" + (", a 1-element barrier" if barrier else "") + (
         f", after '{last.text[:60]}'" if setup_mark else "")
+    # the ranks that timed out arrived and waited: blame the one that never did (it was preparing)
+    waited = sorted({e.rank for e in evs if e.rank is not None})
+    world = max((as_int(e.fields.get("nranks")) or 0 for e in ctx.kinds("nccl_init")), default=0) or None
+    busy = blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None), world)
+    who = (f" Rank {busy} is the only rank that did not time out: it was the busy one; rank(s) "
+           f"{', '.join(map(str, waited))} waited." if busy is not None else "")
     return [finding(ctx, "SETUP_PHASE_TIMEOUT", "phase_timeout", Tier.PROCESS, conf, evs,
-                    facts={"seq": str(min(seqs))},
+                    rank=busy, facts={"seq": str(min(seqs)), "waited": ",".join(map(str, waited)) or "-"},
                     note=f"A setup-phase collective timed out ({why}): one rank was still preparing "
-                         "(e.g. tokenising) while the others waited.")]
+                         "(e.g. tokenising) while the others waited." + who)]
 
 
 def watchdog_blocked_rule(ctx: RuleContext) -> list[Finding]:
     """"ran for" far beyond the timeout, or a watchdog thread that died on its own -> ``WATCHDOG_BLOCKED``."""
-    evs = []
-    for e in ctx.kinds("watchdog_timeout"):
-        ran, limit = as_int(e.fields.get("ran_for_ms")), as_int(e.fields.get("timeout_ms"))
-        if ran and limit and ran > BLOCKED_FACTOR * limit and ran > limit + 60_000:
-            evs.append(e)
+    evs = [e for e in ctx.kinds("watchdog_timeout") if _blocked(e)]
     evs += [e for e in ctx.kinds("watchdog_blocked") if not _WRAPPED.search(text(e)) and not _STUCK.search(text(e))]
     if not evs:
         return []
+    ranks = sorted({e.rank for e in evs if e.rank is not None})
+    worst = max((e for e in evs if e.kind == "watchdog_timeout"), key=_ratio, default=None)
+    how = f" (rank {worst.rank}: ran for {_ratio(worst):.0f}x its timeout)" if worst is not None else ""
     return [finding(ctx, "WATCHDOG_BLOCKED", "watchdog_blocked", Tier.WATCHDOG, CONF_INFERRED - 0.15, evs,
-                    established=False, note="The watchdog thread itself was blocked (it noticed the timeout far "
-                                            "too late): a CUDA/NCCL call or the GIL held it.")]
+                    established=False, rank=ranks[0] if len(ranks) == 1 else None,
+                    note="The watchdog thread itself was blocked (it noticed the timeout far "
+                         f"too late){how}: the process was stalled (SIGSTOP, a stuck CUDA/NCCL call, the GIL).")]
 
 
 def heartbeat_rule(ctx: RuleContext) -> list[Finding]:
@@ -175,18 +219,27 @@ def heartbeat_rule(ctx: RuleContext) -> list[Finding]:
 def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
     """Watchdog collective timeouts (same SeqNum everywhere) -> ``NCCL_COLLECTIVE_TIMEOUT`` (root unknown).
 
-    A Flight Recorder "missing ranks" report names the rank that never joined; it is blamed.
+    Flight Recorder evidence names the rank that never joined and it is blamed: a text "missing
+    ranks" report, or dumps of several ranks (:mod:`gpufield.triage.engine.flight`: ranks whose last
+    enqueued SeqNum is below the one the others wait in, with what each last did). gloo's
+    "Timed out waiting Nms for recv operation" counts as a collective timeout.
     """
-    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder", "pg_teardown")
-    if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder"):
+    gloo = [e for e in ctx.kinds("python_exception", "nccl_error") if _GLOO_TIMEOUT.search(text(e))]
+    evs = ctx.kinds("watchdog_timeout", "last_enqueued", "flight_recorder", "pg_teardown") + gloo
+    if not any(e.kind == "watchdog_timeout" for e in evs) and not ctx.kinds("flight_recorder") and not gloo:
         return []
     missing = next((e.fields.get("missing_ranks") for e in ctx.kinds("flight_recorder")
                     if e.fields.get("missing_ranks")), None)
     miss = list(missing) if isinstance(missing, list | tuple | set) else ([missing] if missing is not None else [])
+    fr_note = ""
+    fr = [v for v in flight.views(ctx.kinds("flight_recorder")) if v.behind]
+    if fr and not miss:
+        miss = sorted({r for v in fr for r in v.behind})
+        fr_note = " " + " ".join(v.describe() for v in fr)
     w = [e for e in evs if e.kind == "watchdog_timeout"]
-    seq = _seq(w[0]) if w else None
+    seq = _seq(w[0]) if w else (fr[0].seq if fr else None)
     op = w[0].fields.get("op_type") if w else None
-    ranks = sorted({e.rank for e in w if e.rank is not None})
+    ranks = sorted({e.rank for e in w + gloo if e.rank is not None})
     facts = {"seq": str(seq) if seq is not None else "-", "op": str(op or "-"),
              "ranks": ",".join(map(str, ranks)) or "-", "missing": ",".join(map(str, miss)) or "-"}
     if not miss and len(ranks) >= 2:
@@ -195,6 +248,16 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
         if world > len(ranks) and len(silent) <= max(1, world // 8):
             miss = silent  # every other rank of the job timed out; these never reported
             facts["missing"] = ",".join(map(str, miss))
+    stalled_note = ""
+    seqs = sorted({_seq(e) for e in w if _seq(e) is not None})
+    if not miss and len(seqs) > 1:
+        lag = [e for e in w if _seq(e) == seqs[0]]
+        lag_ranks = sorted({e.rank for e in lag if e.rank is not None})
+        if lag and all(_blocked(e) for e in lag) and len(lag_ranks) == 1:
+            miss = lag_ranks  # the rank stalled in an earlier collective is the one the others waited for
+            facts["missing"] = str(lag_ranks[0])
+            stalled_note = (f" Rank {lag_ranks[0]} was stalled in SeqNum {seqs[0]} (its watchdog ran for "
+                            f"{_ratio(lag[0]):.0f}x the timeout) while the others waited in SeqNum {seqs[-1]}.")
     rank = as_int(miss[0]) if len(miss) == 1 else None
     per_key: dict[tuple, set] = {}
     for e in w:
@@ -205,10 +268,11 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
                          for (pg, sq, o), r in per_key.items())
         lead = f"Timeouts on {len(per_key)} collectives: {what}"
     else:
-        lead = f"{len(ranks) or len(w)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
+        lead = f"{len(ranks) or len(w) or len(gloo)} rank(s) timed out on SeqNum {facts['seq']} ({facts['op']})"
     note = (lead
             + (f"; rank(s) {facts['missing']} never reported (Flight Recorder or silence)." if miss else
-               "; no rank in the input explains why (some rank never joined or a link stalled)."))
+               "; no rank in the input explains why (some rank never joined or a link stalled).")) + fr_note + stalled_note
+    evs.sort(key=lambda e: (e.kind == "flight_recorder", ctx.t(e) or 0, e.file, e.line))
     return [finding(ctx, "NCCL_COLLECTIVE_TIMEOUT", "nccl_timeout", Tier.WATCHDOG, CONF_CASCADE_ONLY + (0.15 if miss else 0),
                     evs, established=False, host=None, gpu=None, rank=rank, facts=facts, note=note)]
 

@@ -49,6 +49,18 @@ _SHM_IPC = re.compile(
 _SYSTEM_ERROR = re.compile(r"unhandled system error|ncclSystemError|System call \(socket", re.IGNORECASE)
 _PEER_GONE = re.compile(r"Broken pipe|Connection closed by remote peer|remote process exited|Connection reset by peer",
                         re.IGNORECASE)
+# interfaces a container/VM host creates locally; NCCL picking one for its sockets means peers on other
+# hosts cannot reach the address it advertises (the fix: NCCL_SOCKET_IFNAME=<the real NIC>)
+_BRIDGE_IF = re.compile(r"^(?:docker\d*|br-[0-9a-f]+|veth\w*|virbr\d*|cni\d*|flannel[.\w]*|lo)$")
+_SHM_PERM = re.compile(r"Permission denied|Operation not permitted|EACCES|EPERM|Read-only file system", re.IGNORECASE)
+_SHM_SPACE = re.compile(r"No space left on device|posix_fallocate|ENOSPC|Bus error|SIGBUS|Cannot allocate memory",
+                        re.IGNORECASE)
+_NCCL_ENTRY = frozenset({"ncclGroupEnd", "ncclGetUniqueId", "ncclShmOpen", "ncclCommInitRank", "ncclCommInitRankConfig",
+                         "ncclProxyService"})
+SIGBUS_FRAMES = 40  # backtrace lines printed after a "Caught signal 7" belong to it
+# RoCE evidence: NCCL's "NET/IB : Using [0]mlx5_0:1/RoCE", GIDs in the completion line, an explicit GID index
+_ROCE = re.compile(r"/RoCE|RoCE|localGid|remoteGids?|GID index|NCCL_IB_GID_INDEX|Link layer: Ethernet|::ffff:",
+                   re.IGNORECASE)
 _PORT_TEXT = re.compile(r"port error|Link DOWN|link_downed|port down|PORT_ERR", re.IGNORECASE)
 
 
@@ -89,6 +101,11 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         elif len(reporters) == 1 and not peers:
             host = reporters[0]
             note_who = f"host {host} (the only reporter)"
+        elif len(reporters) == 1 and len(peers) == 1:
+            # one pair: the reporter's side and the named peer are both blamed (host + peer); either end's
+            # HCA, cable or switch port may be at fault
+            host = reporters[0]
+            note_who = f"the pair {host} <-> {top[0][0]} (one reporter, one peer)"
         peer_txt = top[0][0] if top else "-"
         extra: list[Event] = []
         if host is not None and host not in reporters and host not in {e.host for e in ctx.events if e.host}:
@@ -104,8 +121,9 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
                 conf, note_who = 0.8, (f"peer {ip}, which no line maps to a host; {host} reported its IB port down "
                                        f"at that time ({near[0].file}:{near[0].line}), so {ip} is taken to be {host}")
         running = any(ctx.progress_before(e) for e in evs[:1])
+        roce = any(_ROCE.search(text(e)) for e in evs + ctx.kinds("nccl_bootstrap", "nccl_init", "nccl_warn"))
         facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
-                 "reporters": ",".join(reporters) or "-", "peer": peer_txt}
+                 "reporters": ",".join(reporters) or "-", "peer": peer_txt, "roce": "yes" if roce else "no"}
         status = facts["status"]
         out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs + extra, host=host, gpu=None, facts=facts,
                            note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
@@ -141,11 +159,39 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     evs = [e for e in ctx.matching(_NET_CONFIG, kinds) if e.kind != "python_exception" or _NCCLISH.search(text(e))]
     evs += [e for e in ctx.matching(_CONNECT_FAIL, kinds) if e not in evs and not ctx.progress_before(e)
             and (e.kind != "python_exception" or _NCCLISH.search(text(e)))]
+    bridges = bridge_interfaces(ctx)
+    failed = ctx.kinds("nccl_system_error", "nccl_remote_error") + ctx.matching(_SYSTEM_ERROR, kinds)
+    shm_explicit = ctx.matching(_SHM_IPC, kinds) or _sigbus_in_nccl(ctx)
+    if bridges and failed and not evs and not shm_explicit:
+        names = sorted({n for _, n in bridges})
+        return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_socket_bridge", Tier.FABRIC, CONF_INFERRED + 0.1,
+                        [e for e, _ in bridges] + failed, gpu=None, rank=None,
+                        facts={"ifnames": ",".join(names), "fix": "socket_ifname"},
+                        note=f"NCCL chose container/bridge interface(s) {', '.join(names)} for its sockets "
+                             f"({bridges[0][0].where}) and then failed: peers on other hosts cannot reach that "
+                             "address (set NCCL_SOCKET_IFNAME to the host NIC).")]
     if not evs:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    facts, extra = {}, ""
+    if bridges and not shm_explicit:
+        names = sorted({n for _, n in bridges})
+        facts = {"ifnames": ",".join(names), "fix": "socket_ifname"}
+        extra = f" NCCL's socket interfaces include container/bridge interface(s) {', '.join(names)}."
+        evs += [e for e, _ in bridges if e not in evs]
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs, gpu=None, rank=None,
-                    note="NCCL could not set up its network (interface, bind or route failure).")]
+                    facts=facts, note="NCCL could not set up its network (interface, bind or route failure)." + extra)]
+
+
+def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
+    """``(bootstrap event, ifname)`` for every container-bridge/loopback interface NCCL said it uses."""
+    out = []
+    for e in ctx.kinds("nccl_bootstrap"):
+        names = [str(a).split(":", 1)[0] for a in (e.fields.get("addresses") or [])] or [str(e.fields.get("ifname", ""))]
+        if e.fields.get("transport") != "NET/Socket":
+            names = names[:1]  # bootstrap (and IB's OOB) use the first interface only; NET/Socket uses them all
+        out += [(e, n) for n in dict.fromkeys(names) if _BRIDGE_IF.match(n)]
+    return out
 
 
 def p2p_rule(ctx: RuleContext) -> list[Finding]:
@@ -156,6 +202,13 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
     """
     rows = ctx.kinds("p2p_bandwidth")
     unsupported = ctx.matching(_P2P_TEXT)
+    acs = [e for e in ctx.kinds("pcie_acs") if e.fields.get("enabled")]
+    if acs and not rows and not ctx.kinds("ib_completion_error"):
+        return [finding(ctx, "P2P_BROKEN", "pcie_acs", Tier.FABRIC, CONF_INFERRED, acs, gpu=None, rank=None,
+                        facts={"acs_ports": str(len(acs))},
+                        note=f"ACS is enabled on {len(acs)} PCIe port(s) (lspci ACSCtl SrcValid+/Redir+, "
+                             f"{acs[0].where}): peer-to-peer traffic between GPUs and NICs is redirected through "
+                             "the root complex.")]
     if unsupported and not rows:
         return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, CONF_INFERRED, unsupported,
                         note="CUDA/NCCL report that GPU peer-to-peer access is unavailable between devices.")]
@@ -183,27 +236,50 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
                          f"{statistics.median(on):.1f} vs {statistics.median(off):.1f} GB/s): broken PCIe P2P.")]
 
 
+def _sigbus_in_nccl(ctx: RuleContext) -> list[Event]:
+    """SIGBUS signals whose backtrace (the next :data:`SIGBUS_FRAMES` lines of the file) is inside an NCCL
+    entry point (ncclGroupEnd / ncclGetUniqueId / ncclShmOpen): NCCL touched a /dev/shm mapping the tmpfs
+    had no pages for (pipedream #76, hugectr_backend #42: fixed with --shm-size)."""
+    frames = [f for f in ctx.kinds("native_frame") if f.fields.get("function") in _NCCL_ENTRY]
+    out = []
+    for e in ctx.kinds("signal_death", "child_failed"):
+        if as_int(e.fields.get("signal")) != 7 and str(e.fields.get("signal_name")) != "SIGBUS":
+            continue
+        near = [f for f in frames if f.file == e.file and 0 < f.line - e.line <= SIGBUS_FRAMES]
+        if near:
+            out += [e, *near[:3]]
+    return out
+
+
 def shm_ipc_rule(ctx: RuleContext) -> list[Finding]:
     """NCCL SHM/IPC failures -> ``CONTAINER_SHM_IPC``.
 
-    Explicit ``/dev/shm`` / ``shm_open`` evidence: deterministic (tier host). A bare NCCL system
-    error with no network or peer evidence anywhere: the most frequent cause in containers is the
-    SHM transport (triage.md 5.10, INDEX case 12), so the class is given by prior with low
-    confidence and the root marked not established.
+    Explicit ``/dev/shm`` / ``shm_open`` evidence, or a SIGBUS inside an NCCL entry point: deterministic
+    (tier host), with the cause read from the text (``shm_cause`` = ``permission`` for EACCES/EPERM,
+    ``space`` for ENOSPC/posix_fallocate/SIGBUS) so the action fits what the thread fixed. A bare NCCL
+    system error is given the class by prior (INDEX case 12) only when *no* other explanation is in the
+    logs: no network/peer evidence and no container-bridge socket interface (that is network config).
     """
     nccl_kinds = ("nccl_warn", "nccl_system_error", "nccl_error", "nccl_internal_error", "python_exception")
     explicit = [e for e in ctx.matching(_SHM_IPC, nccl_kinds) if "DataLoader" not in e.raw]
+    explicit += [e for e in _sigbus_in_nccl(ctx) if e not in explicit]
     if explicit:
+        blob = "\n".join(text(e) for e in explicit)
+        cause = "permission" if _SHM_PERM.search(blob) else ("space" if _SHM_SPACE.search(blob) else "unknown")
         return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc", Tier.HOST, 0.85, explicit, gpu=None, rank=None,
-                        note="NCCL's shared-memory/IPC transport failed (container /dev/shm or IPC namespace).")]
+                        facts={"shm_cause": cause},
+                        note="NCCL's shared-memory/IPC transport failed (container /dev/shm or IPC namespace)"
+                             + {"permission": ": permission denied on /dev/shm.",
+                                "space": ": /dev/shm ran out of space.", "unknown": "."}[cause])]
     system = [e for e in ctx.kinds("nccl_system_error", "nccl_error", "python_exception")
               if _SYSTEM_ERROR.search(text(e))]
     if not system:
         return []
     network = ctx.kinds("ib_completion_error", "ib_async_event", "nccl_remote_error", "rendezvous_error")
     network += ctx.matching(_PEER_GONE) + ctx.matching(_NET_CONFIG, nccl_kinds)
-    if network:
+    if network or bridge_interfaces(ctx):
         return []
     return [finding(ctx, "CONTAINER_SHM_IPC", "shm_ipc_prior", Tier.NCCL, CONF_PRIOR, system, established=False,
+                    facts={"shm_cause": "unknown"},
                     note="NCCL 'unhandled system error' with no network or peer-exit evidence: a local system "
                          "call failed; in containers this is most often the SHM transport (/dev/shm, --ipc).")]

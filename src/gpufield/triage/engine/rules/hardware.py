@@ -39,6 +39,9 @@ XID_SECONDARY = frozenset({8, 43, 45, 92, 154})  # follow-ups, trends, recovery 
 #: catalog buckets that mean "the GPU needs a reset or a reboot"
 RESET_BUCKETS = frozenset({"RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "RESET_FABRIC"})
 
+# "NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149" (R570+
+# drivers: the channel teardown names the fault that caused it; open-gpu-kernel-modules #1150)
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 _GSP_TEXT = re.compile(r"GSP Timeout|RPC from GSP|RPC response from GPU\d* GSP", re.IGNORECASE)
 _RESET_TEXT = re.compile(r"NV_ERR_RESET_REQUIRED|Reset required|GPU needs? (?:to be )?reset", re.IGNORECASE)
 _ECC_TEXT = re.compile(r"uncorrectable ECC error|cudaErrorECCUncorrectable", re.IGNORECASE)
@@ -73,6 +76,16 @@ def _catalog(code: int) -> tuple[str | None, bool | None]:
     return get("bucket"), get("fatal")
 
 
+def _mnemonic(code: int) -> str:
+    try:
+        from gpufield.triage.catalog import xid_info
+
+        info = xid_info(code)
+    except Exception:  # catalog missing or unknown code
+        return ""
+    return str(getattr(info, "mnemonic", "") or "") if info is not None and getattr(info, "known", True) else ""
+
+
 def xid_class(code: int, e: Event | None = None) -> str | None:
     """Triage class of one Xid code, or None when the code is secondary/app-level noise.
 
@@ -93,6 +106,8 @@ def xid_class(code: int, e: Event | None = None) -> str | None:
         return "CUDA_ILLEGAL_ADDRESS"
     if code in XID_SECONDARY:
         return None
+    if _mnemonic(code).startswith("NVLINK"):  # catalogued NVLink codes outside the listed ranges (137 ...)
+        return "NVLINK_FAULT"
     bucket, fatal = _catalog(code)
     flags = (e.fields.get("rst"), e.fields.get("d_rst")) if e is not None else ()
     if fatal is True or (bucket in RESET_BUCKETS) or any(f is True or str(f).lower() == "yes" for f in flags):
@@ -108,6 +123,9 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         if e.kind == "xid":
             code = xid_code(e)
             cls = xid_class(code, e) if code is not None else None
+            prev = _CAUSED_BY.search(e.raw)
+            if cls is None and prev:  # a follow-up Xid (45 channel teardown) that names its cause
+                cls = xid_class(int(prev.group(1)))
             if cls is None or cls == "CUDA_ILLEGAL_ADDRESS":
                 continue  # app-level Xids are handled by the process rules
         elif e.kind == "gpu_fell_off_bus":
@@ -148,7 +166,12 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
         uuid = ctx.timeline.gpu_uuid.get((host, gpu_id)) if gpu_id else None
         maps = [m for m in ctx.kinds("gpu_map") if m.host == host and gpu_id and m.gpu_bdf == gpu_id]
         codes = sorted({str(xid_code(e)) for e in evs if e.kind == "xid"})
+        causes = sorted({m.group(1) for e in evs if e.kind == "xid" for m in [_CAUSED_BY.search(e.raw)] if m})
+        if causes:  # root the incident at the NVLink/other Xid the follow-ups name, not at the follow-up
+            codes = sorted(set(codes) - {str(xid_code(e)) for e in evs if _CAUSED_BY.search(e.raw)} | set(causes))
         facts = {"xid": ",".join(codes)} if codes else {}
+        if causes:
+            facts["caused_by"] = ",".join(causes)
         bucket = _bucket_of(evs)
         if bucket:
             facts["bucket"] = bucket
@@ -201,6 +224,10 @@ def _gpu_from_text(evs: list[Event]) -> str | None:
         m = re.search(r"\b([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.(\d))?\b", e.raw)
         if m:
             return f"{m.group(1).lower()}.{m.group(2) or '0'}"
+    for e in evs:  # "NVRM: GPU0 nvCheckFailedNoLog ...": the driver's own ordinal when no bus id is printed
+        m = re.search(r"\bNVRM: GPU(\d+) ", e.raw)
+        if m:
+            return f"GPU {m.group(1)}"
     return None
 
 

@@ -13,6 +13,10 @@ from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, grou
 from gpufield.triage.events import Event
 
 _SIGKILL = re.compile(r"SIGKILL|signal 9\b|Signal 9\b|exitcode\s*:\s*-9\b", re.IGNORECASE)
+# host memory refused to the process (no kill): torch's CPU allocator (c10/core/impl/alloc_cpu.cpp
+# "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes. Error code 12 (Cannot allocate
+# memory)"), Python's MemoryError, C++ std::bad_alloc
+_HOST_ALLOC = re.compile(r"DefaultCPUAllocator: can't allocate memory|\bMemoryError\b|std::bad_alloc")
 _SHM_FULL = re.compile(r"out of shared memory|shared memory limit|No space left on device", re.IGNORECASE)
 _RDZV_CONNECT = re.compile(r"connect|unreachable|resolve|refused|Name or service not known", re.IGNORECASE)
 _JOB_SOURCES = frozenset({"nccl", "torch", "torchrun", "train", "cuda"})  # the job's own output, not the kernel
@@ -37,7 +41,13 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
     then marked not established and asks for the kernel log of that host.
     """
     ooms = ctx.kinds("host_oom_kill")
-    kills = [e for e in ctx.kinds("child_failed", "signal_death") if is_sigkill(e)]
+    forced = [e for e in ctx.kinds("signal_death") if e.fields.get("sent_by_agent") and is_sigkill(e)]
+    forced_pids = {e.pid for e in forced if e.pid is not None}
+    # torchrun SIGKILLed these itself after SIGTERM was ignored ("forcefully exiting via 9"): a hung rank
+    # during teardown, not the kernel OOM killer; a kill is the agent's when its pid matches, or when the
+    # same file shows the agent forcing a kill and the kill names no pid
+    kills = [e for e in ctx.kinds("child_failed", "signal_death") if is_sigkill(e) and not e.fields.get("sent_by_agent")
+             and not (e.pid in forced_pids or (e.pid is None and any(f.file == e.file for f in forced)))]
     out = []
     if ooms:
         for host, group in group_by(ooms, lambda e: e.host).items():
@@ -46,6 +56,18 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
                                     f"({len(group)} kill(s)); ranks died with SIGKILL."))
         return out
+    refused = [e for e in ctx.kinds("python_exception", "cuda_error") if _HOST_ALLOC.search(text(e))]
+    if refused:
+        first = refused[0]
+        m = re.search(r"allocate (\d+) bytes", first.raw)
+        size = f" ({int(m.group(1)) / 2**30:.1f} GiB requested)" if m else ""
+        out.append(finding(ctx, "HOST_OOM_KILL", "host_alloc_refused", Tier.HOST, 0.8, refused,
+                           facts={"prior": "allocator"},
+                           note=f"Host memory exhausted on {('rank ' + str(first.rank)) if first.rank is not None else 'a rank'}"
+                                f": the CPU allocator refused an allocation{size} ({first.where}); the process "
+                                "then exited (no kernel OOM kill was needed)."))
+        hosts = {r.host for r in refused}
+        kills = [k for k in kills if k.host not in hosts and None not in hosts]  # the allocator failure explains them
     cancels = ctx.kinds("scheduler_cancel")
     for c in cancels:  # the scheduler sends SIGKILL after its grace period: that explains the -9s
         related = [k for k in kills if k.host in (c.host, None)]
@@ -84,7 +106,8 @@ def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
         return []
     conf = 0.85 if any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
     endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), "-")
-    return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs, facts={"endpoint": endpoint},
+    return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs,
+                    facts={"endpoint": endpoint, "peer": endpoint},
                     note=f"Workers could not reach the rendezvous endpoint {endpoint}.")]
 
 

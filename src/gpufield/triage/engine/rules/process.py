@@ -104,15 +104,29 @@ def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
 
 
 def nan_rule(ctx: RuleContext) -> list[Finding]:
-    """Non-finite loss -> ``NAN_LOSS``; notes whether it started right after the first optimizer step."""
+    """Non-finite *loss* -> ``NAN_LOSS``; NaN/Inf in another metric (grad-norm) -> a warning only.
+
+    A NaN/Inf gradient norm with a finite loss is what mixed-precision loops print when a step's
+    gradients overflow and the step is skipped (FSDP2 loops print ``'grad_norm': nan`` on every
+    step line); the run may be perfectly healthy, so it is never the root of an incident
+    (issue 23). Notes whether the loss went NaN right after the first optimizer step.
+    """
     evs = ctx.kinds("nan_loss")
-    if not evs:
+    loss = [e for e in evs if e.fields.get("is_loss", "loss" in str(e.fields.get("metric", "loss")).lower())]
+    other = [e for e in evs if e not in loss]
+    if other:
+        metrics = sorted({str(e.fields.get("metric")) for e in other})
+        fin = [e for e in other if e.fields.get("finite_loss") is not None]
+        ctx.warn(f"{len(other)} line(s) with a non-finite {', '.join(metrics)}"
+                 + (f" while the loss stayed finite ({fin[0].where}: loss {fin[0].fields['finite_loss']:g})" if fin
+                    else "") + ": skipped/overflowed steps; a warning, not a failure.", other)
+    if not loss:
         return []
-    step = as_int(evs[0].fields.get("step"))
+    step = as_int(loss[0].fields.get("step"))
     early = step is not None and step <= 2
     note = (f"Loss became NaN/Inf at step {step}" if step is not None else "Loss became NaN/Inf") + (
         " right after the first optimizer step: numerics/configuration, not hardware." if early else ".")
-    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, evs, note=note,
+    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note,
                     facts={"step": str(step) if step is not None else "-"})]
 
 
@@ -127,10 +141,19 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     if not evs:
         return []
     scales = [s for s in (as_float(e.fields.get("new_loss_scale")) for e in evs) if s is not None]
-    floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR
-    nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss"))
+    floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR or any(e.fields.get("at_minimum") for e in evs)
+    nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss")
+                    if n.fields.get("is_loss", True))
     strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
-    scale_txt = f"{min(scales):g}" if scales else "?"
+    scale_txt = f"{min(scales):g}" if scales else ("its minimum" if floor else "?")
+    every = [e for e in ctx.kinds("skipped_step")
+             if (as_int(e.fields.get("skipped")) or 0) >= max(as_int(e.fields.get("step")) or 1, 1)]
+    if not strong and not every:
+        # a few skips while the scale calibrates down from 2^32: normal; a warning, never an incident. A hint
+        # incident stays only when DeepSpeed's own counter says *every* step so far was skipped (skipped >= step)
+        ctx.warn(f"{len(evs)} fp16 overflow skip(s), loss scale down to {scale_txt}: normal loss-scale "
+                 "calibration unless it keeps falling", evs)
+        return []
     return [finding(ctx, "LOSS_SCALE_COLLAPSE", "loss_scale", Tier.PROCESS, 0.85 if strong else CONF_PRIOR + 0.05,
                     evs, established=strong, facts={"min_scale": scale_txt},
                     note=f"{len(evs)} fp16 overflow skip(s); loss scale down to {scale_txt}"
@@ -207,21 +230,40 @@ def straggler_rule(ctx: RuleContext) -> list[Finding]:
     return out
 
 
-def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
-    """A Python exception or CUDA error no other rule explains -> ``UNKNOWN`` (process tier).
+_PEER_LOST = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|"
+                        r"remote process exited|ncclRemoteError|remote worker crashing", re.IGNORECASE)
 
-    Exceptions of the distributed machinery (NCCL, DistBackendError, ChildFailedError) are
-    cascades and are left to the teardown rule.
+
+def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
+    """A Python exception or CUDA error no other rule explains.
+
+    When other ranks then lose their connection to the failing rank (gloo "Connection closed by
+    peer", ncclRemoteError, broken pipe), the job failed because that rank *exited*: the class is
+    ``PEER_PROCESS_EXIT`` with the root *established* at the exception (the rank is blamed, the peers
+    are victims). Otherwise ``UNKNOWN`` (process tier). Exceptions of the distributed machinery (NCCL,
+    gloo, DistBackendError, ChildFailedError) are cascades and are left to the teardown rule.
     """
     cascade = re.compile(r"NCCL|DistBackendError|ChildFailedError|ProcessGroup|watchdog|c10d|Rendezvous|"
-                         r"SignalException|KeyboardInterrupt", re.IGNORECASE)
+                         r"SignalException|KeyboardInterrupt|gloo|Connection closed by|Connection reset by|"
+                         r"Timed out waiting", re.IGNORECASE)
     evs = [e for e in ctx.kinds("python_exception", "cuda_error")
            if not cascade.search(text(e)) and not ctx.is_cited(e)]
     if not evs:
         return []
     first = evs[0]
     exc = str(first.fields.get("exc_type") or first.kind)
+    lost = [e for e in ctx.kinds("python_exception", "nccl_remote_error", "nccl_warn", "nccl_error")
+            if _PEER_LOST.search(text(e)) and e.rank != first.rank
+            and ctx.timeline.before(e, first) is not True and (e.file != first.file or e.line > first.line
+                                                                or e.rank is not None)]
+    who = f"rank {first.rank}" if first.rank is not None else "a rank"
+    if lost:
+        ranks = sorted({e.rank for e in lost if e.rank is not None})
+        return [finding(ctx, "PEER_PROCESS_EXIT", "rank_exception_exit", Tier.PROCESS, 0.8, evs + lost[:8],
+                        facts={"exception": exc, "victims": ",".join(map(str, ranks)) or "-"},
+                        note=f"{exc} on {who} ({first.where}) ended that rank; its peers"
+                             f"{' (ranks ' + ', '.join(map(str, ranks)) + ')' if ranks else ''} then lost the "
+                             "connection to it: they are victims.")]
     return [finding(ctx, "UNKNOWN", "python_exception", Tier.PROCESS, CONF_CASCADE_ONLY, evs, established=False,
                     facts={"exception": exc},
-                    note=f"{exc} on {('rank ' + str(first.rank)) if first.rank is not None else 'a rank'} "
-                         "matches no failure class; it is the earliest process fault in the input.")]
+                    note=f"{exc} on {who} matches no failure class; it is the earliest process fault in the input.")]
