@@ -12,7 +12,9 @@ Public API:
   exact CPU), exact CRT (Garner, fixed-point CRT, tensor-core bulk + Kulisch) and one rounding per stage;
   :class:`GraphedFftn`: one shape captured as a CUDA graph for repeated transforms.
 * :func:`fft_floor_model` / :func:`model_table` / :class:`FftFloorModel` / :func:`model_params`: the
-  Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time).
+  Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time);
+  :func:`conversion_counts` / :func:`measured_check` / :func:`projection_rows` / :class:`StageCounts`: its
+  input-conversion term from the kernels' committed SASS counts, checked against the measured H200 times.
 """
 
 # first: where there is no CUDA it turns Triton's interpreter on before anything here imports triton
@@ -27,6 +29,7 @@ from gpufield.fp64.fft import (
     ifftn_fp64_emulated,
 )
 from gpufield.fp64.model import FftFloorModel, fft_floor_model, model_params, model_table
+from gpufield.fp64.model_counts import StageCounts, conversion_counts, measured_check, projection_rows
 from gpufield.fp64.ozaki.gemm import ozaki_error_bound, ozaki_matmul
 from gpufield.fp64.ozaki.moduli import ModuliTable, moduli_table
 from gpufield.fp64.protocols import ModularBackend
@@ -47,4 +50,9 @@ __all__: list[str] = [
     "ifftn_fp64_emulated",
     "model_params",
     "model_table",
+    # --- floor model's conversion term (issue 30) ---
+    "StageCounts",
+    "conversion_counts",
+    "measured_check",
+    "projection_rows",
 ]
