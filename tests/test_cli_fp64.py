@@ -11,7 +11,8 @@ def test_model_json(capsys):
     assert main(["fp64", "model", "--gpu", "B300", "--gpu", "H200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [r["gpu"] for r in out] == ["B300", "H200-SXM"]
-    assert round(out[0]["emulated_s"][0] * 1e3) == 63
+    assert round(out[0]["without"]["emulated_s"][0] * 1e3) == 63
+    assert out[1]["counts"]["measured"] and out[1]["with"]["c_conv"] == out[1]["counts"]["c_conv"]
 
 
 def test_model_table(capsys):
@@ -63,9 +64,12 @@ def test_model_table_wide_shows_every_column_untruncated(capsys, monkeypatch):
 
 def test_model_json_is_the_library_rows(capsys):
     from gpufield.fp64.model import model_table
+    from gpufield.fp64.model_counts import projection_rows
 
     assert main(["fp64", "model", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps([r.to_dict() for r in model_table()]))
+    out = json.loads(capsys.readouterr().out)
+    assert out == json.loads(json.dumps(projection_rows()))
+    assert [r["without"] for r in out] == json.loads(json.dumps([r.to_dict() for r in model_table()]))
 
 
 def test_fft_check_narrow_plan_from_the_options(capsys):
@@ -106,7 +110,7 @@ def test_model_vendor_prefixed_short_name(capsys):
 def test_model_small_sizes_show_digits_not_zeros(capsys):
     """At n = 16 every time is below 1 ms: three significant digits instead of 0.00."""
     assert main(["fp64", "model", "--gpu", "H200", "--n", "16", "--json"]) == 0
-    roof_ms = json.loads(capsys.readouterr().out)[0]["roof_s"] * 1e3
+    roof_ms = json.loads(capsys.readouterr().out)[0]["without"]["roof_s"] * 1e3
     assert main(["fp64", "model", "--gpu", "H200", "--n", "16"]) == 0
     out = capsys.readouterr().out
     assert f"{roof_ms:.3g}" in out and " 0.00 " not in out
@@ -116,3 +120,18 @@ def test_fft_shape_with_an_empty_field_or_too_many_axes_exit_2(capsys):
     for bad in ("8,,8", "8,", "2,2,2,2", "12"):
         assert main(["fp64", "fft", "--shape", bad]) == 2
         assert "expected 1 to 3 comma-separated powers of two" in capsys.readouterr().err
+
+
+def test_model_says_where_emulation_loses_and_checks_the_measurement(capsys, monkeypatch):
+    """One sentence per GPU from the ratios (B300's native FP64 is 1.25 TF: emulation wins there, also with the
+    conversion term; on H200 and Rubin it loses); --measured prints the H200 check with the held-out form."""
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["fp64", "model", "--gpu", "B300", "--gpu", "Rubin", "--gpu", "H200", "--measured"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "B300: emulation beats native FP64 (0.49-0.68x" in out and "0.79-0.98x with the conversion term" in out
+    assert "Rubin: emulation LOSES to native FP64" in out and "H200-SXM: emulation LOSES to native FP64" in out
+    assert "329.65" in out and "-13.0%" in out and "-6.5%" in out and "gives overlapped" in out
+    assert main(["fp64", "model", "--gpu", "H200", "--combine", "serialized", "--json", "--measured"]) == 0
+    js = json.loads(capsys.readouterr().out)
+    assert js["projections"][0]["with"]["combine"] == "serialized" and js["measured_check"]["holdout"] == 1024
+    assert main(["fp64", "model", "--gpu", "H200", "--combine", "sum"]) == 2
