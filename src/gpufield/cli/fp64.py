@@ -179,14 +179,28 @@ def fft_cmd(
     seed: Annotated[int, typer.Option(help="random seed (>= 0)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's."""
+    """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's and against a
+    long-double reference (the whole DFT up to 32^3 points, sampled outputs at every size)."""
     from gpufield.fp64.fft.check import check_fft
+
+    def say_plan(need: dict) -> None:
+        est = need["estimated_s"]
+        if est is not None and est >= SLOW_CPU_S:
+            typer.echo(f"note: the CPU path will take about {est / 60:.0f} min here (forward + inverse + sampled "
+                       f"reference, at the rate measured on {need['rate_source']}); --backend int8 on a GPU "
+                       "takes seconds", err=True)
 
     sides = _shape(shape)
     res = check_fft(shape=sides, backend=backend, variant=variant, seed=seed, epilogue=epilogue,
-                    input_bits=input_bits, twiddle_bits=twiddle_bits)
+                    input_bits=input_bits, twiddle_bits=twiddle_bits, on_plan=say_plan)
     if as_json:
         typer.echo(json.dumps(res, indent=1))
     else:
         for k, v in res.items():
+            if k == "plan":
+                continue
             typer.echo(f"{k}: {'n/a (numpy.fft is the reference)' if v is None else v}")
+
+
+SLOW_CPU_S = 60.0
+"""Estimated CPU seconds from which ``gpufield fp64 fft`` says up front that the run will take minutes."""
