@@ -36,15 +36,23 @@ def _run(prelude: str, interpret: str | None) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_gpufield_before_triton_runs_the_interpreter():
-    line = _run("import gpufield.fp64\nimport triton\n", None)
+def test_import_leaves_the_environment_alone_and_the_call_site_turns_the_interpreter_on():
+    """``import gpufield.fp64`` changes no environment variable (it once set TRITON_INTERPRET); the first CPU
+    call of a Triton kernel turns the interpreter on itself."""
+    line = _run("import os\nbefore = dict(os.environ)\nimport gpufield.fp64\nassert dict(os.environ) == before\n"
+                "assert 'triton' not in __import__('sys').modules\n", None)
+    assert line.startswith("OK") and float(line.split()[1]) < 1e-13
+
+
+def test_explicit_enable_before_triton_runs_the_interpreter():
+    line = _run("import gpufield.fp64\nassert gpufield.fp64.enable_cpu_interpreter()\nimport triton\n", None)
     assert line.startswith("OK") and float(line.split()[1]) < 1e-13
 
 
 def test_triton_imported_first_is_named_in_the_error():
     line = _run("import triton\n", None)
     assert line.startswith("InputError: triton was imported before gpufield"), line
-    assert "import gpufield.fp64 before triton" in line
+    assert "call gpufield.fp64.enable_cpu_interpreter() before importing triton" in line
 
 
 def test_triton_first_with_the_interpreter_set_by_the_user_runs():

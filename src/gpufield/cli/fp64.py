@@ -25,17 +25,63 @@ def _ms(x: float | None) -> str:
 
 
 #: table columns: (header, shown by default); --wide shows all of them
-_MODEL_COLUMNS = (("GPU", True), ("roof", True), ("native", True), ("c_epi", True), ("emulated", True),
-                  ("x roof", True), ("x native", True), ("floor T/s", False), ("TC int8/fp8", False))
+_MODEL_COLUMNS = (("GPU", True), ("roof", True), ("native", True), ("c_epi", True), ("conv", True),
+                  ("emulated", True), ("x roof", True), ("x native", True), ("floor T/s", False),
+                  ("TC int8/fp8", False))
 
 
 _MODEL_HELP = (
-    "Emulated FP64 FFT floor model (FP8 is All You Need, Part 3) per GPU, for n^dims points.\n\n"
-    "The default table fits 80 columns: times in ms (roof, native FP64, emulated) and the emulated time as a "
-    "multiple of the roof and of native. --wide adds \"floor T/s\" (the INT32 instructions per second the "
-    "epilogue would need to reach the roof, in tera) and the INT8/FP8 tensor-core times; --json prints every "
-    "field."
+    "Emulated FP64 FFT floor model (FP8 is All You Need, Part 3) per GPU, for n^dims points, with and without "
+    "the input-conversion term.\n\n"
+    "The paper counts only the per-output epilogue (c_epi 203-281 instructions per real output). The stage kernel "
+    "also converts its input (scaling and residues) first: \"conv\" instructions per real output, counted in the "
+    "kernel's committed sm_90 SASS (gpufield/fp64/data/conversion_counts.json; GPUs without a listing use the "
+    "H200's as a stand-in, marked ~). Each GPU gets rows with conv 0 (the paper's model) and with the count.\n\n"
+    "Times in ms (roof, native FP64, emulated) and the emulated time as a multiple of the roof and of native "
+    "(above 1: emulation loses); a sentence per GPU says where emulation loses. --measured compares the model at "
+    "the measured counts with the measured H200 times. --wide adds \"floor T/s\" (the INT32 instructions per "
+    "second the epilogue would need to reach the roof, in tera) and the INT8/FP8 tensor-core times; --json prints "
+    "every field."
 )
+
+
+def _span(xs: list[float], fmt: str = "{:.2f}") -> str:
+    lo, hi = min(xs), max(xs)
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def _verdict(row: dict) -> str:
+    """One plain sentence per GPU: does emulation lose to native FP64, by how much, with and without the term."""
+    wo, wc = row["without"]["ratio_to_native"], (row["with"] or {}).get("ratio_to_native")
+    worst = wc if wc else wo
+    if min(worst) > 1:
+        head = "emulation LOSES to native FP64"
+    elif max(worst) <= 1:
+        head = "emulation beats native FP64"
+    else:
+        head = "emulation loses to native FP64 at the high c_epi"
+    tail = f"{_span(wc)}x with the conversion term" if wc else "no conversion count for these stage lengths"
+    return f"{row['gpu']}: {head} ({_span(wo)}x native's time in the paper's model; {tail})"
+
+
+def _measured_table(con) -> None:
+    from rich.table import Table
+
+    from gpufield.fp64.model_counts import measured_check
+
+    chk = measured_check("H200")
+    t = Table(title=f"{chk['gpu']}: model at the measured SASS counts vs measured, ms")
+    for h in ("n", "conv", "c_epi", "measured", "max()", "err", "sum", "err", "cuFFT"):
+        t.add_column(h, justify="right", overflow="fold")
+    for r in chk["rows"]:
+        t.add_row(f"{r['n']}^3", f"{r['c_conv']:.1f}", f"{r['c_epi']:.1f}", _ms(r["measured_s"]),
+                  _ms(r["overlapped_s"]), f"{100 * r['overlapped_err']:+.1f}%", _ms(r["serialized_s"]),
+                  f"{100 * r['serialized_err']:+.1f}%", _ms(r["cufft_s"]))
+    con.print(t)
+    con.print(f"max() = the paper's overlapped form, sum = serialized (roof + instructions); err = model / "
+              f"measured - 1. Rates from the catalogue, nothing fitted. Times: {chk['source']}. Picking the form "
+              f"on the other two sizes ({chk['holdout']}^3 held out) gives {chk['choice']}, which misses "
+              f"{chk['holdout']}^3 by {100 * chk['holdout_err']:+.1f}%.")
 
 
 @app.command("model", help=_MODEL_HELP)
@@ -44,45 +90,66 @@ def model_cmd(
     c_epi: Annotated[list[float] | None, typer.Option("--c-epi", help="epilogue instructions per real output (repeatable); default 203 281")] = None,
     n: Annotated[int, typer.Option(help="points per axis (power of two)")] = 1024,
     dims: Annotated[int, typer.Option(help="number of axes")] = 3,
+    combine: Annotated[str, typer.Option(help="overlapped (the paper's max of roof and instructions) | serialized (their sum)")] = "overlapped",
+    measured: Annotated[bool, typer.Option("--measured", help="also compare the model at the measured SASS counts with the measured H200 times")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="add the INT32-floor and tensor-core time columns "
                                        "(wider than 80 columns)")] = False,
 ) -> None:
     """The floor model table (help: :data:`_MODEL_HELP`, one paragraph per line so that it wraps cleanly)."""
-    from gpufield.fp64.model import model_table
+    from gpufield.fp64.model import FftFloorModel
+    from gpufield.fp64.model_counts import measured_check, projection_rows
 
-    rows = model_table(gpu or None, c_epi=c_epi or None, n=n, dims=dims)
+    rows = projection_rows(gpu or None, n=n, dims=dims, c_epi=c_epi or None, combine=combine)
     if as_json:
-        typer.echo(json.dumps([r.to_dict() for r in rows], indent=1))
+        out: dict | list = rows
+        if measured:
+            out = {"projections": rows, "measured_check": measured_check("H200")}
+        typer.echo(json.dumps(out, indent=1))
         return
     from rich.console import Console
     from rich.table import Table
 
     shown = [i for i, (_, default) in enumerate(_MODEL_COLUMNS) if wide or default]
-    t = Table(title=f"emulated FP64 FFT {n}^{dims}, times in ms")
+    t = Table(title=f"emulated FP64 FFT {n}^{dims}, times in ms ({combine})")
     for i in shown:
         # fold instead of "…": a narrow terminal wraps a value, it never hides digits
         t.add_column(_MODEL_COLUMNS[i][0], overflow="fold", justify="left" if i == 0 else "right")
-    for r in rows:
-        for k, c in enumerate(r.c_epi):
-            first = k == 0
-            cells = (
-                (r.gpu + ("*" if r.projected else "")) if first else "", _ms(r.roof_s) if first else "",
-                _ms(r.native_s) if first else "", f"{c:g}", _ms(r.emulated_s[k]), f"{r.ratio_to_roof[k]:.2f}",
-                f"{r.ratio_to_native[k]:.2f}", f"{r.int32_floor_instr_per_s[k] / 1e12:.0f}",
-                f"{_ms(r.tensor_s.get('int8'))}/{_ms(r.tensor_s.get('fp8'))}" if first else "",
-            )
-            t.add_row(*(cells[i] for i in shown))
+    for row in rows:
+        cnt = row["counts"]
+        for part in ("without", "with"):
+            if row[part] is None:
+                continue
+            r = FftFloorModel(**{**row[part], "c_epi": tuple(row[part]["c_epi"])})
+            conv = "0" if part == "without" else f"{'' if cnt['measured'] else '~'}{r.c_conv:.0f}"
+            for k, c in enumerate(r.c_epi):
+                first = k == 0 and part == "without"
+                cells = (
+                    (r.gpu + ("*" if r.projected else "")) if first else "", _ms(r.roof_s) if first else "",
+                    _ms(r.native_s) if first else "", f"{c:g}", conv if k == 0 else "", _ms(r.emulated_s[k]),
+                    f"{r.ratio_to_roof[k]:.2f}", f"{r.ratio_to_native[k]:.2f}",
+                    f"{r.int32_floor_instr_per_s[k] / 1e12:.0f}",
+                    f"{_ms(r.tensor_s.get('int8'))}/{_ms(r.tensor_s.get('fp8'))}" if first else "",
+                )
+                t.add_row(*(cells[i] for i in shown))
     con = Console()
     if wide:  # as wide as the table needs, also when stdout is a pipe (rich's default there is 80)
         con = Console(width=max(con.width, con.measure(t, options=con.options.update_width(10_000)).maximum))
     con.print(t)
-    for r in rows:
+    for row in rows:
+        con.print(_verdict(row))
+    for row in rows:
         rem = "; ".join(f"{k} (c_epi {'-'.join(f'{c:g}' for c in v['c_epi'])}): "
-                        f"{'-'.join(_ms(s) for s in v['emulated_s'])} ms" for k, v in r.remedies.items())
-        con.print(f"{r.gpu} remedies: {rem}")
-    if any(r.projected for r in rows):
+                        f"{'-'.join(_ms(s) for s in v['emulated_s'])} ms"
+                        for k, v in row["without"]["remedies"].items())
+        con.print(f"{row['gpu']} remedies (no conversion term): {rem}")
+    if any(r["without"]["projected"] for r in rows):
         con.print("* projected numbers (not shipping hardware)")
+    if any(r["counts"] and not r["counts"]["measured"] for r in rows):
+        con.print("~ conversion count: the H200's sm_90 SASS count, a stand-in (no listing for that GPU; for B300 "
+                  "optimistic: the H200 conversion runs on the FP64 pipe that B300 cuts to 1.3 TF)")
+    if measured:
+        _measured_table(con)
     if not wide:
         con.print("--wide adds the INT32-floor (T/s) and tensor-core time columns; --json prints every field")
 
@@ -112,14 +179,28 @@ def fft_cmd(
     seed: Annotated[int, typer.Option(help="random seed (>= 0)")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's."""
+    """Run the emulated FP64 FFT on random complex data; print its error next to numpy.fft's and against a
+    long-double reference (the whole DFT up to 32^3 points, sampled outputs at every size)."""
     from gpufield.fp64.fft.check import check_fft
+
+    def say_plan(need: dict) -> None:
+        est = need["estimated_s"]
+        if est is not None and est >= SLOW_CPU_S:
+            typer.echo(f"note: the CPU path will take about {est / 60:.0f} min here (forward + inverse + sampled "
+                       f"reference, at the rate measured on {need['rate_source']}); --backend int8 on a GPU "
+                       "takes seconds", err=True)
 
     sides = _shape(shape)
     res = check_fft(shape=sides, backend=backend, variant=variant, seed=seed, epilogue=epilogue,
-                    input_bits=input_bits, twiddle_bits=twiddle_bits)
+                    input_bits=input_bits, twiddle_bits=twiddle_bits, on_plan=say_plan)
     if as_json:
         typer.echo(json.dumps(res, indent=1))
     else:
         for k, v in res.items():
+            if k == "plan":
+                continue
             typer.echo(f"{k}: {'n/a (numpy.fft is the reference)' if v is None else v}")
+
+
+SLOW_CPU_S = 60.0
+"""Estimated CPU seconds from which ``gpufield fp64 fft`` says up front that the run will take minutes."""

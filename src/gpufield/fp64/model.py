@@ -11,14 +11,20 @@ FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilog
     stages  = ceil(log2 n / log2 32)                                (DFT-GEMM stages of k <= 32 per axis)
     N_out   = dims * stages * 2 * N                                 (12 N real outputs for 1024^3)
     T_epi   = c_epi * N_out / P_INT32                               (epilogue time)
+    T_conv  = c_conv * N_out / P_INT32                              (input conversion: scaling + residues;
+                                                                     not in the paper: 0 by default)
     floor   : P_INT32 >= (c_epi / (Q/N_out)) * B_HBM = (c_epi/8) * B_HBM   (Q/N_out = 16/stages B: 8 at 2 stages)
-    T_emu   = max(T_roof, T_epi)                                    (the paper's model: overlapped)
+    T_emu   = max(T_roof, T_epi + T_conv)                           (the paper's model: overlapped)
+         or = T_roof + T_epi + T_conv                               (combine="serialized", fp64.md 1.4's
+                                                                     pessimistic variant)
     T_tc    = dims*N * sum(k) * 3 * moduli * gemms_per_modulus * 2 / P_TC   (k: each stage's length;
                                                 tensor-core work, reported apart: not in T_emu, as in Part 3)
 
 Hardware numbers come from the telemetry catalogue (:func:`gpufield.telemetry.gpu_spec`); only
 model parameters (c_epi range, passes per axis, stage length, bytes per point, remedy cases) come from
-``gpufield/fp64/data/model_params.json``, each with its source.
+``gpufield/fp64/data/model_params.json``, each with its source. Measured per-GPU instruction counts (c_conv
+and the measured c_epi, from the kernels' SASS) are in ``gpufield/fp64/data/conversion_counts.json``, read by
+:mod:`gpufield.fp64.model_counts`.
 
 Units: seconds, bytes, bytes/s, flop/s, instructions/s. No tensors in this module.
 """
@@ -35,7 +41,7 @@ from typing import Any
 
 from gpufield.errors import InputError
 
-__all__ = ["FftFloorModel", "fft_floor_model", "model_params", "model_table"]
+__all__ = ["COMBINE", "FftFloorModel", "fft_floor_model", "model_params", "model_table", "stage_lengths"]
 
 
 @cache
@@ -69,10 +75,14 @@ class FftFloorModel:
         native_s: T_native.
         native_floor_flops_per_s: FP64 rate needed for the native path to reach the roof (F/Q * B).
         c_epi: the c_epi values evaluated (instructions per real output).
+        c_conv: input-conversion instructions per real output (0: the paper's model, no term).
+        combine: ``"overlapped"`` (max of roof and instruction time, the paper's) or ``"serialized"`` (sum).
         epilogue_s: T_epi per c_epi.
+        conversion_s: T_conv = c_conv x N_out / P_INT32.
         int32_floor_instr_per_s: (c_epi / bytes_per_output) * B_HBM per c_epi.
         tensor_s: {"int8": s, "fp8": s} tensor-core time at catalogue peak (None where unpublished).
-        emulated_s: max(T_roof, T_epi) per c_epi (the paper's model; tensor term reported apart).
+        emulated_s: max(T_roof, T_epi + T_conv) per c_epi (``combine="serialized"``: T_roof + T_epi + T_conv;
+            tensor term reported apart).
         ratio_to_roof: emulated_s / roof_s per c_epi.
         ratio_to_native: emulated_s / native_s per c_epi (> 1: emulation loses).
         remedies: name -> {"c_epi": [...], "emulated_s": [...]} for the Part 3 remedy cases.
@@ -94,7 +104,10 @@ class FftFloorModel:
     native_s: float
     native_floor_flops_per_s: float
     c_epi: tuple[float, ...]
+    c_conv: float
+    combine: str
     epilogue_s: tuple[float, ...]
+    conversion_s: float
     int32_floor_instr_per_s: tuple[float, ...]
     tensor_s: dict[str, float | None] = field(default_factory=dict)
     emulated_s: tuple[float, ...] = ()
@@ -105,6 +118,14 @@ class FftFloorModel:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every field (seconds, bytes, per-second rates)."""
         return asdict(self)
+
+
+COMBINE = ("overlapped", "serialized")
+"""How the memory roof and the instruction time combine: ``max`` (overlapped) or sum (serialized)."""
+
+
+def _combine(how: str, roof: float, instr: float) -> float:
+    return max(roof, instr) if how == "overlapped" else roof + instr
 
 
 def _need(value: float | None, gpu: str, what: str) -> float:
@@ -135,6 +156,21 @@ def _whole(value: Any, what: str) -> int:
     raise InputError(f"{what} must be a whole number, got {value!r}")
 
 
+def stage_lengths(n: int) -> tuple[int, ...]:
+    """DFT-GEMM stage lengths k of one axis of length n: ceil(log2 n / log2 kmax) balanced powers of two.
+
+    Args:
+        n: points per axis, a power of two >= 2 (kmax = the params file's ``max_stage_length``, 32).
+
+    Returns:
+        The lengths, longest first: (32, 32) at 1024, (32, 16) at 512, (16, 16) at 256, (16, 8) at 128.
+    """
+    kmax = int(model_params()["transform"]["max_stage_length"])
+    stages = -(-(n.bit_length() - 1) // (kmax.bit_length() - 1))  # ceil(log2 n / log2 kmax)
+    q, extra = divmod(n.bit_length() - 1, stages)
+    return tuple([2 ** (q + 1)] * extra + [2**q] * (stages - extra))
+
+
 def fft_floor_model(
     gpu: str,
     *,
@@ -143,6 +179,8 @@ def fft_floor_model(
     dims: int | None = None,
     hbm_bandwidth_bytes_per_s: float | None = None,
     int32_instr_per_s: float | None = None,
+    c_conv: float = 0.0,
+    combine: str = "overlapped",
 ) -> FftFloorModel:
     """Evaluate the Part 3 floor model of the emulated 3-D FFT on one GPU.
 
@@ -153,13 +191,18 @@ def fft_floor_model(
         dims: number of axes (default 3).
         hbm_bandwidth_bytes_per_s: override B_HBM (e.g. a measured copy bandwidth).
         int32_instr_per_s: override P_INT32 (e.g. a measured INT32 rate).
+        c_conv: input-conversion instructions per real output (scaling + residues); 0 (default) is the
+            paper's model. Measured values: :func:`gpufield.fp64.model_counts.conversion_counts`.
+        combine: ``"overlapped"`` (default, the paper's: T = max(T_roof, T_epi + T_conv)) or ``"serialized"``
+            (T = T_roof + T_epi + T_conv).
 
     Returns:
         :class:`FftFloorModel`.
 
     Raises:
         InputError: unknown GPU, a catalogue field the model needs is null, bad sizes (n not a whole power of
-            two >= 2, dims not 1-3), or a c_epi or override that is not a finite number > 0.
+            two >= 2, dims not 1-3), a c_epi or override that is not a finite number > 0, a c_conv that is not
+            a finite number >= 0, or an unknown ``combine``.
     """
     from gpufield.telemetry import gpu_spec
 
@@ -172,6 +215,14 @@ def fft_floor_model(
     cs = tuple(_positive(c, "c_epi") for c in (p["c_epi"]["range"] if c_epi is None else c_epi))
     if not cs:
         raise InputError("c_epi: at least one value is needed")
+    if combine not in COMBINE:
+        raise InputError(f"combine must be one of {COMBINE}, got {combine!r}")
+    try:
+        conv_c = float(c_conv)
+    except (TypeError, ValueError):
+        conv_c = math.nan
+    if not (math.isfinite(conv_c) and conv_c >= 0):
+        raise InputError(f"c_conv must be a finite number >= 0, got {c_conv!r}")
     spec = gpu_spec(gpu)
     bw = _positive(hbm_bandwidth_bytes_per_s, "hbm_bandwidth_bytes_per_s") \
         if hbm_bandwidth_bytes_per_s is not None else _need(spec.hbm_bandwidth_bytes_per_s, spec.key,
@@ -183,17 +234,16 @@ def fft_floor_model(
     points = n**dims
     passes = dims * int(tr["passes_per_dim"])
     traffic = float(passes * tr["bytes_per_point_per_pass"] * points)
-    kmax = int(tr["max_stage_length"])
-    stages = -(-(n.bit_length() - 1) // (kmax.bit_length() - 1))  # ceil(log2 n / log2 kmax)
-    q, extra = divmod(n.bit_length() - 1, stages)
-    lengths = [2 ** (q + 1)] * extra + [2**q] * (stages - extra)  # balanced stage lengths k (32, 32 at 1024)
+    lengths = stage_lengths(n)
+    stages = len(lengths)
     flops = 5.0 * points * math.log2(points)
     n_out = dims * stages * int(tr["real_outputs_per_complex_output"]) * points
     roof = traffic / bw
     native = max(roof, flops / p_fp64)
     bpo = traffic / n_out
     epi = tuple(c * n_out / p_int for c in cs)
-    emu = tuple(max(roof, t) for t in epi)
+    conv = conv_c * n_out / p_int
+    emu = tuple(_combine(combine, roof, t + conv) for t in epi)
 
     tt = p["tensor_term"]
     tensor: dict[str, float | None] = {}
@@ -206,13 +256,15 @@ def fft_floor_model(
     remedies = {}
     for r in p["remedies"]:
         rc = [float(c) for c in r["c_epi_range"]]
-        remedies[r["name"]] = {"c_epi": rc, "emulated_s": [max(roof, c * n_out / p_int) for c in rc]}
+        remedies[r["name"]] = {"c_epi": rc,
+                               "emulated_s": [_combine(combine, roof, (c + conv_c) * n_out / p_int) for c in rc]}
 
     return FftFloorModel(
         gpu=spec.key, projected=spec.projected, n=n, dims=dims, points=points, traffic_bytes=traffic,
         flops=flops, real_outputs=n_out, bytes_per_output=bpo, hbm_bandwidth_bytes_per_s=bw,
         fp64_flops_per_s=p_fp64, int32_instr_per_s=p_int, roof_s=roof, native_s=native,
-        native_floor_flops_per_s=flops / traffic * bw, c_epi=cs, epilogue_s=epi,
+        native_floor_flops_per_s=flops / traffic * bw, c_epi=cs, c_conv=conv_c, combine=combine,
+        epilogue_s=epi, conversion_s=conv,
         int32_floor_instr_per_s=tuple(c / bpo * bw for c in cs), tensor_s=tensor, emulated_s=emu,
         ratio_to_roof=tuple(t / roof for t in emu), ratio_to_native=tuple(t / native for t in emu),
         remedies=remedies,
