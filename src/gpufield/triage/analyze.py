@@ -83,7 +83,7 @@ def _files_under(paths: Iterable[str]) -> list[str]:
 
 
 def _ingest(paths: Sequence[str], *, year: int | None, progress: Callable[[str, int], None] | None = None,
-            ) -> tuple[list[Event], list[PhaseMark], dict[str, Any], list[str]]:
+            labels: dict[str, str] | None = None) -> tuple[list[Event], list[PhaseMark], dict[str, Any], list[str]]:
     """Events, phase marks and stats of one read of the inputs (:func:`gpufield.triage.ingest.ingest`
     with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook;
     ``progress(path, n_bytes)`` called once per block read)."""
@@ -98,11 +98,14 @@ def _ingest(paths: Sequence[str], *, year: int | None, progress: Callable[[str, 
 
     res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
                  on_block=on_block)
-    res.raise_if_nothing_read()
     st = res.stats
+    labels = labels or {}
+    warnings = [str(replace(w, path=labels.get(w.path, w.path))) for w in st.warnings]
+    if st.nothing_read:
+        raise LogFormatError(f"nothing could be read from the given logs: {'; '.join(warnings) or 'no input paths given'}")
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
-             "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
+             "warnings": warnings, "unreadable": [labels.get(u, u) for u in st.unreadable]}
     return res.events, marks, stats, [f.path for f in st.files]
 
 
@@ -216,11 +219,12 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = 
     example = inp is None or not inp.given
     given = [str(example_dir())] if example else inp.paths  # type: ignore[union-attr]
     _check_paths(given)
-    events, marks, stats, files = _ingest(given, year=EXAMPLE_YEAR if example else None, progress=progress)
+    labels = {} if inp is None else inp.labels
+    events, marks, stats, files = _ingest(given, year=EXAMPLE_YEAR if example else None, progress=progress,
+                                          labels=labels)
     if inp is not None and inp.missing:
         stats["warnings"] = [f"{m}: no such file or directory (skipped: --allow-missing)" for m in inp.missing] \
             + stats["warnings"]
-    labels = {} if inp is None else inp.labels
     if labels:
         events = relabel(events, labels)
         marks = [replace(m, file=labels.get(m.file, m.file)) for m in marks]

@@ -128,6 +128,15 @@ def check_store(path: str | os.PathLike[str], *, inputs: Iterable[str | os.PathL
 
 
 def _check_ours(con: Any, path: str) -> None:
+    duckdb = _duckdb()
+    try:
+        _check_ours_unguarded(con, path)
+    except duckdb.Error as e:
+        raise InputError(f"--db is not a readable DuckDB database (truncated or corrupt?): {str(e).splitlines()[0]}",
+                         path=path) from None
+
+
+def _check_ours_unguarded(con: Any, path: str) -> None:
     tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
     meta: dict[str, str] = {}
     if "gpufield_meta" in tables:
@@ -290,6 +299,16 @@ def store_result(result: TriageResult, path: str | os.PathLike[str], *, force: b
     con = _connect(p, read_only=False)
     try:
         _check_ours(con, p)
+        _replace_run(con, result, rid, p, force=force, telemetry=telemetry, skew_tolerance_s=skew_tolerance_s)
+    finally:
+        con.close()
+    return rid
+
+
+def _replace_run(con: Any, result: TriageResult, rid: str, p: str, *, force: bool, telemetry: Sequence[Any],
+                 skew_tolerance_s: float | None) -> None:
+    duckdb = _duckdb()
+    try:
         con.execute("BEGIN TRANSACTION")
         try:
             exists = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [rid]).fetchone()[0]
@@ -303,9 +322,9 @@ def store_result(result: TriageResult, path: str | os.PathLike[str], *, force: b
         except BaseException:
             con.execute("ROLLBACK")
             raise
-    finally:
-        con.close()
-    return rid
+    except duckdb.Error as e:
+        raise InputError(f"--db could not be updated (nothing of this run was kept): {str(e).splitlines()[0]}",
+                         path=p) from None
 
 
 def open_store(path: str | os.PathLike[str]) -> Any:

@@ -65,7 +65,8 @@ def display_line(e: Event) -> str:
 
 
 def _sources(result: TriageResult) -> str:
-    return "bundled example incident" if result.example else ", ".join(result.inputs)
+    return "bundled example incident" if result.example else ", ".join(
+        "standard input" if p == "-" else p for p in result.inputs)
 
 
 def _nothing_recognised(result: TriageResult) -> bool:
