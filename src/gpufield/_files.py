@@ -62,19 +62,14 @@ def read_bytes(path: str | os.PathLike[str], *, gz: bool | None = None) -> bytes
     """The bytes of ``path``; gunzipped when ``gz`` (default: when the name ends in ``.gz``).
 
     Raises:
-        InputError: the file is missing, a directory or unreadable, or the gzip stream is truncated
-            or corrupt (names the file and how many bytes decoded before the cut).
+        OSError: the file is missing, a directory or unreadable (``filename`` set: the CLI prints
+            ``path: reason``).
+        InputError: the gzip stream is truncated or corrupt (names the file and how many bytes
+            decoded before the cut).
     """
     p = os.fspath(path)
     gz = p.endswith(".gz") if gz is None else gz
-    try:
-        raw = Path(p).read_bytes()
-    except FileNotFoundError:
-        raise InputError("no such file", path=p) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a file", path=p) from None
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror or e}", path=p) from None
+    raw = Path(p).read_bytes()  # OSError (missing, a directory, permission) names the file itself
     if not gz:
         return raw
     d = zlib.decompressobj(wbits=31)
@@ -96,7 +91,8 @@ def read_text(path: str | os.PathLike[str], *, what: str = "UTF-8 text", gz: boo
     """Read and decode a UTF-8 text file (see :func:`read_bytes`, :func:`decode_utf8`).
 
     Raises:
-        InputError: unreadable, truncated gzip, or invalid UTF-8 (line, column, byte offset).
+        OSError: unreadable.
+        InputError: truncated gzip, or invalid UTF-8 (line, column, byte offset).
     """
     return decode_utf8(read_bytes(path, gz=gz), path, what=what)
 

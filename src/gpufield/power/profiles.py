@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gpufield._files import atomic_write
 from gpufield.errors import InputError, ProfileMismatchError
 from gpufield.power.types import LaneSetting
 
@@ -85,7 +86,7 @@ def save_profile(p: Profile, path: str | Path) -> None:
         if old.get("key") != asdict(p.key):
             raise InputError("refusing to overwrite a profile of another key", path=str(path))
     d = {"schema": SCHEMA, **asdict(p)}
-    path.write_text(json.dumps(d, indent=1, default=float))
+    atomic_write(path, json.dumps(d, indent=1, default=float), force=True, option="--out")
 
 
 def load_profile(path: str | Path, expected: ProfileKey, *, now_s: float | None = None,

@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpufield._files import read_text
 from gpufield.errors import GpufieldError, InputError
 from gpufield.triage.engine.model import TAXONOMY
 
@@ -82,7 +83,7 @@ def parse_index(path: str | os.PathLike[str]) -> list[LabelledCase]:
     """
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = read_text(p, what="a Markdown case index").splitlines()
     except OSError as e:
         raise InputError(f"cannot read the index: {e.strerror}", path=str(p)) from e
     cases: list[LabelledCase] = []
