@@ -260,7 +260,11 @@ def check_writable(path: str | os.PathLike[str], *, force: bool = False, append_
 
 
 def store_events(result: TriageResult, path: str | os.PathLike[str], *, force: bool = False) -> int:
-    """Write the result's events to a DuckDB store (``gpufield.telemetry.Store``, table ``events``).
+    """Write the result's events to an events-only ``gpufield.telemetry.Store`` (table ``events``).
+
+    The older, events-only layout (no run id; ``force`` appends). ``gpufield triage --db`` uses
+    :func:`gpufield.triage.store.store_result` instead: runs, incidents, evidence, offsets, samples,
+    and ``force`` replaces the run's rows (``docs/triage-store.md``).
 
     Args:
         result: an :func:`analyze` result.
