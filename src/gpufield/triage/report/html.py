@@ -83,7 +83,10 @@ def timeline_svg_data(result: TriageResult, *, corrected: bool = True) -> dict:
     times = [tl.t(e) if (tl and corrected) else e.ts_ns for e in events]
     blamed_host = top.host if top else None
     blamed_rank = top.rank if top else None
-    lanes_all = sorted({_lane(e) for e in events})
+    lanes_all = {_lane(e) for e in events}
+    if blamed_host and blamed_rank is not None:  # the blamed rank gets its row even when it logged nothing
+        lanes_all.add((blamed_host, blamed_rank))  # (the silent rank is the usual case)
+    lanes_all = sorted(lanes_all)
     keep = {_lane(e) for e in events if id(e) in role}
     keep |= {ln for ln in lanes_all if ln[0] == blamed_host and ln[1] in (-1, blamed_rank)}
     lanes = [ln for ln in lanes_all if ln in keep]
