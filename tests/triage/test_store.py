@@ -44,6 +44,7 @@ def test_every_table_holds_the_run(example, tmp_path):
     db = tmp_path / "t.duckdb"
     rid = store_result(example, db)
     assert rid == example.input_id and len(rid) == 16
+    assert [p.name for p in tmp_path.iterdir()] == ["t.duckdb"]  # built beside it and renamed: no temp, no WAL
     con = open_store(db)
     try:
         assert con.execute("SELECT run_id, verdict_class, n_events FROM runs").fetchall() == [
@@ -166,3 +167,11 @@ def test_read_only_directory_check_names_it(tmp_path, monkeypatch):
     with pytest.raises(InputError, match="directory is not writable") as ei:
         check_store(tmp_path / "s.duckdb")
     assert str(tmp_path) in str(ei.value)
+
+
+def test_bad_telemetry_file_is_one_line_naming_it(capsys, tmp_path):
+    bad = tmp_path / "smi.csv"
+    bad.write_text("timestamp, index, power.draw [W]\n2026/13/45 99:00:00.000, 0, 300 W\n")
+    rc = main(["triage", "--quiet", "--telemetry", str(bad)])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{bad}:2" in err and "YYYY/MM/DD" in err and "Traceback" not in err

@@ -145,7 +145,9 @@ def render_html(result: TriageResult, *, telemetry: Sequence[Any] = ()) -> str:
         charts.append(xid)
     log_samples = [_LogSample(e) for e in result.events
                    if e.kind == "metric_sample" and e.ts_ns is not None and isinstance(e.fields.get("value"), int | float)]
-    charts += plots.telemetry_charts([*telemetry, *log_samples], marks=marks)
+    # telemetry is in each host's own clock: mark the root at its logged time there
+    raw_marks = [(top.root.ts_ns, "root (as logged)")] if top and top.root.ts_ns is not None else []
+    charts += plots.telemetry_charts([*telemetry, *log_samples], marks=raw_marks)
     return tpl.render(result=result, incidents=result.incidents, svg=corrected,
                       svg_raw=timeline_svg_data(result, corrected=False), charts=charts, blamed=blamed, iso=iso,
                       colours=COLOURS, tiers=[t.name for t in Tier], n_telemetry=len(telemetry) + len(log_samples),

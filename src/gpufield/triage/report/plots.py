@@ -101,7 +101,9 @@ def line_chart(title: str, unit: str, series: dict[str, list[tuple[int, float]]]
             coords.append(f"{x(t)},{y(val)}")
             prev = val
         lines.append(Series(label, PALETTE[i % len(PALETTE)], " ".join(coords), f"{v[-1][1]:.4g}"))
-    yt = [(y(lo + (hi - lo) * k / 4), f"{lo + (hi - lo) * k / 4:.4g}") for k in range(5)]
+    step_v = (hi - lo) / 4
+    dec = 0 if step_v >= 1 else min(6, 1 - math.floor(math.log10(step_v)))
+    yt = [(y(lo + step_v * k), f"{lo + step_v * k:.{dec}f}") for k in range(5)]
     return {"title": title, "unit": unit, "height": height, "width": WIDTH, "left": LEFT, "right": WIDTH - RIGHT,
             "top": top, "bottom": bottom, "series": lines, "yticks": yt,
             "xticks": [(round(LEFT + plot_w * f, 1), lab) for f, lab in ticks(t0, t1)],
