@@ -24,11 +24,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers._scan import _literal
 from gpufield.triage.protocols import LineContext, LogParser, RecordParser
 
-_TS = '"__REALTIME_TIMESTAMP"'
-_BYTES = r'"MESSAGE" ?: ?\['
+_BYTES_RE = re.compile(r'"MESSAGE" ?: ?\[')
 
 
 def _text(v: object) -> str | None:
@@ -57,16 +55,17 @@ class JournalJsonParser:
     def __init__(self, inner: Sequence[LogParser]) -> None:
         """``inner``: the parsers a MESSAGE is offered to, in order."""
         self.inner = tuple(inner)
-        kw = "|".join(_literal(k) for p in self.inner for k in p.keywords)
-        # an entry whose MESSAGE (or any field) holds one of the inner parsers' keywords, or whose
-        # MESSAGE is a byte array (not searchable as text)
-        self.prefilter = f"{_TS}.*(?:{kw})|(?:{kw}).*{_TS}|{_TS}.*{_BYTES}|{_BYTES}.*{_TS}"
+        # anchored at the opening brace: on any other line the prefilter union fails at the first
+        # byte, so plain logs pay nothing; a journal line is decoded only when one of the inner
+        # parsers' keywords (or a byte-array MESSAGE, not searchable as text) is in it
+        self.prefilter = '^[ \\t]*\\{.*"__REALTIME_TIMESTAMP"'
+        self._kw = tuple(dict.fromkeys(k for p in self.inner for k in p.keywords))
         self._pre = [re.compile(p.prefilter) for p in self.inner]
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one JSON entry; None when it is not one or no inner parser knows its message."""
         s = line.strip()
-        if not s.startswith("{"):
+        if not s.startswith("{") or not (any(k in s for k in self._kw) or _BYTES_RE.search(s)):
             return None
         try:
             entry = json.loads(s)
