@@ -141,3 +141,18 @@ def test_html_atomic_no_temp_left(capsys, tmp_path, log):
     assert rc == 0, err
     assert "<svg" in out.read_text() and sorted(p.name for p in tmp_path.iterdir()) == ["kern.log", "r.html"]
     assert Path(out).stat().st_nlink == 1
+
+
+def test_power_profile_path_that_is_a_fifo_is_refused_not_read(tmp_path):
+    import dataclasses
+
+    from gpufield.power.profiles import Profile, ProfileKey, save_profile
+    from gpufield.power.types import LaneSetting
+
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    key = ProfileKey(**{f.name: (1 if f.type in (int, "int") else "x") for f in dataclasses.fields(ProfileKey)})
+    prof = Profile(key=key, setting=LaneSetting(), actuator="default", slo={})
+    with pytest.raises(InputError, match="named pipe"):
+        save_profile(prof, fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)

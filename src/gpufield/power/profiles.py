@@ -81,7 +81,7 @@ class Profile:
 def save_profile(p: Profile, path: str | Path) -> None:
     """Write ``p`` as JSON (never over an existing file of another key: that raises)."""
     path = Path(path)
-    if path.exists():
+    if path.is_file() and not path.is_symlink():  # a FIFO is never read (it would block); atomic_write refuses it
         old = json.loads(path.read_text())
         if old.get("key") != asdict(p.key):
             raise InputError("refusing to overwrite a profile of another key", path=str(path))
