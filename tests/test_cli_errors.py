@@ -248,3 +248,89 @@ def test_version(capsys):
     assert (rc, out, err) == (0, f"gpufield {version('gpufield')}\n", "")
     p = _gpufield("--version")
     assert p.returncode == 0 and p.stdout == f"gpufield {version('gpufield')}\n"
+
+
+# --- issue 24: non-finite options, bad devices, undecodable and truncated inputs ------------------------
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_triage_non_finite_skew_tolerance(capsys, value):
+    rc, _, err = _run(capsys, "triage", "--skew-tolerance-s", value)
+    _usage_error(rc, err, "--skew-tolerance-s", "finite")
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpu0", ""])
+def test_verify_bad_device(capsys, tmp_path, device):
+    rc, _, err = _run(capsys, "verify", "run", "m.onnx", "p.vnnlib", "--out", str(tmp_path / "r.txt"),
+                      "--device", device)
+    _usage_error(rc, err, "--device", "expected cpu, cuda or cuda:N")
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"), "--device", device)
+    _usage_error(rc, err, "--device")
+
+
+BAD_UTF8 = b"\xff\xfe bad \xc3\x28"
+
+
+def _bad_utf8_line(err: str, path, line: int) -> None:
+    """One error line naming the file and line, what was expected, no bare codec message."""
+    assert "Traceback" not in err and "codec can't decode" not in err, err
+    first = [ln for ln in err.splitlines() if ln.startswith("gpufield: error:")]
+    assert len(first) == 1, err
+    assert f"{path}:{line}:" in first[0] and "invalid UTF-8" in first[0] and "expected" in first[0], err
+
+
+def test_verify_bench_instances_csv_invalid_utf8(capsys, tmp_path):
+    (tmp_path / "instances.csv").write_bytes(b"onnx/a.onnx,vnnlib/a.vnnlib,60\n" + BAD_UTF8 + b",x,1\n")
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "res.csv"))
+    assert rc == 2
+    _bad_utf8_line(err, tmp_path / "instances.csv", 2)
+    assert not (tmp_path / "res.csv").exists()
+
+
+def test_verify_bench_reference_csv_invalid_utf8(capsys, tmp_path):
+    (tmp_path / "instances.csv").write_text("")
+    ref = tmp_path / "ref.csv"
+    ref.write_bytes(b"mnist,onnx/a.onnx,vnnlib/a.vnnlib,0.1,unsat,1.0\n" + BAD_UTF8 + b"\n")
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "res.csv"),
+                      "--reference", str(ref))
+    assert rc == 2
+    _bad_utf8_line(err, ref, 2)
+
+
+def test_triage_eval_index_invalid_utf8(capsys, tmp_path):
+    (tmp_path / "INDEX.md").write_bytes(b"# cases\n\n| # | Case file | Expected class |\n" + BAD_UTF8 + b"\n")
+    rc, _, err = _run(capsys, "triage", "eval", str(tmp_path))
+    assert rc == 2
+    _bad_utf8_line(err, tmp_path / "INDEX.md", 4)
+
+
+def test_power_scenario_invalid_utf8(capsys, tmp_path):
+    sc = tmp_path / "sc.json"
+    sc.write_bytes(b'{"name": "x",\n "description": "' + BAD_UTF8 + b'"}\n')
+    rc, _, err = _run(capsys, "power", "simulate", str(sc))
+    assert rc == 2
+    _bad_utf8_line(err, sc, 2)
+
+
+def test_verify_run_truncated_vnnlib_gz_is_bad_input_not_interrupted(capsys, tmp_path):
+    import gzip
+
+    pytest.importorskip("torch")
+    pytest.importorskip("onnx")
+    import numpy as np
+    from tests.verify.nets import mlp, save  # a real Gemm/Relu ONNX model built with onnx.helper
+
+    model = tmp_path / "net.onnx"
+    save(mlp(np.random.default_rng(0), [2, 3, 2])[0], model)
+    text = "".join(f"(declare-const X_{i} Real)\n" for i in range(2))
+    text += "(declare-const Y_0 Real)\n(declare-const Y_1 Real)\n(assert (<= X_0 1))\n(assert (>= X_0 0))\n"
+    text += "(assert (<= X_1 1))\n(assert (>= X_1 0))\n" + "(assert (<= Y_0 Y_1))\n" * 20
+    data = gzip.compress(text.encode())
+    prop = tmp_path / "p.vnnlib.gz"
+    prop.write_bytes(data[: len(data) // 2])
+    out = tmp_path / "r.txt"
+    rc, _, err = _run(capsys, "verify", "run", str(model), str(prop), "--out", str(out))
+    assert rc == 2, err
+    assert "interrupted" not in err and "Traceback" not in err
+    line = [ln for ln in err.splitlines() if ln.startswith("gpufield: error:")]
+    assert len(line) == 1 and "p.vnnlib.gz" in line[0] and "truncated gzip" in line[0], err
+    assert out.read_text().split("\n")[0] == "error"

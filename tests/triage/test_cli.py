@@ -120,7 +120,10 @@ def test_a_healthy_log_is_a_verdict_too(capsys, tmp_path):
     assert rc == 0 and json.loads(out)["verdict"] is None and json.loads(out)["incidents"] == []
 
 
-def test_a_missing_path_among_readable_ones_is_a_warning(capsys, tmp_path, shared_dir):
-    rc, out, err = run(capsys, str(tmp_path / "typo.log"), str(CASES / "13-xid79-gpu-lost-syslog.log"), "--quiet")
+def test_a_missing_path_among_readable_ones_is_an_error_unless_allowed(capsys, tmp_path, shared_dir):
+    good = str(CASES / "13-xid79-gpu-lost-syslog.log")
+    rc, out, err = run(capsys, str(tmp_path / "typo.log"), good, "--quiet")
+    assert rc == 2 and out == "" and "typo.log" in err and "--allow-missing" in err and "Traceback" not in err
+    rc, out, err = run(capsys, str(tmp_path / "typo.log"), good, "--quiet", "--allow-missing")
     assert rc == 0 and out.startswith("GPU_FELL_OFF_BUS")
     assert "warning" in err and "typo.log" in err

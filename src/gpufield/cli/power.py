@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -145,6 +146,19 @@ def simulate(scenario: str = typer.Argument(..., help="bundled scenario name or 
         typer.echo(f"  balanced / oracle tokens/J: {d['balanced_over_oracle_tokens_per_j']:.3f}")
 
 
+def _check_out_dir(out: Path) -> None:
+    """Before the work: --out (or its nearest existing parent) is a writable directory, not a link."""
+    from gpufield.errors import InputError
+
+    if out.is_symlink():
+        raise InputError("--out is a symbolic link; name the directory itself", path=str(out))
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe if str(probe) else ".", os.W_OK | os.X_OK):
+        raise InputError("--out directory is not writable", path=str(probe))
+
+
 @app.command()
 def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or path"),
               out: str = typer.Option(..., "--out", help="directory for the profile JSON files"),
@@ -161,6 +175,7 @@ def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or
     if Path(out).exists() and not Path(out).is_dir():
         raise typer.BadParameter(f"{out!r} exists and is not a directory (--out names a directory for the "
                                  "profile files)", param_hint="'--out'")
+    _check_out_dir(Path(out))
     sc = load_scenario(scenario)
     with _progress(quiet, "power calibrate") as progress:
         profiles = calibrate_twin(sc, mode=Mode(mode), out_dir=out, progress=progress)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
@@ -13,7 +13,9 @@ from typing import Annotated, Literal
 
 import typer
 
+from gpufield._files import atomic_write, check_output
 from gpufield.cli._interrupt import interrupted
+from gpufield.errors import InputError
 
 app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha-CROWN, beta-CROWN BaB, PGD.",
                   no_args_is_help=True)
@@ -21,7 +23,14 @@ app = typer.Typer(help="Verify ReLU networks (ONNX + VNN-LIB): IBP, CROWN, alpha
 # the choices are spelled out here (gpufield.verify.runner.METHODS, _DTYPES, refine.BRANCHING) so that
 # parsing the command line does not import torch; tests/test_cli_errors.py checks they match
 Method = Annotated[Literal["ibp", "crown", "alpha"], typer.Option(help="ibp | crown | alpha")]
-Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:N")]
+def _device(value: str, param: typer.CallbackParam) -> str:
+    """Option callback: a torch device the verifier runs on (``cpu``, ``cuda``, ``cuda:N``)."""
+    if not re.fullmatch(r"cpu|cuda(?::\d+)?", value):
+        raise typer.BadParameter(f"{value!r}: expected cpu, cuda or cuda:N", param=param)
+    return value
+
+
+Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:N", callback=_device)]
 Dtype = Annotated[Literal["float32", "float64"], typer.Option(help="float32 | float64")]
 AlphaIters = Annotated[int, typer.Option(min=0, help="alpha-CROWN Adam steps")]
 
@@ -74,7 +83,10 @@ def _sidecar(out: Path) -> Path:
 
 def _fingerprint(path: Path) -> dict | None:
     try:
-        st, data = path.stat(), path.read_bytes()
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device: never opened (reading a FIFO blocks)
+            return None
+        data = path.read_bytes()
     except OSError:
         return None
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": hashlib.sha256(data).hexdigest(),
@@ -99,11 +111,9 @@ def _record(out: Path, model: Path, prop: Path, before: dict | None, *, bad_inpu
         if fp is None or fp["verdict"] not in RETRYABLE:
             side.unlink(missing_ok=True)
             return
-        tmp = side.with_name(side.name + ".tmp")
-        tmp.write_text(json.dumps({"written_by": "gpufield verify run", **_instance(model, prop), **fp,
-                                   "bad_input": bad_input}, indent=1))
-        os.replace(tmp, side)
-    except OSError:  # no record: a retry then needs --force, nothing is lost
+        atomic_write(side, json.dumps({"written_by": "gpufield verify run", **_instance(model, prop), **fp,
+                                       "bad_input": bad_input}, indent=1), force=True)
+    except (OSError, InputError):  # no record: a retry then needs --force, nothing is lost
         pass
 
 
@@ -152,7 +162,6 @@ def run(
     Example:
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
-    from gpufield.errors import InputError
     from gpufield.verify import run_instance, write_result_file
     from gpufield.verify.runner import load_instance
 
@@ -167,13 +176,14 @@ def run(
                 raise OSError(refusal)
             write_result_file(out, "error", force=True)
             _record(out, model, prop, before, bad_input=True)
-        except OSError as e:
+        except (OSError, InputError) as e:  # InputError: --out is a device, FIFO, link or an input
             print(f"gpufield: note: 'error' not written to {out} ({e})", file=sys.stderr)
         raise
     if not out.parent.is_dir():
         raise InputError("the folder of the result file does not exist", path=str(out))
     if out.is_dir():
         raise InputError("is a folder; --out names the result file to write", path=str(out))
+    check_output(out, force=True, inputs=(model, prop), option="--out")  # devices, FIFOs, links, inputs
     if refusal is not None:
         raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
     try:
@@ -220,6 +230,9 @@ def bench(
     """
     from gpufield.verify import bench as run_bench
 
+    ins = [bench_dir / "instances.csv", *([reference] if reference else [])]
+    for o in (out, Path(str(out) + ".summary.json")):  # before any instance runs
+        check_output(o, force=True, inputs=ins, option="--out")
     try:
         s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
                       total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gpufield._files import atomic_write
 from gpufield.errors import InputError, ProfileMismatchError
 from gpufield.power.types import LaneSetting
 
@@ -80,12 +81,12 @@ class Profile:
 def save_profile(p: Profile, path: str | Path) -> None:
     """Write ``p`` as JSON (never over an existing file of another key: that raises)."""
     path = Path(path)
-    if path.exists():
+    if path.is_file() and not path.is_symlink():  # a FIFO is never read (it would block); atomic_write refuses it
         old = json.loads(path.read_text())
         if old.get("key") != asdict(p.key):
             raise InputError("refusing to overwrite a profile of another key", path=str(path))
     d = {"schema": SCHEMA, **asdict(p)}
-    path.write_text(json.dumps(d, indent=1, default=float))
+    atomic_write(path, json.dumps(d, indent=1, default=float), force=True, option="--out")
 
 
 def load_profile(path: str | Path, expected: ProfileKey, *, now_s: float | None = None,

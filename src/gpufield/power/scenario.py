@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpufield._files import read_text
 from gpufield.errors import InputError
 from gpufield.power.scenario_check import check_request_budget, check_scenario_dict
 from gpufield.power.twin.engine import LanePair
@@ -121,7 +122,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     if p.suffix == ".json" or p.exists():
         if not p.is_file():
             raise InputError("scenario file not found", path=str(p))
-        text, base, where = p.read_text(), p.parent, str(p)
+        text, base, where = read_text(p, what="a scenario JSON file"), p.parent, str(p)
     else:
         names = bundled_scenarios()
         if str(name_or_path) not in names:

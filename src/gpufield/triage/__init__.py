@@ -3,6 +3,7 @@
 Quick start::
 
     $ gpufield triage                      # the bundled example: two hosts x 8 ranks, Xid 79 on host B
+    $ journalctl -k -o json | gpufield triage          # piped stdin is read (also: gpufield triage -)
     $ gpufield triage /logs/job-1234/ --html report.html --db events.duckdb
     $ gpufield triage node-a.log node-b-dmesg.txt --json
     $ gpufield triage eval ../shared/data/triage-cases      # score against a labelled corpus
@@ -17,7 +18,13 @@ From Python::
 **What it reads.** Kernel logs (dmesg, ``dmesg -T``, journal, syslog: NVRM Xid, fallen off the bus,
 reset required, PCIe AER, OOM killer), NCCL INFO/WARN lines (IB completion errors, socket errors),
 PyTorch ProcessGroupNCCL watchdog/heartbeat/Flight Recorder lines, torchrun ChildFailedError blocks,
-CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi dumps, DCGM text.
+CUDA/allocator errors, training output (loss, NaN, fp16 overflow), nvidia-smi dumps, DCGM text;
+``journalctl -o json`` exports; plain, gzip, bzip2 or xz (by magic bytes). Inputs
+(:mod:`gpufield.triage.inputs`): a *list* of paths (a bare ``str`` is refused: it would be read
+character by character), ``-`` = standard input; with no path, piped standard input is read and the
+bundled example runs only when stdin is a terminal; a missing path among several is an error
+unless ``allow_missing=True`` (``--allow-missing``); a named pipe without a writer is refused after
+``inputs.FIFO_WAIT_S`` seconds instead of blocking.
 
 **Which host a line is from.** The line's own prefix (syslog / journal / RFC 5424 hostname, NCCL
 ``host:pid:tid``, torchrun ``host :``), else the host all other lines of its file name, else a
@@ -61,8 +68,12 @@ code and data classes are never retried blindly (triage.md 5.10).
 **Outputs.** ``render`` prints one screen; ``dumps`` gives JSON (schema in
 ``gpufield.triage.report.json_export``; ``incidents`` most likely root first, each with ``class``,
 ``confidence``, ``action``, ``root`` {host, rank, gpu, file, line}, ``cascade_count``, ``evidence``);
-``write_html`` writes one self-contained page with an SVG timeline by host and rank. Existing output
-files are never replaced unless ``force=True`` (``--force``).
+``write_html`` writes one self-contained page (timelines by host and rank on skew-corrected and raw
+times, the blamed host / rank / GPU highlighted, a legend, Xid and telemetry charts, evidence with
+file:line); ``store_result`` adds the run to a DuckDB store (schema and queries:
+``docs/triage-store.md``). Outputs go through a temporary file and a rename; existing files are
+never replaced unless ``force=True`` (``--force``), and never when they are devices, FIFOs,
+symbolic links or inputs.
 
 **Lower level.** ``ingest(paths)`` / ``iter_events(paths)`` give the parsed :class:`Event` stream
 without the engine (``IngestOptions``: year, UTC offset, loss lines; ``IngestResult.stats`` is an
@@ -84,10 +95,11 @@ from gpufield.triage.events import KINDS, SOURCES, Event
 from gpufield.triage.ingest import IngestOptions, IngestResult, IngestStats, ingest, iter_events
 from gpufield.triage.report import dumps, one_line, render, render_html, to_dict, write_html
 from gpufield.triage.report.eval_view import render_eval
+from gpufield.triage.store import store_result
 
 __all__ = [
     "ACTION_KINDS", "EvalReport", "Event", "EvidenceLine", "Incident", "IngestOptions", "IngestResult",
     "IngestStats", "KINDS", "NO_RETRY", "SOURCES", "TAXONOMY", "TriageResult", "analyze", "check_writable",
     "dumps", "evaluate", "example_dir", "ib_status", "ingest", "iter_events", "nccl_result", "one_line",
-    "parse_index", "render", "render_eval", "render_html", "store_events", "to_dict", "write_html", "xid_info",
+    "parse_index", "render", "render_eval", "render_html", "store_events", "store_result", "to_dict", "write_html", "xid_info",
 ]

@@ -7,16 +7,17 @@ lives in :mod:`gpufield.triage.report`; the CLI only calls these.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpufield.errors import InputError, LogFormatError
+from gpufield.errors import LogFormatError
 from gpufield.triage.engine import EngineResult, run_engine
 from gpufield.triage.engine.model import Incident
 from gpufield.triage.engine.phases import PhaseMark, marks_in_block
@@ -50,6 +51,8 @@ class TriageResult:
             or only on its host (:meth:`gpufield.triage.miner.TemplateMiner.unexplained`): evidence
             no rule explained, earliest first.
         unparsed_templates: the most frequent templates of unparsed error-ish lines (at most 200).
+        files: the files read, as ingestion named them (standard input as ``/dev/fd/N``).
+        input_id: :func:`input_id` of ``files`` (the store's default run id).
     """
 
     incidents: list[Incident]
@@ -61,6 +64,8 @@ class TriageResult:
     engine: EngineResult | None = None
     unexplained: list[MinedTemplate] = field(default_factory=list)
     unparsed_templates: list[MinedTemplate] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    input_id: str = ""
 
     @property
     def verdict(self) -> Incident | None:
@@ -85,10 +90,12 @@ def _files_under(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _ingest(paths: Sequence[str], *, year: int | None,
-            miner: TemplateMiner | None = None) -> tuple[list[Event], list[PhaseMark], dict[str, Any]]:
-    """Events, phase marks and stats of one read of the inputs (:func:`gpufield.triage.ingest.ingest`
-    with loss lines thinned, see :data:`LOSS_EVERY`; phase banners found by its ``on_block`` hook).
+def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | None = None,
+            progress: Callable[[str, int], None] | None = None,
+            labels: dict[str, str] | None = None) -> tuple[list[Event], list[PhaseMark], dict[str, Any], list[str]]:
+    """Events, phase marks, stats and the files read of one read of the inputs
+    (:func:`gpufield.triage.ingest.ingest` with loss lines thinned, see :data:`LOSS_EVERY`; phase
+    banners found by its ``on_block`` hook; ``progress(path, n_bytes)`` called once per block read).
 
     Events stream through :class:`~gpufield.triage.aggregate.EventReducer` (repeats of a template
     beyond its first occurrences are counted, not kept) and phase marks through the same kind of
@@ -104,6 +111,8 @@ def _ingest(paths: Sequence[str], *, year: int | None,
         marks.extend(marks_in_block(block, starts, n, path, base + 1))
         if miner is not None:
             miner.on_block(path, block, starts, n, base)
+        if progress is not None:
+            progress(path, len(block))
 
     def sink(e: Event) -> None:
         reducer.add(e)
@@ -112,18 +121,41 @@ def _ingest(paths: Sequence[str], *, year: int | None,
 
     res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
                  on_block=on_block, sink=sink)
-    res.raise_if_nothing_read()
+    st = res.stats
+    labels = labels or {}
+    warnings = [str(replace(w, path=labels.get(w.path, w.path))) for w in st.warnings]
+    if st.nothing_read:
+        raise LogFormatError(f"nothing could be read from the given logs: {'; '.join(warnings) or 'no input paths given'}")
     if miner is not None:
         miner.finish()
-    st = res.stats
     events = reducer.events()
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
              "truncated_lines": st.truncated_lines, "events_kept": len(events),
              "events_aggregated": st.events - len(events), "phase_marks_aggregated": marks.dropped,
              "templates": reducer.summary(), "mined_lines": miner.lines_mined if miner is not None else 0,
-             "warnings": [str(w) for w in st.warnings], "unreadable": list(st.unreadable)}
-    return events, marks.marks(), stats
+             "warnings": warnings, "unreadable": [labels.get(u, u) for u in st.unreadable]}
+    return events, marks.marks(), stats, [f.path for f in st.files]
+
+
+def input_id(files: Sequence[str]) -> str:
+    """Identity of an input set: sha256 (hex, 16 digits) of the sorted absolute paths of the files read
+    with their sizes and modification times. The same files re-analysed give the same id (the
+    store's default run id); a file that grew gives another. Standard input has no identity: a set
+    with it gets a random id."""
+    import hashlib
+    import uuid
+
+    h = hashlib.sha256()
+    for f in sorted(os.path.abspath(x) for x in files):
+        if f.startswith(("/dev/fd/", "/proc/self/fd/")):
+            return uuid.uuid4().hex[:16]
+        try:
+            st = os.stat(f)
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+        except OSError:
+            h.update(f"{f}\0?\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()[:16]
 
 
 class _MarkReducer:
@@ -207,39 +239,58 @@ def folder_hosts(events: Sequence[Event], roots: Sequence[str]) -> list[Event]:
 
 
 def _check_paths(paths: Sequence[str]) -> None:
-    """Fail only when nothing at all is readable; a missing path among good ones is a warning."""
-    existing = [p for p in paths if os.path.exists(p)]
-    if not existing:
-        raise InputError("no such file or directory", path=paths[0])
-    if not _files_under(existing):
-        raise LogFormatError("no files to read (empty directory)", path=existing[0])
+    """Fail when nothing at all is readable (missing paths were refused or warned about before)."""
+    if not _files_under(paths):
+        raise LogFormatError("no files to read (empty directory)", path=paths[0])
 
 
-def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_tolerance_s: float = 30.0) -> TriageResult:
+def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = None, *,
+            skew_tolerance_s: float = 30.0, allow_missing: bool = False,
+            progress: Callable[[str, int], None] | None = None) -> TriageResult:
     """Triage the logs at ``paths`` and return incidents, most likely root first.
 
     Args:
-        paths: log files and/or directories (walked recursively) from one failed job: kernel logs
-            (dmesg/journal/syslog), NCCL, PyTorch, torchrun, training output, nvidia-smi dumps,
-            DCGM/Prometheus text. None or empty: the bundled example incident.
-        skew_tolerance_s: clock uncertainty between hosts after the automatic skew correction;
-            events on different hosts closer than this are ordered by causal prior only.
+        paths: a list of log files and/or directories (walked recursively) from one failed job:
+            kernel logs (dmesg/journal/syslog, ``journalctl -o json``), NCCL, PyTorch, torchrun,
+            training output, nvidia-smi dumps, DCGM/Prometheus text; plain, gzip, bzip2 or xz.
+            ``"-"`` is standard input. A single ``os.PathLike`` counts as one path; a ``str`` is
+            refused (``analyze(["kern.log"])``, see :mod:`gpufield.triage.inputs`). None or empty:
+            the bundled example incident.
+        skew_tolerance_s: clock uncertainty between hosts after the automatic skew correction
+            (finite, >= 0); events on different hosts closer than this are ordered by causal prior only.
+        allow_missing: a missing path among existing ones is a warning instead of an error.
+        progress: called as ``progress(path, n_bytes)`` after each block (8 MiB) of decompressed
+            input is read (the CLI draws a progress bar with it).
 
     Returns:
         A :class:`TriageResult`. A run whose logs match no rule has no incidents (exit 0 in the CLI:
         "no failure signature found" is a verdict).
 
     Raises:
-        InputError: none of the paths exists (a missing path among readable ones only adds a
-            warning to ``stats["warnings"]``).
+        TypeError: ``paths`` is a ``str`` or ``bytes``.
+        InputError: a path is missing (any, without ``allow_missing``; all, with it); a named pipe
+            has no writer.
         LogFormatError: nothing at all could be read (empty directory, only binary files).
-        ValueError: ``skew_tolerance_s`` is negative.
+        ValueError: ``skew_tolerance_s`` is negative, NaN or infinite.
     """
-    example = not paths
-    given = [str(example_dir())] if example else [os.fspath(p) for p in paths]  # type: ignore[union-attr]
+    if not (isinstance(skew_tolerance_s, int | float) and math.isfinite(skew_tolerance_s) and skew_tolerance_s >= 0):
+        raise ValueError(f"skew_tolerance_s must be a finite number of seconds >= 0, got {skew_tolerance_s!r}")
+    from gpufield.triage.inputs import relabel, resolve_inputs
+
+    inp = None if paths is None else resolve_inputs(paths, allow_missing=allow_missing)
+    example = inp is None or not inp.given
+    given = [str(example_dir())] if example else inp.paths  # type: ignore[union-attr]
     _check_paths(given)
+    labels = {} if inp is None else inp.labels
     miner = TemplateMiner(year=EXAMPLE_YEAR if example else time.gmtime().tm_year)
-    events, marks, stats = _ingest(given, year=EXAMPLE_YEAR if example else None, miner=miner)
+    events, marks, stats, files = _ingest(given, year=EXAMPLE_YEAR if example else None, miner=miner,
+                                          progress=progress, labels=labels)
+    if inp is not None and inp.missing:
+        stats["warnings"] = [f"{m}: no such file or directory (skipped: --allow-missing)" for m in inp.missing] \
+            + stats["warnings"]
+    if labels:
+        events = relabel(events, labels)
+        marks = [replace(m, file=labels.get(m.file, m.file)) for m in marks]
     events = folder_hosts(events, given)
     result = run_engine(events, phases=marks, skew_tolerance_s=skew_tolerance_s)
     top = result.incidents[0] if result.incidents else None
@@ -247,33 +298,41 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | None = None, *, skew_toler
     unexplained = miner.unexplained(failure_ns=top.t_ns if top else None, failing_host=top.host if top else None,
                                     all_hosts={e.host for e in events if e.host})
     return TriageResult(
-        incidents=result.incidents, events=result.timeline.events, inputs=given, stats=stats,
+        incidents=result.incidents, events=result.timeline.events,
+        inputs=given if example else list(inp.given), stats=stats,  # type: ignore[union-attr]
         clock_offsets_s={h: o / 1e9 for h, o in result.timeline.offsets_ns.items()},
         example=example, engine=result, unexplained=unexplained, unparsed_templates=mined[:200],
+        files=files, input_id=input_id(files),
     )
 
 
-def check_writable(path: str | os.PathLike[str], *, force: bool = False, append_ok: bool = False) -> None:
-    """Refuse an output path before any work is done.
+def check_writable(path: str | os.PathLike[str], *, force: bool = False, append_ok: bool = False,
+                   inputs: Iterable[str | os.PathLike[str]] = (), option: str | None = None) -> None:
+    """Refuse an output path before any work is done (:func:`gpufield._files.check_output`).
 
     Args:
         path: an output file the user named (``--html``, ``--db``).
-        force: the user asked to replace (HTML) or append to (DuckDB) an existing file.
-        append_ok: the output is appended to rather than replaced when ``force`` is given.
+        force: the user asked to replace (HTML) or add to (DuckDB) an existing file.
+        append_ok: the output is added to rather than replaced (changes the message only).
+        inputs: the analysis inputs; the output may not be one of them.
+        option: the option name for the message.
 
     Raises:
-        InputError: the file exists and ``force`` is False, or its directory does not exist.
+        InputError: the file exists and ``force`` is False; it is a device, FIFO, socket, directory,
+            symbolic link or one of ``inputs`` (also with ``force``); its directory is missing or
+            not writable.
     """
-    p = Path(path)
-    if p.exists() and not force:
-        how = "append to it" if append_ok else "replace it"
-        raise InputError(f"file exists; refusing to overwrite it (pass --force to {how})", path=str(p))
-    if not p.parent.is_dir():
-        raise InputError("directory does not exist", path=str(p.parent))
+    from gpufield._files import check_output
+
+    check_output(path, force=force, inputs=inputs, option=option, append=append_ok)
 
 
 def store_events(result: TriageResult, path: str | os.PathLike[str], *, force: bool = False) -> int:
-    """Write the result's events to a DuckDB store (``gpufield.telemetry.Store``, table ``events``).
+    """Write the result's events to an events-only ``gpufield.telemetry.Store`` (table ``events``).
+
+    The older, events-only layout (no run id; ``force`` appends). ``gpufield triage --db`` uses
+    :func:`gpufield.triage.store.store_result` instead: runs, incidents, evidence, offsets, samples,
+    and ``force`` replaces the run's rows (``docs/triage-store.md``).
 
     Args:
         result: an :func:`analyze` result.

@@ -34,6 +34,7 @@ import numpy as np
 from gpufield.errors import InputError, LogFormatError
 from gpufield.triage._decompress import Decoded
 from gpufield.triage.events import Event
+from gpufield.triage.inputs import open_input
 from gpufield.triage.parsers import FILE_PARSERS, LOSS_PARSER, PARSERS
 from gpufield.triage.parsers._scan import BLOCK_BYTES, BlockHook, ScanCounters, Table, scan
 
@@ -240,7 +241,7 @@ def _walk_all(paths: Iterable[str | os.PathLike[str]], stats: IngestStats) -> It
 def _open(path: str, stats: IngestStats) -> tuple[object, str | None, object] | None:
     """Open ``path`` once (a pipe cannot be reopened), detect compression by peeking at the magic."""
     try:
-        f = open(path, "rb")  # closed by iter_events
+        f = open_input(path)  # closed by iter_events; stdin, /dev/fd/N and FIFOs never block forever
         head = f.peek(8)[:8]
     except OSError as e:
         stats.warnings.append(IngestWarning(path, None, f"cannot read: {e.strerror or e}"))

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpufield._files import read_text
 from gpufield.errors import InputError
 from gpufield.triage.engine.model import TAXONOMY
 
@@ -150,11 +151,9 @@ def parse_index(path: str | os.PathLike[str]) -> list[LabelledCase]:
     """
     p = Path(path)
     try:
-        lines = p.read_text(encoding="utf-8").splitlines()
+        lines = read_text(p, what="a Markdown case index").splitlines()
     except OSError as e:
         raise InputError(f"cannot read the index: {e.strerror}", path=str(p)) from e
-    except UnicodeDecodeError as e:
-        raise InputError(f"the index is not UTF-8 text ({e.reason})", path=str(p)) from e
     cases: list[LabelledCase] = []
     cols: dict[str, int] | None = None
     width = 0

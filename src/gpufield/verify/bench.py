@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gpufield._files import atomic_write, check_output
 from gpufield.errors import GpufieldError, InputError
 from gpufield.verify.io.results import ResultsWriter, instance_key, read_instances, read_results
 from gpufield.verify.runner import VerifyConfig, verify_instance
@@ -109,6 +110,8 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
         instances = [i for i in instances if pat.search(f"{i.onnx},{i.vnnlib}")]
     instances = instances[:limit]
     done: dict[tuple[str, str], str] = {}
+    check_output(out_csv, force=True, inputs=[bench_dir / "instances.csv", *([reference] if reference else [])],
+                 option="--out")  # never unlinks or appends to a device, FIFO, symlink or an input
     if out_csv.exists():
         if resume:
             done = read_results(out_csv)
@@ -183,5 +186,5 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
     if ref is not None:
         keys = [instance_key(i.onnx, i.vnnlib) for i in instances]
         summary.reference_counts = dict(Counter(ref[k] for k in keys if k in ref))
-    Path(str(out_csv) + ".summary.json").write_text(summary.to_json())
+    atomic_write(Path(str(out_csv) + ".summary.json"), summary.to_json(), force=True)
     return summary

@@ -8,6 +8,8 @@ the generic Python-exception fallback.
 =============  ==========  ====================================================================
 parser         source      formats
 =============  ==========  ====================================================================
+journal_json   (inner)     ``journalctl -o json`` entries: the MESSAGE goes to the parsers below,
+                           the entry's time / host / pid fill in what the message lacks
 kernel         kernel      NVRM Xid (all variants), fallen off the bus (multi-line), reset
                            required, GPU map, NVSwitch SXid, PCIe AER (multi-line), OOM killer,
                            mlx5 link state
@@ -32,6 +34,7 @@ from __future__ import annotations
 from gpufield.triage.parsers.cuda import CudaParser
 from gpufield.triage.parsers.dcgm import DcgmParser
 from gpufield.triage.parsers.flight_recorder import FlightRecorderParser
+from gpufield.triage.parsers.journal_json import JournalJsonParser
 from gpufield.triage.parsers.kernel import KernelParser
 from gpufield.triage.parsers.lspci import LspciParser
 from gpufield.triage.parsers.nccl import NcclParser
@@ -45,14 +48,15 @@ from gpufield.triage.parsers.train import LossParser, TrainParser
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
     "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
-    "FlightRecorderParser", "SmiCsvParser", "LspciParser",
+    "FlightRecorderParser", "SmiCsvParser", "LspciParser", "JournalJsonParser",
 ]
 
-#: the default parser table, in evaluation order
-PARSERS = (
+_LINE_PARSERS = (
     KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
     SmiParser(), SmiCsvParser(), LspciParser(), DcgmParser(), PythonExceptionParser(),
 )
+#: the default parser table, in evaluation order (journal JSON first: its lines hold the others' keywords)
+PARSERS = (JournalJsonParser(_LINE_PARSERS), *_LINE_PARSERS)
 
 #: finite-loss parser, appended by ``IngestOptions(with_loss=True)``
 LOSS_PARSER = LossParser()

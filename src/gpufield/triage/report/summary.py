@@ -64,8 +64,14 @@ def display_line(e: Event) -> str:
     return _PREFIX.sub("", first).strip() or first
 
 
+def where_of(e: Event) -> str:
+    """``parent/name:line`` of an event's file (the terminal's short form of file:line)."""
+    return f"{'/'.join(e.file.replace(chr(92), '/').split('/')[-2:])}:{e.line}"
+
+
 def _sources(result: TriageResult) -> str:
-    return "bundled example incident" if result.example else ", ".join(result.inputs)
+    return "bundled example incident" if result.example else ", ".join(
+        "standard input" if p == "-" else p for p in result.inputs)
 
 
 def _nothing_recognised(result: TriageResult) -> bool:
@@ -85,11 +91,12 @@ def one_line(result: TriageResult) -> str:
 
 
 def _evidence_table(inc: Incident, width: int) -> Table:
+    """Evidence rows: ``role  n  parent/file:line`` on one line, the log line under it. Nothing is
+    cut: a location or line longer than the terminal wraps (folds) instead of ending in an ellipsis."""
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False, expand=True)
     t.add_column("role", style="dim", no_wrap=True, width=7)
-    t.add_column("where", no_wrap=True, overflow="ellipsis", width=min(28, max(14, width // 4)))
     t.add_column("n", justify="right", no_wrap=True, width=4)
-    t.add_column("line", overflow="ellipsis", no_wrap=True, ratio=1)
+    t.add_column("where / line", overflow="fold", ratio=1)
     roots = [x for x in inc.evidence if x.role == "root" and x.event.kind != "gpu_map"]
     rank = {k: i for i, k in enumerate(_CASCADE_ORDER)}
     casc, kinds = [], set()
@@ -102,8 +109,10 @@ def _evidence_table(inc: Incident, width: int) -> Table:
     shown += casc[: MAX_EVIDENCE - len(shown)]
     for x in shown:
         e = x.event
-        where = f"{'/'.join(e.file.replace(chr(92), '/').split('/')[-2:])}:{e.line}"  # parent/name:line
-        t.add_row(x.role, Text(where), f"x{x.count}" if x.count > 1 else "", Text(display_line(e)))
+        t.add_row(x.role, f"x{x.count}" if x.count > 1 else "", Text(where_of(e), style="cyan"))
+        text = display_line(e)
+        cap = max(60, (width - 20) * 2)  # the log line: at most ~2 wrapped lines (the file:line is never cut)
+        t.add_row("", "", Text(text if len(text) <= cap else text[:cap - 1] + "…"))
     return t
 
 

@@ -11,12 +11,12 @@ Shape legend: B batch, * node shape without batch.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from gpufield._files import read_bytes
 from gpufield.errors import ModelFormatError, require
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.ops import OPS, AddSub, Affine, Conv, Linear, Relu, Reshape, Transpose
@@ -39,7 +39,7 @@ def _read_model(path: str | Path):
     onnx = require("onnx", "verify")
     p = Path(path)
     try:
-        data = gzip.open(p).read() if p.suffix == ".gz" else p.read_bytes()
+        data = read_bytes(p)  # .gz gunzipped; truncated: InputError naming the file
         return onnx.load_model_from_string(data)
     except FileNotFoundError as e:
         raise ModelFormatError("model file not found", path=str(path)) from e

@@ -6,11 +6,11 @@ Shape legend: B batch, * node shape without batch, N flattened input size.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import numpy as np
 
+from gpufield._files import read_bytes
 from gpufield.errors import ModelFormatError, require
 
 
@@ -27,7 +27,7 @@ class OrtModel:
     def __init__(self, path: str | Path):
         ort = require("onnxruntime", "verify")
         p = Path(path)
-        data = gzip.open(p).read() if p.suffix == ".gz" else p.read_bytes()
+        data = read_bytes(p)  # .gz gunzipped; truncated: InputError naming the file
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.inter_op_num_threads = 1

@@ -10,12 +10,14 @@ Formats follow the VNN-COMP 2022 rules (https://github.com/ChristopherBrix/vnnco
 from __future__ import annotations
 
 import csv
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from gpufield._files import atomic_write, read_text
 from gpufield.errors import InputError
 
 VERDICTS = ("sat", "unsat", "unknown", "timeout", "error")
@@ -52,9 +54,7 @@ def write_result_file(path: str | Path, verdict: str, counterexample=None, *, fo
     text = verdict + "\n"
     if verdict == "sat":
         text += format_counterexample(counterexample.x_N, counterexample.y_M) + "\n"
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    atomic_write(p, text, force=True, option="--out")  # a unique temp file, renamed; never over a device/FIFO/link
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def read_instances(path: str | Path) -> list[Instance]:
         InputError: a row has the wrong number of fields or a bad timeout (names the line).
     """
     out = []
-    with open(path, newline="") as f:
+    with io.StringIO(read_text(path, what="an instances.csv of onnx,vnnlib,timeout rows"), newline="") as f:
         for n, row in enumerate(csv.reader(f), start=1):
             if not row or not "".join(row).strip():
                 continue
@@ -111,7 +111,7 @@ def read_results(path: str | Path) -> dict[tuple[str, str], str]:
         :func:`instance_key` -> result string (e.g. ``unsat``, ``sat``, ``timeout``).
     """
     out = {}
-    with open(path, newline="") as f:
+    with io.StringIO(read_text(path, what="a VNN-COMP results CSV"), newline="") as f:
         for n, row in enumerate(csv.reader(f), start=1):
             if not row or row[0] == "benchmark":
                 continue

@@ -283,10 +283,10 @@ def parse_vnnlib(path: str | Path, text: str | None = None) -> Property:
     """
     p = str(path)
     if text is None:
-        import gzip
+        from gpufield._files import read_bytes
 
         try:
-            raw = gzip.open(p).read() if p.endswith(".gz") else Path(p).read_bytes()
+            raw = read_bytes(p)  # a truncated .gz is an InputError naming the file (not EOFError: "interrupted")
         except FileNotFoundError as e:
             raise SpecFormatError("property file not found", path=p) from e
         text = raw.decode("utf-8", errors="replace")

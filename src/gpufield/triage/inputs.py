@@ -1,0 +1,225 @@
+"""What ``analyze`` reads: checked input paths, standard input, named pipes.
+
+Rules (the CLI and :func:`gpufield.triage.analyze` follow them):
+
+* **A list of paths, never a bare string.** ``analyze("kern.log")`` would otherwise iterate the
+  characters of the string as paths (``"/"`` walks the whole file system); a ``str`` or ``bytes``
+  raises ``TypeError``. A single ``os.PathLike`` (``pathlib.Path``) is accepted as one path.
+* **``-`` is standard input**, read as a stream (through a duplicate of its file descriptor, never by
+  reopening it). Its events are labelled ``<stdin>``. ``gpufield triage`` with no path reads standard
+  input when something is piped or redirected into it (a pipe, FIFO, socket or regular file); only
+  when standard input is a terminal or a character device such as ``/dev/null`` (cron, CI) does it
+  triage the bundled example incident.
+* **A missing path among several is an error** (exit 2 in the CLI, every missing path named) unless
+  ``allow_missing=True`` (``--allow-missing``), which turns it into a warning as long as one path
+  exists.
+* **A named pipe (FIFO) never blocks forever.** A FIFO given as a path is opened without blocking
+  and read as a stream when a writer has it open (or has left data in it); when no writer appears
+  within :data:`FIFO_WAIT_S` seconds it is refused with an error naming it. FIFOs met in a directory
+  walk are skipped (ingestion's rule).
+* **Folders per host**: see :func:`gpufield.triage.analyze.folder_host` (``job/<host>/dmesg.txt``: the
+  folder names the host of files whose lines name none).
+* **Compression**: gzip, bzip2 and xz by magic bytes, also on standard input and FIFOs (zstd is
+  refused with a message: decompress it first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import stat
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpufield.errors import InputError
+
+__all__ = ["FIFO_WAIT_S", "STDIN", "STDIN_LABEL", "InputSet", "open_input", "resolve_inputs", "stdin_has_input"]
+
+#: the path that means standard input
+STDIN = "-"
+#: the ``file`` of events read from standard input
+STDIN_LABEL = "<stdin>"
+#: seconds to wait for a writer on a named pipe given as a path before refusing it
+FIFO_WAIT_S = 2.0
+_FD_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
+
+
+@dataclass(slots=True)
+class InputSet:
+    """Checked inputs of one analysis.
+
+    Attributes:
+        paths: what ingestion reads, in order (standard input as ``/dev/fd/N``).
+        given: the paths as the caller gave them (``-`` for standard input).
+        labels: ingestion path -> the ``file`` its events get (only where they differ).
+        missing: paths that do not exist (kept only with ``allow_missing``).
+    """
+
+    paths: list[str]
+    given: list[str]
+    labels: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def _stdin_fd() -> int | None:
+    try:
+        return sys.stdin.fileno()
+    except (AttributeError, ValueError, OSError, io.UnsupportedOperation):  # closed, or captured (pytest)
+        return None
+
+
+def stdin_has_input() -> bool:
+    """True when standard input is a pipe, FIFO, socket or regular file (something was piped or
+    redirected in); False for a terminal, a character device (``/dev/null``) or no usable stdin."""
+    fd = _stdin_fd()
+    if fd is None:
+        return False
+    try:
+        if os.isatty(fd):
+            return False
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+
+
+def resolve_inputs(paths: object, *, allow_missing: bool = False) -> InputSet:
+    """Check the inputs of one analysis (see the module docstring for the rules).
+
+    Args:
+        paths: a sequence of paths (``str`` / ``os.PathLike``; ``-`` = standard input), or one
+            ``os.PathLike``.
+        allow_missing: a missing path among existing ones is a warning, not an error.
+
+    Returns:
+        The :class:`InputSet`.
+
+    Raises:
+        TypeError: ``paths`` is a ``str`` or ``bytes`` (or not iterable).
+        InputError: a path is missing (without ``allow_missing``), every path is missing, ``-``
+            appears twice, or ``-`` is given but standard input is closed.
+    """
+    if isinstance(paths, (str, bytes)):
+        raise TypeError(f"expected a list of paths, got the {type(paths).__name__} {paths!r}: pass "
+                        f"[{paths!r}] (a string would be read character by character as paths)")
+    if isinstance(paths, os.PathLike):
+        paths = [paths]
+    try:
+        given = [os.fspath(p) for p in paths]  # type: ignore[attr-defined]
+    except TypeError as e:
+        raise TypeError(f"expected a list of paths (str or os.PathLike), got {paths!r}: {e}") from None
+    if any(isinstance(p, bytes) for p in given):
+        raise TypeError("paths must be str or os.PathLike[str], not bytes")
+    out = InputSet(paths=[], given=list(given))
+    if given.count(STDIN) > 1:
+        raise InputError("standard input ('-') given more than once")
+    for p in given:
+        if p == STDIN:
+            fd = _stdin_fd()
+            if fd is None:
+                raise InputError("'-' means standard input, but standard input is closed", path=STDIN)
+            path = f"/dev/fd/{fd}"
+            out.paths.append(path)
+            out.labels[path] = STDIN_LABEL
+        elif os.path.exists(p) or os.path.islink(p):
+            out.paths.append(p)
+        else:
+            out.missing.append(p)
+    if out.missing and (not allow_missing or not out.paths):
+        more = f" (and {', '.join(out.missing[1:])})" if len(out.missing) > 1 else ""
+        hint = "" if not out.paths else "; pass --allow-missing to analyse the others anyway"
+        raise InputError(f"no such file or directory{more}{hint}", path=out.missing[0])
+    return out
+
+
+class _PrefixedRaw(io.RawIOBase):
+    """A raw stream that returns ``prefix`` first, then reads the file descriptor ``fd``."""
+
+    def __init__(self, prefix: bytes, fd: int) -> None:
+        self._prefix, self._fd = prefix, fd
+
+    def readable(self) -> bool:  # noqa: D102 - io protocol
+        return True
+
+    def readinto(self, b) -> int:  # noqa: D102 - io protocol
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = os.read(self._fd, len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:  # noqa: D102 - io protocol
+        if not self.closed:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        super().close()
+
+
+def _open_fifo(path: str, wait_s: float) -> io.BufferedReader:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                first = os.read(fd, 1 << 16)
+            except BlockingIOError:  # a writer has it open, nothing written yet: read it as a stream
+                first = b""
+                break
+            if first:  # data waiting (its writer may have gone): stream it
+                break
+            # EOF: no writer (none yet, or one that left without writing); wait for one a little
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InputError(f"named pipe (FIFO) with no writer after {wait_s:g} s; refusing to wait for "
+                                 "one (start the writer first, or pipe it in: 'cat FIFO | gpufield triage -')",
+                                 path=path)
+            time.sleep(min(left, 0.05))
+        os.set_blocking(fd, True)
+        return io.BufferedReader(_PrefixedRaw(first, fd))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_input(path: str) -> io.BufferedReader:
+    """Open one input file for ingestion (binary, with ``peek``), never blocking forever.
+
+    ``/dev/fd/N`` (standard input, ``<(zcat x.gz)``) is read through a duplicate of descriptor ``N``
+    (reopening a pipe whose writer has left could block); a named pipe is opened as described in
+    the module docstring; anything else with ``open(path, "rb")``.
+
+    Raises:
+        OSError: the file cannot be opened.
+        InputError: a named pipe without a writer (after :data:`FIFO_WAIT_S` seconds).
+    """
+    if path.startswith(_FD_PREFIXES):
+        tail = path.rsplit("/", 1)[1]
+        if tail.isdigit():
+            try:
+                return os.fdopen(os.dup(int(tail)), "rb")
+            except OSError as e:
+                if e.errno != errno.EBADF:
+                    raise
+    try:
+        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        is_fifo = False
+    if is_fifo:
+        return _open_fifo(path, FIFO_WAIT_S)
+    return open(path, "rb")
+
+
+def relabel(events: Sequence, labels: dict[str, str]) -> list:
+    """Events whose ``file`` is a key of ``labels`` get the label instead (``/dev/fd/0`` -> ``<stdin>``)."""
+    if not labels:
+        return list(events)
+    from dataclasses import replace
+
+    return [replace(e, file=labels[e.file]) if e.file in labels else e for e in events]

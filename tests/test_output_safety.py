@@ -1,0 +1,158 @@
+"""Outputs of every wing: a unique temporary file beside the target, renamed; --force never replaces a
+device, FIFO, symlink or one of the command's inputs; the output directory checked before the work."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gpufield._files import atomic_path, atomic_write, check_output
+from gpufield.cli import main
+from gpufield.errors import InputError
+
+XID_SYSLOG = "May 18 19:02:39 gpu-a03 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+
+
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def _one_error(rc: int, err: str, *names: str) -> None:
+    assert rc == 2 and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.startswith(("gpufield: error:", "Error:"))]
+    assert len(lines) == 1, err
+    for n in names:
+        assert n in lines[0], err
+
+
+def test_char_device_refused_even_with_force_and_never_written():
+    before = os.stat("/dev/null")
+    with pytest.raises(InputError, match="character device"):
+        check_output("/dev/null", force=True)
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+
+
+def test_cli_html_dev_null_force_is_refused(capsys):
+    rc, out, err = _run(capsys, "triage", "--quiet", "--html", "/dev/null", "--force")
+    _one_error(rc, err, "/dev/null", "character device")
+    assert out == "" and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.fixture
+def log(tmp_path):
+    f = tmp_path / "kern.log"
+    f.write_text(XID_SYSLOG)
+    return f
+
+
+def test_fifo_symlink_and_input_refused_with_force(capsys, tmp_path, log):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    target = tmp_path / "precious.html"
+    target.write_text("keep")
+    link = tmp_path / "link.html"
+    link.symlink_to(target)
+    for path, why in ((fifo, "named pipe"), (link, "symbolic link"), (log, "one of the command's inputs")):
+        rc, _, err = _run(capsys, "triage", str(log), "--quiet", "--html", str(path), "--force")
+        _one_error(rc, err, str(path), why)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink() and target.read_text() == "keep"
+    assert log.read_text() == XID_SYSLOG
+    rc, _, err = _run(capsys, "triage", str(log), "--quiet", "--db", str(log))
+    _one_error(rc, err, str(log))
+    assert log.read_text() == XID_SYSLOG and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_output_directory_checked_before_the_work(capsys, tmp_path, log, monkeypatch):
+    import gpufield.triage
+
+    def no_work(*a, **k):
+        raise AssertionError("analysis ran before the output was checked")
+
+    monkeypatch.setattr(gpufield.triage, "analyze", no_work)
+    for opt in ("--html", "--db"):
+        rc, _, err = _run(capsys, "triage", str(log), opt, str(tmp_path / "missing" / "out"))
+        _one_error(rc, err, "directory does not exist", str(tmp_path / "missing"))
+    rc, _, err = _run(capsys, "triage", str(log), "--html", str(tmp_path))
+    _one_error(rc, err, "is a directory")
+
+
+def test_atomic_write_replaces_whole_and_an_error_keeps_the_old_file(tmp_path):
+    out = tmp_path / "r.txt"
+    out.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(out, force=True) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("interrupted")
+    assert out.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["r.txt"]
+    atomic_write(out, "new", force=True)
+    assert out.read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["r.txt"]
+    with pytest.raises(InputError, match="refusing to overwrite"):
+        atomic_write(out, "again")
+    assert out.read_text() == "new"
+
+
+def test_verify_run_out_fifo_or_input_refused(capsys, tmp_path):
+    pytest.importorskip("onnx")
+    import numpy as np
+    from tests.verify.nets import mlp, save
+
+    model = tmp_path / "net.onnx"
+    save(mlp(np.random.default_rng(0), [2, 3, 2])[0], model)
+    prop = tmp_path / "p.vnnlib"
+    prop.write_text("(declare-const X_0 Real)\n(declare-const X_1 Real)\n(declare-const Y_0 Real)\n"
+                    "(declare-const Y_1 Real)\n(assert (<= X_0 1))\n(assert (>= X_0 0))\n(assert (<= X_1 1))\n"
+                    "(assert (>= X_1 0))\n(assert (<= Y_0 Y_1))\n")
+    fifo = tmp_path / "r.fifo"
+    os.mkfifo(fifo)
+    before = model.read_bytes()
+    for out, why in ((fifo, "named pipe"), (prop, "inputs")):
+        rc, _, err = _run(capsys, "verify", "run", str(model), str(prop), "--out", str(out), "--force")
+        _one_error(rc, err, str(out), why)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and model.read_bytes() == before and "Y_0 Y_1" in prop.read_text()
+
+
+def test_verify_bench_out_fifo_refused_before_unlinking(capsys, tmp_path):
+    (tmp_path / "instances.csv").write_text("onnx/a.onnx,vnnlib/a.vnnlib,60\n")
+    fifo = tmp_path / "res.csv"
+    os.mkfifo(fifo)
+    rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(fifo), "--force")
+    _one_error(rc, err, str(fifo), "named pipe")
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_power_calibrate_out_symlink_refused(capsys, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "prof"
+    link.symlink_to(real)
+    rc, _, err = _run(capsys, "power", "calibrate", "moe-agentic-b200", "--out", str(link), "--quiet")
+    _one_error(rc, err, str(link), "symbolic link")
+    assert list(real.iterdir()) == []
+
+
+def test_html_atomic_no_temp_left(capsys, tmp_path, log):
+    out = tmp_path / "r.html"
+    rc, _, err = _run(capsys, "triage", str(log), "--quiet", "--html", str(out))
+    assert rc == 0, err
+    assert "<svg" in out.read_text() and sorted(p.name for p in tmp_path.iterdir()) == ["kern.log", "r.html"]
+    assert Path(out).stat().st_nlink == 1
+
+
+def test_power_profile_path_that_is_a_fifo_is_refused_not_read(tmp_path):
+    import dataclasses
+
+    from gpufield.power.profiles import Profile, ProfileKey, save_profile
+    from gpufield.power.types import LaneSetting
+
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    key = ProfileKey(**{f.name: (1 if f.type in (int, "int") else "x") for f in dataclasses.fields(ProfileKey)})
+    prof = Profile(key=key, setting=LaneSetting(), actuator="default", slo={})
+    with pytest.raises(InputError, match="named pipe"):
+        save_profile(prof, fifo)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
