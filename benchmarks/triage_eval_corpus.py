@@ -15,7 +15,10 @@ any branch against the same labels (the engine's own eval may differ in details;
 
 Usage::
 
-    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--json OUT]
+    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT]
+
+``--sub`` picks the sub-corpora (folders of ``--corpus`` with an INDEX.md) to score; default
+``public`` and ``faults`` (``--sub public2`` scores the third public set alone).
 """
 
 from __future__ import annotations
@@ -129,7 +132,10 @@ def read_index(path: Path) -> list[Row]:
 
 
 def _norm_gpu(v: str) -> str:
-    v = v.lower().removeprefix("pci:")
+    v = v.lower().strip().removeprefix("pci:")
+    o = re.fullmatch(r"(?:gpu\s*|cuda:)?(\d+)", v)  # an ordinal: "GPU 5" = "cuda:5" = "5" (grammar)
+    if o:
+        return o.group(1)
     m = re.fullmatch(r"(?:[0-9a-f]{4,8}:)?([0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?", v)
     return m.group(1) if m else v
 
@@ -236,17 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=ROOT / "tests/triage/corpus")
+    ap.add_argument("--sub", action="append", default=None, help="sub-corpus folder (repeatable)")
     ap.add_argument("--json", type=Path, default=None, help="write per-case results and summaries here")
     a = ap.parse_args(argv)
+    subs = tuple(a.sub or ("public", "faults"))
     try:
-        rows = [r for sub in ("public", "faults") for r in read_index(a.corpus / sub / "INDEX.md")]
+        rows = [r for sub in subs for r in read_index(a.corpus / sub / "INDEX.md")]
     except RowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     results = [score(r) for r in rows]
     out = {"summary": {}, "results": results}
     for split in ("dev", "test"):
-        for part in ("public", "faults", "all"):
+        for part in (*subs, "all"):
             rs = [r for r, row in zip(results, rows, strict=True) if row.split == split
                   and (part == "all" or row.index.parent.name == part)]
             out["summary"][f"{split}/{part}"] = summary(rs)

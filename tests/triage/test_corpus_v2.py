@@ -1,6 +1,7 @@
 """The labelled corpus v2 (tests/triage/corpus): every INDEX row parses, every file it names
 exists, every file is named by exactly one row, the dev/test split is complete and disjoint, and
-no public case is one of the 27 shared cases."""
+no public case is one of the 27 shared cases; the third set (public2) reuses no thread URL of the
+shared, public or faults indexes."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ SPLIT = _load("triage_corpus_split")
 
 @pytest.fixture(scope="module")
 def rows():
-    return {sub: EVAL.read_index(CORPUS / sub / "INDEX.md") for sub in ("public", "faults")}
+    return {sub: EVAL.read_index(CORPUS / sub / "INDEX.md") for sub in ("public", "faults", "public2")}
 
 
 def test_counts(rows):
     assert len(rows["public"]) >= 60
+    assert len(rows["public2"]) >= 50
     assert 30 <= len(rows["faults"]) <= 40
     clean = [r for rs in rows.values() for r in rs if r.clean]
     assert len(clean) >= 8  # clean runs and clean-with-scary-warnings excerpts
@@ -98,3 +100,22 @@ def test_public_cases_are_new_and_sanitised(rows, shared_dir):
 def test_corpus_is_small():
     total = sum(p.stat().st_size for p in CORPUS.rglob("*") if p.is_file())
     assert total < 5 * 2**20
+
+
+def _row_urls(text: str, prefix: str) -> list[str]:
+    return [re.search(r"https://\S+?(?= \|)", line).group(0) for line in text.splitlines() if line.startswith(prefix)]
+
+
+def test_public2_urls_are_new_unique_and_sanitised(rows, shared_dir):
+    taken: set[str] = set()
+    for idx in (shared_dir / "data" / "triage-cases" / "INDEX.md", CORPUS / "public" / "INDEX.md",
+                CORPUS / "faults" / "INDEX.md"):
+        taken |= set(re.findall(r"https?://[^\s|)]+", idx.read_text(encoding="utf-8")))
+    assert len(taken) > 60  # the other indexes were read
+    urls = _row_urls((CORPUS / "public2" / "INDEX.md").read_text(encoding="utf-8"), "| q")
+    assert len(urls) == len(rows["public2"]) == len(set(urls))
+    assert not set(urls) & taken, sorted(set(urls) & taken)
+    for r in rows["public2"]:
+        body = r.paths[0].read_text(encoding="utf-8")
+        assert not re.search(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}", body), r.id  # UUIDs replaced
+        assert "/home/" not in body, r.id  # user home paths replaced
