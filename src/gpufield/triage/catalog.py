@@ -160,3 +160,14 @@ def nccl_result(code: int | str) -> CodeInfo:
     Source: NVIDIA/nccl ``nccl.h`` and ``ncclGetErrorString``. Unknown -> ``known=False``.
     """
     return _lookup("nccl_result.csv", code, "ncclResult_t")
+
+
+@cache
+def cuda_driver_results() -> dict[str, CodeInfo]:
+    """CUDA driver API ``CUresult`` names -> entry (``triage_meaning`` holds the runtime ``cudaError_t`` name).
+
+    Source: ``cuda.h`` (enum ``cudaError_enum``) and ``cuGetErrorString`` as transcribed in
+    ``data/cuda_driver_result.csv`` (CUDA Driver API reference). Example:
+    ``cuda_driver_results()["CUDA_ERROR_ECC_UNCORRECTABLE"].code == 214``.
+    """
+    return {info.name: info for info in _enum_table("cuda_driver_result.csv").values()}

@@ -9,6 +9,7 @@ Reference: ``../shared/reference/triage.md`` §2.10.
 
 from __future__ import annotations
 
+from gpufield.triage.catalog import cuda_driver_results
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_bytes
@@ -38,6 +39,14 @@ CUDA_ERR_RE = rx.compile(r"(?:CUDA error|CUDA failure|Cuda failure|cudaError\w*)
 ERROR_CODE_RE = rx.compile(r"\(error code (?P<msg>[^)]+)\)")
 # RuntimeError: DataLoader worker (pid 56811) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. ...
 DATALOADER_RE = rx.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+?)\.")
+# CUDA driver API names (programs calling the driver directly, TensorFlow's stream executor):
+# "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered"
+DRIVER_ERR_RE = rx.compile(r"\b(?P<name>CUDA_ERROR_[A-Z0-9_]+)\b(?::\s*(?P<msg>[^\n]*?))?\s*$")
+# "for CUDA device ordinal 0"
+ORDINAL_RE = rx.compile(r"CUDA device ordinal (?P<n>\d+)")
+# "Error saving model: CUDA out of memory ..." / "Failed to save checkpoint: ..." : the OOM line names the save itself
+SAVE_RE = rx.compile(r"(?i)\b(?:error|failed|failure|exception)\b[^:]{0,40}\bsav(?:e|ing)\b[^:]{0,40}\b(?:model|checkpoint|"
+                     r"state[ _]?dict|weights)\b|\bsav(?:e|ing)_(?:model|checkpoint|pretrained)\b")
 EXC_RE = rx.compile(r"\b(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): ")
 
 #: cudaGetErrorString text -> (cudaError_t name, value); CUDA runtime API, enum cudaError.
@@ -75,7 +84,7 @@ class CudaParser:
     name = "cuda"
     source = "cuda"
     prefilter = (r"CUDA out of memory|CUDA error|CUDA failure|Cuda failure|cudaError|CUDA-capable device|"
-                 r"illegal memory access|\(error code |DataLoader worker \(pid \d+\) is killed")
+                 r"illegal memory access|CUDA_ERROR_|\(error code |DataLoader worker \(pid \d+\) is killed")
     keywords = ("CUDA", "Cuda failure", "cudaError", "illegal memory access", "(error code ", "DataLoader worker")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
@@ -85,7 +94,8 @@ class CudaParser:
         pre = prefix_of(line, ctx)
         exc = EXC_RE.search(line)
         exc_type = exc["exc"] if exc else None
-        phase = "checkpoint_gather" if ("Failed to clone()" in line or "state_dict" in line) else None
+        phase = "checkpoint_gather" if ("Failed to clone()" in line or "state_dict" in line
+                                        or SAVE_RE.search(line)) else None
         m = OOM2_RE.search(line) or OOM1_RE.search(line)
         if m:
             gen = 1 if m.re is OOM1_RE else (2 if m["typo"] == "" else 3)
@@ -117,6 +127,9 @@ class CudaParser:
                          code=m["sig"], severity="error", pid=int(m["pid"]),
                          fields={"message": line[m.start():], "signal_name": None if bus else m["sig"],
                                  "shm_hint": "shared memory" in line})
+        m = DRIVER_ERR_RE.search(line)
+        if m:
+            return self._driver(m, line, ctx, pre, exc_type)
         msg = None
         m = CUDA_ERR_RE.search(line)
         if m:
@@ -139,3 +152,20 @@ class CudaParser:
             return None
         return event("cuda", "cuda_error", ctx, line, pre, code=code, severity="error",
                      fields={"message": msg, "cuda_error": name, "cuda_code": code, "exc_type": exc_type})
+
+    def _driver(self, m: rx.Match, line: str, ctx: LineContext, pre, exc_type: str | None) -> Event:
+        """A ``CUDA_ERROR_*`` driver result, classed like the runtime error of the same condition."""
+        info = cuda_driver_results().get(m["name"])
+        msg = (m["msg"] or "").strip() or (info.text if info else m["name"])
+        o = ORDINAL_RE.search(line)
+        gpu = int(o["n"]) if o else None
+        code = info.code if info else None
+        f = {"message": msg, "cuda_error": info.triage_meaning if info else None, "cuda_code": code,
+             "driver_error": m["name"], "exc_type": exc_type}
+        if code == 700:
+            return event("cuda", "cuda_illegal_address", ctx, line, pre, code=700, severity="error",
+                         gpu_index=gpu, fields=f)
+        if code == 2:
+            return event("cuda", "cuda_oom", ctx, line, pre, code=2, severity="error", gpu_index=gpu,
+                         fields={"generation": 0, "message": msg, "exc_type": exc_type, "driver_error": m["name"]})
+        return event("cuda", "cuda_error", ctx, line, pre, code=code, severity="error", gpu_index=gpu, fields=f)

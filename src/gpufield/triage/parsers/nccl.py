@@ -17,6 +17,7 @@ from gpufield.triage.events import Event
 from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import NCCL_PREFIX_RE, bus_id_to_bdf
+from gpufield.triage.parsers.cuda import cuda_error_name
 from gpufield.triage.protocols import LineContext
 
 # NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129
@@ -72,6 +73,9 @@ NCCL_ERROR_IN_RE = rx.compile(
 # ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.
 NCCL_ENUM_RE = rx.compile(r"\b(?P<name>nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError|Timeout))\b:?\s*(?P<msg>.*)$")
 ERRNO_RE = rx.compile(r"[Ee]rrno:? ?(?P<errno>\d+)")
+# init.cc:204 NCCL WARN Cuda failure 'an illegal memory access was encountered'   (NCCL's CUDACHECK macro,
+# src/include/checks.h: "Cuda failure '%s'" / newer "Cuda failure %d '%s'"): a CUDA fault seen by NCCL
+CUDA_FAIL_RE = rx.compile(r"^Cuda failure (?:(?P<num>\d+) )?'(?P<msg>[^']*)'")
 
 #: ncclResult_t -> event kind
 KIND_OF_RESULT = {1: "nccl_internal_error", 2: "nccl_system_error", 3: "nccl_internal_error",
@@ -224,6 +228,15 @@ class NcclParser:
         msg = m["msg"]
         pre = prefix_of(line, ctx)
         site = m["site"]
+        c = CUDA_FAIL_RE.search(msg)
+        if c:  # a CUDA event (its class comes from the CUDA error) that keeps NCCL's site and prefix
+            name, code = cuda_error_name(c["msg"])
+            num = to_int(c["num"])
+            f = {"message": c["msg"], "cuda_error": name, "cuda_code": code if code is not None else num,
+                 "site": site, "reported_by": "nccl"}
+            if code == 700:
+                return event("cuda", "cuda_illegal_address", ctx, line, pre, code=700, severity="error", fields=f)
+            return event("cuda", "cuda_error", ctx, line, pre, code=f["cuda_code"], severity="error", fields=f)
         r = REMOTE_RE.search(msg)
         if r:
             return event("nccl", "nccl_remote_error", ctx, line, pre, code=6, severity="error",
