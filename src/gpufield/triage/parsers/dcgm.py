@@ -24,7 +24,7 @@ import math
 from gpufield.errors import InputError
 from gpufield.triage.events import Event
 from gpufield.triage.parsers import _regex as rx
-from gpufield.triage.parsers._common import event, to_int
+from gpufield.triage.parsers._common import event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import Prefix
 from gpufield.triage.protocols import LineContext
 
@@ -35,6 +35,11 @@ SIMPLE_RE = rx.compile(r'^(?P<name>DCGM_\w+)(?:\{(?P<labels>[^{}\\]*)\})? (?P<va
 # decoded reason names that mean a hardware-side slowdown: "hw slowdown", "sw thermal slowdown", ...
 HW_REASON_RE = rx.compile(r"hw|thermal|power brake")
 LABEL_RE = rx.compile(r'\s*(?P<k>[A-Za-z_]\w*)="(?P<v>[^"]*)"\s*,?')
+# DCGM health-watch text (nv-hostengine log, dcgmi health -c): the DCGM_FR_CLOCKS_EVENT_* / older
+# DCGM_FR_CLOCK_THROTTLE_* messages of dcgm_errors.h (https://github.com/NVIDIA/DCGM):
+# "... health system Thermal: 'Detected clocks event due to thermal violation in GPU 2. Verify that the cooling ..."
+# "Detected clock throttling due to power violation in GPU 0"
+HEALTH_RE = rx.compile(r"Detected (?:clocks? events?|clock throttling) due to (?P<why>[\w ]+?) violation in GPU (?P<gpu>\d+)")
 _CLOCK = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
 _ECC = {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("SBE volatile total", True),
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("DBE volatile total", True),
@@ -54,11 +59,19 @@ class DcgmParser:
 
     name = "dcgm"
     source = "dcgm"
-    prefilter = r"^DCGM_\w+(?:\{|\s)"
-    keywords = ("DCGM_",)
+    prefilter = r"^DCGM_\w+(?:\{|\s)|Detected (?:clocks? events?|clock throttling) due to"
+    keywords = ("DCGM_", "Detected clock")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one ``DCGM_...{labels} value [ts]`` sample; a malformed one returns None."""
+        h = HEALTH_RE.search(line)
+        if h:  # a health-watch verdict: the clock-event reason is active on that GPU now
+            why = h["why"].strip().lower()
+            reason = "HW thermal slowdown" if why == "thermal" else ("HW power brake slowdown" if why == "power"
+                                                                    else f"{why} violation")
+            return event("dcgm", "clock_event", ctx, line, prefix_of(line, ctx), code=f"health:{why}",
+                         severity="warning", gpu_index=int(h["gpu"]),
+                         fields={"reason": reason, "active": True, "health": True, "message": line[h.start():].strip()})
         if not DCGM_LINE_RE.match(line):
             return None
         s = _simple(line) or _full(line, ctx.file)

@@ -59,6 +59,15 @@ STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket 
 # (Slurm src/slurmd/slurmstepd/req.c / step_terminate_monitor: the step is killed with SIGKILL after KillWait)
 SLURM_CANCEL_RE = rx.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+]+) ON (?P<host>\S+) CANCELLED AT (?P<at>\S+)"
                              r"(?: DUE TO (?P<reason>[A-Z][A-Z_ ]*[A-Z]))?(?: \([^)]*\))? \*\*\*")
+# slurmstepd: error: Detected 1 oom-kill event(s) in StepId=37205392.0. Some of your processes may have been killed by the cgroup out-of-memory handler.
+# (older Slurm: "Detected 1 oom-kill event(s) in step 1234.batch cgroup."; src/plugins/task/cgroup, the step's memory cgroup)
+SLURM_OOM_RE = rx.compile(r"Detected (?P<n>\d+) oom[-_]kill event\(s\) in (?:StepId=|step )(?P<step>[\w.+]*\w)")
+# srun: error: node17: task 0: Out Of Memory          (srun's per-task exit report; "tasks 0-3: Out Of Memory")
+SRUN_OOM_RE = rx.compile(r"srun: error: (?P<host>[^\s:]+): tasks? (?P<tasks>[\d,\-\[\]]+): Out Of Memory")
+# c10d TCPStore server bind failure (torch/csrc/distributed/c10d/socket.cpp, libuv backend):
+# "The server socket has failed to listen on any local network address. useIpv6: 0, code: -98, name: EADDRINUSE, ..."
+# older: "RuntimeError: Address already in use" / "The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."
+BIND_RE = rx.compile(r"server socket has failed to (?:listen|bind)|EADDRINUSE|Address already in use")
 RESTART_RE = rx.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
 
 
@@ -78,9 +87,12 @@ class TorchrunParser:
     source = "torchrun"
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
-                 r"Unable to shutdown process")
+                 r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
+                 r"EADDRINUSE|Address already in use")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
-                "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT")
+                "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
+                "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
+                "Address already in use")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one torchrun / elastic line (see module docstring)."""
@@ -124,6 +136,18 @@ class TorchrunParser:
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
                          fields={"message": (m["err"] or m.group(0)).strip()})
+        m = SLURM_OOM_RE.search(line) or SRUN_OOM_RE.search(line)
+        if m:  # the step's memory cgroup hit its limit: the kernel OOM killer inside Slurm's cgroup
+            srun = m.re is SRUN_OOM_RE
+            return event("torchrun", "host_oom_kill", ctx, line, pre, severity="fatal",
+                         host=m["host"] if srun else None,
+                         fields={"scheduler": "slurm", "scope": "cgroup", "step": None if srun else m["step"],
+                                 "kills": None if srun else int(m["n"]), "tasks": m["tasks"] if srun else None,
+                                 "message": line[m.start():].strip()})
+        m = BIND_RE.search(line)
+        if m:  # the rendezvous store could not listen on its port (another job holds it)
+            return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
+                         fields={"message": line[m.start():].strip(), "bind_failed": True})
         m = SLURM_CANCEL_RE.search(line)
         if m:
             reason = (m["reason"] or "").strip() or None

@@ -30,10 +30,15 @@ _NET_CONFIG = re.compile(
     r"Bootstrap : no|failed to resolve|NET/IB : No device found|Failed to open libibverbs|"
     r"NCCL_NET_PLUGIN|NCCL_IB_GID_INDEX|Socket creation failed|Address family not supported|"
     r"neither AF_INET|socketFinalizeAccept: wrong type|version mismatch|"
+    r"NET/IB : Unable to open device|"
     r"Call to ibv_(?:create_qp|modify_qp|reg_mr|open_device|alloc_pd|create_cq)\w* failed|ibv_modify_qp failed",
     re.IGNORECASE,
 )
 # connect() failures: configuration (firewall, wrong interface) before the job ever ran, a dead peer after
+# IB transport set-up failures: an HCA that cannot be opened (not exposed to the container, down), IB on one
+# node and sockets on the other ("socketFinalizeAccept: wrong type": the peers chose different transports)
+_IB_SETUP = re.compile(r"NET/IB : Unable to open device|NET/IB : No device found|socketFinalizeAccept: wrong type|"
+                       r"Failed to open libibverbs|Call to ibv_\w+ failed|ibv_modify_qp failed", re.IGNORECASE)
 _CONNECT_FAIL = re.compile(r"Connect to \S+ failed|Connection refused|Connection timed out|connect returned",
                            re.IGNORECASE)
 _NCCLISH = re.compile(r"NCCL|c10d|ProcessGroup|socket", re.IGNORECASE)  # a Python error about NCCL's network
@@ -174,6 +179,8 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
         return []
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     facts, extra = {}, ""
+    if any(_IB_SETUP.search(text(e)) for e in evs):
+        facts = {"fix": "ib"}
     if bridges and not shm_explicit:
         names = sorted({n for _, n in bridges})
         facts = {"ifnames": ",".join(names), "fix": "socket_ifname"}

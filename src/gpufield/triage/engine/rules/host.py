@@ -104,10 +104,17 @@ def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
     evs = ctx.kinds("rendezvous_error")
     if not evs:
         return []
-    conf = 0.85 if any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
+    bind = [e for e in evs if e.fields.get("bind_failed")]
+    conf = 0.85 if bind or any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
     endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), "-")
+    facts = {"endpoint": endpoint, "peer": endpoint}
+    if bind:  # the store's own port is taken (EADDRINUSE): a second job on the same host, not reachability
+        facts["fix"] = "port"
+        return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous_bind", Tier.HOST, conf, evs, facts=facts,
+                        note=f"The rendezvous store could not listen on its port ({bind[0].where}: address "
+                             "already in use): another process or job on this host holds it.")]
     return [finding(ctx, "RENDEZVOUS_UNREACHABLE", "rendezvous", Tier.HOST, conf, evs,
-                    facts={"endpoint": endpoint, "peer": endpoint},
+                    facts=facts,
                     note=f"Workers could not reach the rendezvous endpoint {endpoint}.")]
 
 
