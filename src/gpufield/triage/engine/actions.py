@@ -90,7 +90,7 @@ ACTIONS: Final[dict[str, tuple[str, str, tuple[str, ...]]]] = {
                                               "per-rank host RSS trend")),
     "SHM_EXHAUSTED": (FIX_CONFIG, "Raise the container's --shm-size (or --ipc=host) for DataLoader workers.",
                       ("df -h /dev/shm inside the container",)),
-    "NAN_LOSS": (STOP, "Stop: fix numerics before rerunning (bf16 instead of fp16, lower LR, gradient clipping, "
+    "NAN_LOSS": (FIX_CONFIG, "Fix numerics before rerunning (bf16 instead of fp16, lower LR, gradient clipping, "
                  "check fully-masked batches).", ("TORCH_NCCL_NAN_CHECK=1 to localise the rank", _DMESG)),
     "LOSS_SCALE_COLLAPSE": (FIX_CONFIG, "Switch to bf16 or lower the LR / add gradient clipping: the fp16 loss "
                             "scale is collapsing.", ("loss scale and skipped-step count per step",)),
@@ -213,6 +213,22 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
             kind, template = FIX_CONFIG, ("Give the container more /dev/shm: --shm-size (e.g. 8g) or --ipc=host; "
                                          "NCCL's SHM segments did not fit.")
             nxt = ("df -h /dev/shm inside the container",)
+    if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "ib":  # IB device / transport set-up failed
+        template = ("Make InfiniBand work on every node (ibstat / ibv_devinfo: ports Active, the same HCAs exposed to "
+                    "each node and its container, NCCL_IB_HCA naming devices that exist), or fall back to sockets with "
+                    "NCCL_IB_DISABLE=1 while it is fixed.")
+        nxt = ("ibstat / ibv_devinfo on every node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET log of both nodes")
+    if cls == "RENDEZVOUS_UNREACHABLE" and values.get("fix") == "port":  # EADDRINUSE: the store port is taken
+        template = ("Give each job its own rendezvous port (torchrun --master_port / MASTER_PORT, or "
+                    "--rdzv-endpoint host:port): another job or process on this host already listens on it.")
+        nxt = ("ss -ltnp on the master host (who holds the port)",)
+    if cls == "LOSS_SCALE_COLLAPSE" and values.get("framework") == "deepspeed":
+        template = ("The DeepSpeed fp16 dynamic loss scale hit its minimum: set a static \"loss_scale\" (non-zero) "
+                    "or a lower \"initial_scale_power\" / \"min_loss_scale\" in the fp16 section of the DeepSpeed "
+                    "config, or train in bf16; lower the LR / add gradient clipping if overflows persist.")
+    if cls == "NAN_LOSS" and values.get("precision") == "fp16":  # fp16 / autocast evidence beside the NaN
+        template = ("Fix numerics before rerunning: use bf16 instead of fp16 autocast (or disable autocast), then "
+                    "lower LR / gradient clipping if it recurs.")
     if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "socket_ifname":
         template = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the host NIC that reaches the other nodes: "
                     "NCCL chose {ifnames}, a container bridge/loopback interface other hosts cannot reach.")

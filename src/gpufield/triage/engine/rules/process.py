@@ -28,6 +28,11 @@ LOSS_SCALE_FLOOR = 1.0
 OVERFLOW_STREAK = 5
 
 
+# fp16 / autocast evidence anywhere in the job (a mixed-precision NaN: bf16 is the fix the threads give)
+_FP16 = re.compile(r"\bfp16\b|float16|autocast|GradScaler|loss scale", re.IGNORECASE)
+# DeepSpeed's fp16 loss scaler (deepspeed/runtime/fp16/loss_scaler.py) and its overflow messages
+_DEEPSPEED = re.compile(r"Current loss scale already at minimum|deepspeed|Attempted loss scale|OVERFLOW! Rank", re.IGNORECASE)
+
 def cuda_illegal_rule(ctx: RuleContext) -> list[Finding]:
     """Illegal memory access (CUDA error text or Xid 13/31) -> ``CUDA_ILLEGAL_ADDRESS``.
 
@@ -126,8 +131,10 @@ def nan_rule(ctx: RuleContext) -> list[Finding]:
     early = step is not None and step <= 2
     note = (f"Loss became NaN/Inf at step {step}" if step is not None else "Loss became NaN/Inf") + (
         " right after the first optimizer step: numerics/configuration, not hardware." if early else ".")
-    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note,
-                    facts={"step": str(step) if step is not None else "-"})]
+    facts = {"step": str(step) if step is not None else "-"}
+    if any(_FP16.search(e.raw) for e in ctx.events):
+        facts["precision"] = "fp16"
+    return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note, facts=facts)]
 
 
 def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
@@ -155,7 +162,8 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
                  "calibration unless it keeps falling", evs)
         return []
     return [finding(ctx, "LOSS_SCALE_COLLAPSE", "loss_scale", Tier.PROCESS, 0.85 if strong else CONF_PRIOR + 0.05,
-                    evs, established=strong, facts={"min_scale": scale_txt},
+                    evs, established=strong, facts={"min_scale": scale_txt, **({"framework": "deepspeed"} if any(
+                        _DEEPSPEED.search(e.raw) for e in evs) else {})},
                     note=f"{len(evs)} fp16 overflow skip(s); loss scale down to {scale_txt}"
                          + (" - collapsed." if strong else " (a few skips are normal calibration)."))]
 
