@@ -154,6 +154,7 @@ def run(
     """
     from gpufield.errors import InputError
     from gpufield.verify import run_instance, write_result_file
+    from gpufield.verify.deadline import Deadline
     from gpufield.verify.runner import load_instance
 
     t0 = time.monotonic()
@@ -178,7 +179,7 @@ def run(
         raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
     try:
         res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
-                           loaded=loaded,
+                           loaded=loaded, deadline=Deadline.from_process_start(timeout),
                            config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
                                           progress=True, mip_solver=mip_solver))
     except KeyboardInterrupt:  # typer would exit 130 silently

@@ -21,9 +21,11 @@ import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 from gpufield.errors import GpufieldError, InputError
+from gpufield.verify.deadline import Deadline, ResultSeal
 from gpufield.verify.io.results import ResultsWriter, instance_key, read_instances, read_results
 from gpufield.verify.runner import VerifyConfig, verify_instance
 
@@ -170,6 +172,7 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
               f"there: {', '.join(sorted({k[0] for k in ref})) or 'none'}); nothing will be compared",
               file=sys.stderr)
     memo: dict = {}
+    grace_s = (config or VerifyConfig()).grace_s
     cache = out_csv.parent / (out_csv.stem + "_inputs")
     writer = ResultsWriter(out_csv, append=True)
     summary = BenchSummary()
@@ -201,20 +204,29 @@ def bench(bench_dir: str | Path, out_csv: str | Path, *, reference: str | Path |
                     left = total_budget_s - (time.monotonic() - t_start)
                     timeout = max(0.0, min(timeout, left / (len(instances) - i)))
                 t0 = time.monotonic()
-                try:
-                    onnx_p = _materialise(bench_dir, inst.onnx, cache, memo)
-                    vnn_p = _materialise(bench_dir, inst.vnnlib, cache, memo)
-                    res = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config)
-                    result, margins = res.verdict, dict(res.margins)
-                except GpufieldError as e:
-                    result = "error"
-                    print(f"{inst.onnx},{inst.vnnlib}: {e}", file=sys.stderr)
-                except Exception as e:  # an internal bug: record it, keep the other instances
-                    result = "error"
-                    print(f"{inst.onnx},{inst.vnnlib}: internal error {type(e).__name__}: {e}", file=sys.stderr)
-                secs = time.monotonic() - t0
+                dl = Deadline.after(timeout, start_s=t0)
+
+                def late(inst=inst, t0=t0):  # no verdict by the deadline + grace: the row says timeout
+                    writer.write(name, inst.onnx, inst.vnnlib, 0.0, "timeout", time.monotonic() - t0)
+
+                with ResultSeal(dl.end_s + grace_s, late) as seal:
+                    try:
+                        onnx_p = _materialise(bench_dir, inst.onnx, cache, memo)
+                        vnn_p = _materialise(bench_dir, inst.vnnlib, cache, memo)
+                        res = verify_instance(onnx_p, vnn_p, timeout_s=timeout, config=config, deadline=dl)
+                        result, margins = res.verdict, dict(res.margins)
+                    except GpufieldError as e:
+                        result = "error"
+                        print(f"{inst.onnx},{inst.vnnlib}: {e}", file=sys.stderr)
+                    except Exception as e:  # an internal bug: record it, keep the other instances
+                        result = "error"
+                        print(f"{inst.onnx},{inst.vnnlib}: internal error {type(e).__name__}: {e}", file=sys.stderr)
+                    secs = time.monotonic() - t0
+                    if not seal.finish(partial(writer.write, name, inst.onnx, inst.vnnlib, 0.0, result, secs)):
+                        print(f"{inst.onnx},{inst.vnnlib}: no verdict by the deadline + {grace_s:g} s; recorded "
+                              f"timeout (the verifier answered {result} after {secs:.2f} s)", file=sys.stderr)
+                        result, margins = "timeout", {}
                 summary.total_s += secs
-                writer.write(name, inst.onnx, inst.vnnlib, 0.0, result, secs)
             summary.rows.append((inst.onnx, inst.vnnlib, result, secs))
             summary.margins.append(margins)
             summary.counts[result] = summary.counts.get(result, 0) + 1
