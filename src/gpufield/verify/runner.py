@@ -150,6 +150,7 @@ class _Case:
         self.lo64, self.hi64 = outward_box(case, g.input_shape, torch.float64, g.device)
         self.margins: dict[str, float] = {}
         self._ref64 = None
+        self.skipped = ""  # a phase not started because it would have ended after the deadline
 
     def ref64(self):
         if self._ref64 is None:
@@ -180,6 +181,7 @@ class _Case:
         est64 = cfg.f64_cost_ratio * clock.estimate("bounds32")
         if bool((v > 0).all()):
             if not dl.allows(est64):  # the float64 re-check would end after the deadline
+                self.skipped = f"float64 re-check (about {est64:.2g} s)"
                 return False
             cfg.phase("float64")
             if self._proven64(None, use_ibp=cfg.method == "ibp"):
@@ -191,11 +193,13 @@ class _Case:
         res = alpha_crown(g, sp, self.lo, self.hi, ref, inter, cfg.alpha, deadline_s)
         self.margins["alpha"] = float(res.best_KB.min())
         if not dl.allows(est64 * (1 + len(res.snapshots))):  # CROWN64 + a pass per snapshot
+            self.skipped = f"float64 re-check of alpha-CROWN (about {est64 * (1 + len(res.snapshots)):.2g} s)"
             return False
         cfg.phase("alpha_recheck")
         proven = self._proven64(res.snapshots)
         if not proven:  # root bounds for refinement: the latest slopes' intermediate bounds
             if not dl.allows(clock.estimate("bounds32") + est64):
+                self.skipped = f"root bounds for branch and bound (about {clock.estimate('bounds32') + est64:.2g} s)"
                 return False
             cfg.phase("root_bounds")
             last = {k: v.to(g.dtype) for k, v in res.snapshots[max(res.snapshots)].items()}
@@ -427,6 +431,9 @@ def _verify(onnx_path, vnnlib_path, dl: Deadline, cfg: VerifyConfig, live, loade
         open_states = still
     if (out := attack_rounds(early + 1, cfg.attack_rounds)) is not None:
         return out
+    skipped = [s.skipped for s in open_states if s.skipped]
+    if skipped:
+        return done("timeout", msg=f"not started: {skipped[0]}, which would have ended after the deadline")
     return done("unknown", msg="bounds not tight enough and no counterexample found")
 
 

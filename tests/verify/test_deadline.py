@@ -1,0 +1,158 @@
+"""Deadline (issue 26): the result is final by timeout + 1 s in every phase. Phases are slowed
+artificially (``VerifyConfig.phase_hook`` or a monkeypatched bound pass) and the result file is
+watched from another thread on ``time.monotonic()``: it must exist by then, say ``timeout`` or
+``unknown``, and never change afterwards. A correctness check, not a speed target."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpufield.verify import AlphaConfig, VerifyConfig, run_instance, verify_instance
+from gpufield.verify.deadline import Deadline, ResultSeal
+
+from . import nets
+
+TIMEOUT_S = 2.0
+BOX = "(declare-const X_0 Real)(declare-const X_1 Real)(declare-const Y_0 Real)" + "".join(
+    f"(assert (>= X_{i} -1))(assert (<= X_{i} 1))" for i in range(2))
+
+
+def _hard_unsat(tmp_path, seed=1):
+    """A 2-12-12-1 net and ``Y_0 ≤ min − 1 %``: unsat by the exact MILP minimum, not proven by
+    CROWN, so every phase (attack, bounds, alpha, branch and bound) runs."""
+    rng = np.random.default_rng(seed)
+    model, layers = nets.mlp(rng, [2, 12, 12, 1])
+    onnx_p = nets.save(model, tmp_path / "net.onnx")
+    exact = nets.milp_min(layers, np.full(2, -1.0), np.full(2, 1.0), np.array([1.0]))
+    vnn = tmp_path / "p.vnnlib"
+    vnn.write_text(BOX + f"(assert (<= Y_0 {exact - 0.01 * (1 + abs(exact))!r}))")
+    return onnx_p, vnn, exact
+
+
+class _Watch:
+    """Records every distinct content of ``path`` with its ``time.monotonic()``."""
+
+    def __init__(self, path: Path, on_first=None):
+        self.path, self.seen, self.on_first = path, [], on_first
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.is_set():
+            if self.path.exists():
+                c = self.path.read_text()
+                if c and (not self.seen or self.seen[-1][1] != c):
+                    self.seen.append((time.monotonic(), c))
+                    if self.on_first is not None:
+                        self.on_first()
+            time.sleep(0.01)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.05)
+        self.stop.set()
+        self.t.join()
+
+
+@pytest.mark.parametrize("phase", ["attack", "bounds", "alpha", "bab"])
+def test_stuck_phase_result_is_final_by_timeout_plus_1s(tmp_path, phase):
+    """A phase that does not return by itself: the file says timeout by the deadline + 1 s and
+    keeps saying it after the late verdict arrives."""
+    onnx_p, vnn, _ = _hard_unsat(tmp_path)
+    release, reached = threading.Event(), []
+
+    def hook(name):
+        reached.append(name)
+        if name == phase:
+            release.wait(20)
+
+    cfg = VerifyConfig(phase_hook=hook, alpha=AlphaConfig(iterations=10))
+    out = tmp_path / "result.txt"
+    start = time.monotonic()
+    with _Watch(out, on_first=release.set) as w:
+        res = run_instance(onnx_p, vnn, out, timeout_s=TIMEOUT_S, config=cfg,
+                           deadline=Deadline.after(TIMEOUT_S, start_s=start))
+    assert phase in reached
+    assert len(w.seen) == 1, w.seen  # written once, never changed
+    t_first, content = w.seen[0]
+    assert t_first - start <= TIMEOUT_S + 1.0, t_first - start
+    assert content.split()[0] in ("timeout", "unknown") and res.verdict == "timeout"
+    assert out.read_text() == content
+
+
+def test_slow_rigid_bound_pass_is_not_started_late(tmp_path):
+    """CROWN proves the property (IBP-style threshold far below the exact minimum) but the bound
+    pass is slow: the float64 re-check, estimated from it, is not started past the deadline."""
+    rng = np.random.default_rng(2)
+    model, layers = nets.mlp(rng, [2, 8, 1])
+    onnx_p = nets.save(model, tmp_path / "n.onnx")
+    exact = nets.milp_min(layers, np.full(2, -1.0), np.full(2, 1.0), np.array([1.0]))
+    vnn = tmp_path / "p.vnnlib"
+    vnn.write_text(BOX + f"(assert (<= Y_0 {exact - 50.0!r}))")
+    assert verify_instance(onnx_p, vnn, timeout_s=30).verdict == "unsat"  # decided when not slowed
+
+    reached = []
+
+    def hook(name):
+        reached.append(name)
+        if name == "bounds":
+            time.sleep(0.9 * TIMEOUT_S / 2)  # inside the measured pass: float64 estimate 3x this
+
+    start = time.monotonic()
+    res = verify_instance(onnx_p, vnn, timeout_s=TIMEOUT_S, config=VerifyConfig(phase_hook=hook))
+    assert time.monotonic() - start <= TIMEOUT_S + 1.0
+    assert res.verdict == "timeout" and "bounds" in reached and "float64" not in reached, (res, reached)
+
+
+def test_slow_alpha_iterations_stop_before_the_deadline(tmp_path, monkeypatch):
+    """Each float32 α-CROWN bound pass takes 2.2 s (> the 1 s of slack): no iteration is started
+    that would end after the deadline (checking only for a passed deadline overruns by 1.7 s)."""
+    from gpufield.verify import alpha
+
+    onnx_p, vnn, _ = _hard_unsat(tmp_path)
+    real = alpha.bound_pass
+
+    def slow(graph, spec, x_lo, *a, **k):
+        if x_lo.dtype == torch.float32:
+            time.sleep(2.2)
+        return real(graph, spec, x_lo, *a, **k)
+
+    monkeypatch.setattr(alpha, "bound_pass", slow)
+    start = time.monotonic()
+    res = verify_instance(onnx_p, vnn, timeout_s=3.0, config=VerifyConfig(refine=None))
+    assert time.monotonic() - start <= 3.0 + 1.0
+    assert res.verdict in ("timeout", "unknown")
+
+
+def test_seal_keeps_the_first_writer():
+    out: list[str] = []
+    with ResultSeal(time.monotonic() + 0.05, lambda: out.append("timeout")) as s:
+        time.sleep(0.3)
+        assert not s.finish(lambda: out.append("unsat"))
+    with ResultSeal(time.monotonic() + 5, lambda: out.append("timeout")) as s:
+        assert s.finish(lambda: out.append("sat"))
+    time.sleep(0.05)
+    assert out == ["timeout", "sat"]
+
+
+def test_process_start_counts_interpreter_start_up(tmp_path):
+    """In a fresh interpreter that sleeps 0.4 s before loading the module, the deadline module
+    reports at least that much age (the module is loaded from its file alone, without torch)."""
+    src = Path(importlib.util.find_spec("gpufield.verify.deadline").origin)
+    code = ("import time; time.sleep(0.4); import importlib.util as u; "
+            f"s = u.spec_from_file_location('d', {str(src)!r}); m = u.module_from_spec(s); import sys; sys.modules['d'] = m; s.loader.exec_module(m); "
+            "print(time.monotonic() - m.process_start_s())")
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert 0.4 <= age < 30.0
