@@ -39,7 +39,8 @@ def _hard_unsat(tmp_path, seed=1):
 
 
 class _Watch:
-    """Records every distinct content of ``path`` with its ``time.monotonic()``."""
+    """Records every distinct content of ``path`` with its ``time.monotonic()`` (calling
+    ``on_first`` after each new one)."""
 
     def __init__(self, path: Path, on_first=None):
         self.path, self.seen, self.on_first = path, [], on_first
@@ -156,3 +157,23 @@ def test_process_start_counts_interpreter_start_up(tmp_path):
             "print(time.monotonic() - m.process_start_s())")
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0.4 <= age < 30.0
+
+
+def test_bench_row_is_final_by_timeout_plus_1s(tmp_path):
+    """bench keeps the rule per instance: a stuck phase still gives its row, timeout, in time."""
+    from gpufield.verify import bench
+
+    d = tmp_path / "b"
+    d.mkdir()
+    onnx_p, vnn, _ = _hard_unsat(d)
+    (d / "instances.csv").write_text(f"{Path(onnx_p).name},{vnn.name},{TIMEOUT_S}\n")
+    release = threading.Event()
+    cfg = VerifyConfig(phase_hook=lambda name: release.wait(20) if name == "bounds" else None)
+    out = tmp_path / "res.csv"
+    rows = lambda: out.read_text().count("\n") if out.exists() else 0  # noqa: E731
+    start = time.monotonic()
+    with _Watch(out, on_first=lambda: rows() == 2 and release.set()) as w:
+        s = bench(d, out, config=cfg, progress=False)
+    done = [t for t, c in w.seen if c.count("\n") == 2]  # header + the instance's row
+    assert done and done[0] - start <= TIMEOUT_S + 1.0 and rows() == 2
+    assert out.read_text().splitlines()[1].split(",")[4] == "timeout" and s.counts == {"timeout": 1}
