@@ -158,6 +158,10 @@ def run(
     from gpufield.verify.runner import load_instance
 
     t0 = time.monotonic()
+    # a process started for this command (gpufield verify run ..., python -m gpufield verify run ...)
+    # counts its budget from its own start, as VNN-COMP's run_instance.sh measures it
+    own = sys.argv[1:3] == ["verify", "run"]
+    deadline = Deadline.from_process_start(timeout) if own else Deadline.after(timeout, start_s=t0)
     before = _fingerprint(out)
     refusal = None if force else _overwrite_refusal(out, model, prop)
     try:  # inputs first: a bad model or property is the error to report, whatever --out holds
@@ -179,7 +183,7 @@ def run(
         raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
     try:
         res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
-                           loaded=loaded, deadline=Deadline.from_process_start(timeout),
+                           loaded=loaded, deadline=deadline,
                            config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
                                           progress=True, mip_solver=mip_solver))
     except KeyboardInterrupt:  # typer would exit 130 silently
