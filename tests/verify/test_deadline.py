@@ -177,3 +177,19 @@ def test_bench_row_is_final_by_timeout_plus_1s(tmp_path):
     done = [t for t, c in w.seen if c.count("\n") == 2]  # header + the instance's row
     assert done and done[0] - start <= TIMEOUT_S + 1.0 and rows() == 2
     assert out.read_text().splitlines()[1].split(",")[4] == "timeout" and s.counts == {"timeout": 1}
+
+
+def test_mip_workers_do_not_outlive_the_budget(tmp_path):
+    """Spawned MIP workers take seconds to start (they import torch): the wait ends at the
+    budget, the workers are killed, and the bounds returned still contain the real values."""
+    from gpufield.verify.milp_bounds import milp_refine
+
+    from .test_milp_bounds import _forward_pre, _net
+
+    g64, layers, lo, hi, lo64, hi64, ref = _net(tmp_path, 6)
+    start = time.monotonic()
+    out, st = milp_refine(g64, lo64, hi64, ref, layers=2, workers=2, total_s=0.5)
+    assert time.monotonic() - start <= 0.5 + 1.0, st.status
+    pre = _forward_pre(layers, np.random.default_rng(0).uniform(lo, hi, (2000, len(lo))))
+    for (lo_t, hi_t), z in zip((out[r.inputs[0]] for r in g64.relu_nodes()), pre, strict=True):
+        assert (lo_t.numpy().reshape(-1) <= z.min(0) + 1e-9).all() and (hi_t.numpy().reshape(-1) >= z.max(0) - 1e-9).all()
