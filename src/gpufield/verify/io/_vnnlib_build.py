@@ -122,9 +122,10 @@ class _Parser:
             raise self.err("a constraint mixes input and output variables", op)
         return [(len(self.atoms) - 1,)]
 
-    def conj(self, parts, tok: Tok, toks: list[Tok] | None = None) -> list[tuple[int, ...]]:
+    def conj(self, parts, tok: Tok, toks: list[Tok] | None = None, *, split: bool = False):
         """The DNF of a conjunction of DNFs, size-checked before it is built (the error names
-        ``tok``, or the part of ``toks`` where the product passes the cap)."""
+        ``tok``, or the part of ``toks`` where the product passes the cap). With ``split`` the
+        atoms common to every conjunct come back apart: ``(common, conjuncts without them)``."""
         common = tuple(a for p in parts if len(p) == 1 for a in p[0])
         multi = [p for p in parts if len(p) != 1]
         n = 1
@@ -135,10 +136,10 @@ class _Parser:
                 size = math.prod(len(q) for q in multi)
                 raise self.err(f"the disjunctive normal form has {size} conjuncts, more than the limit "
                                f"of {self.cap} (max_disjuncts)", tok)
-        out = [common]
+        out = [() if split else common]
         for p in multi:
             out = [a + b for a in out for b in p]
-        return out
+        return (common, out) if split else out
 
     def formula(self, root) -> list[tuple[int, ...]]:
         """A formula -> DNF: a list of conjunctions of atom ids, without recursion."""
@@ -200,7 +201,7 @@ class _Parser:
                 toks.append(kw)
             else:
                 raise self.err(f"unknown command {kw.text!r}", kw)
-        dnf = self.conj(parts, toks[0], toks) if parts else [()]
+        common, dnf = self.conj(parts, toks[0], toks, split=True) if parts else ((), [()])
         nx = sum(1 for v in self.decl if v[0] == "X")
         ny = sum(1 for v in self.decl if v[0] == "Y")
         for kind in ("X", "Y"):  # indices 0..n-1 without a gap
@@ -209,14 +210,12 @@ class _Parser:
                 if int(v[2:]) != i:
                     top = names[-1]
                     raise self.err(f"{kind}_{i} is not declared but {top} is", self.decl[top])
-        return Property(nx, ny, self.cases(dnf, nx, ny), self.path)
+        return Property(nx, ny, self.cases(common, dnf, nx, ny), self.path)
 
     # ---- boxes and polytopes -----------------------------------------------------------------
-    def box(self, xs: tuple[int, ...], nx: int):
-        lo, hi = np.full(nx, -np.inf), np.full(nx, np.inf)
-        ls, hs = np.zeros(nx, bool), np.zeros(nx, bool)
-        lt: dict[int, Tok] = {}
-        ht: dict[int, Tok] = {}
+    def apply(self, box, xs) -> None:
+        """Tighten ``box = (lo, hi, lo_strict, hi_strict, lo_tok, hi_tok)`` in place by X atoms."""
+        lo, hi, ls, hs, lt, ht = box
         for a in xs:
             (i, b, upper, strict), tok = self.atoms[a][1], self.atoms[a][2]
             v, s, t = (hi, hs, ht) if upper else (lo, ls, lt)
@@ -224,6 +223,9 @@ class _Parser:
                 v[i], s[i], t[i] = b, strict, tok
             elif b == v[i] and strict and not s[i]:
                 s[i], t[i] = True, tok
+
+    def check(self, box) -> tuple:
+        lo, hi, ls, hs, lt, ht = box
         bad = ~(np.isfinite(lo) & np.isfinite(hi))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -237,24 +239,36 @@ class _Parser:
                            f"{float(hi[i])!r} {'(strict) ' if hs[i] else ''}from line {ht[i].line}", later)
         return lo, hi, ls, hs
 
-    def cases(self, dnf, nx, ny) -> tuple[Case, ...]:
+    def rows(self, ys, ny):
+        A, b, st = np.zeros((len(ys), ny)), np.zeros(len(ys)), np.zeros(len(ys), bool)
+        for r, a in enumerate(ys):
+            kind, data, _ = self.atoms[a]
+            if kind == "F":
+                b[r] = -1.0
+                continue
+            row, b[r], st[r] = data
+            for j, c in row.items():
+                A[r, j] += c
+        return A, b, st
+
+    def cases(self, common, dnf, nx, ny) -> tuple[Case, ...]:
+        """Group the conjuncts (each ``common`` + its own atoms) by input box into cases; the
+        common atoms are applied once, not once per conjunct."""
+        is_x = [k == "X" for k, _, _ in self.atoms]
+        base = (np.full(nx, -np.inf), np.full(nx, np.inf), np.zeros(nx, bool), np.zeros(nx, bool), {}, {})
+        self.apply(base, [a for a in common if is_x[a]])
+        A0, b0, s0 = self.rows([a for a in common if not is_x[a]], ny)
         groups: dict[bytes, tuple[tuple, list[Clause]]] = {}
         boxes: dict[tuple[int, ...], tuple] = {}
         for conj in dnf:
-            xs = tuple(sorted({a for a in conj if self.atoms[a][0] == "X"}))
+            xs = tuple(sorted({a for a in conj if is_x[a]}))
             if xs not in boxes:
-                boxes[xs] = self.box(xs, nx)
+                bx = tuple(v.copy() for v in base) if xs else base
+                self.apply(bx, xs)
+                boxes[xs] = self.check(bx)
             bx = boxes[xs]
-            ys = [a for a in conj if self.atoms[a][0] != "X"]
-            A, b, st = np.zeros((len(ys), ny)), np.zeros(len(ys)), np.zeros(len(ys), bool)
-            for r, a in enumerate(ys):
-                kind, data, _ = self.atoms[a]
-                if kind == "F":
-                    b[r] = -1.0
-                    continue
-                row, b[r], st[r] = data
-                for j, c in row.items():
-                    A[r, j] += c
+            A, b, st = self.rows([a for a in conj if not is_x[a]], ny)
             key = b"".join(v.tobytes() for v in bx)
-            groups.setdefault(key, (bx, []))[1].append(Clause(A, b, st))
+            groups.setdefault(key, (bx, []))[1].append(
+                Clause(np.concatenate([A0, A]), np.concatenate([b0, b]), np.concatenate([s0, st])))
         return tuple(Case(lo, hi, tuple(cl), ls, hs) for (lo, hi, ls, hs), cl in groups.values())
