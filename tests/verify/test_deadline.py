@@ -148,15 +148,35 @@ def test_seal_keeps_the_first_writer():
     assert out == ["timeout", "sat"]
 
 
-def test_process_start_counts_interpreter_start_up(tmp_path):
-    """In a fresh interpreter that sleeps 0.4 s before loading the module, the deadline module
-    reports at least that much age (the module is loaded from its file alone, without torch)."""
-    src = Path(importlib.util.find_spec("gpufield.verify.deadline").origin)
-    code = ("import time; time.sleep(0.4); import importlib.util as u; "
-            f"s = u.spec_from_file_location('d', {str(src)!r}); m = u.module_from_spec(s); import sys; sys.modules['d'] = m; s.loader.exec_module(m); "
-            "print(time.monotonic() - m.process_start_s())")
-    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+def test_process_start_counts_interpreter_start_up():
+    """A fresh interpreter that sleeps 0.4 s before importing the (torch-free) module reports at
+    least that much age."""
+    code = "import time; time.sleep(0.4); import gpufield.deadline as d; print(time.monotonic() - d.process_start_s())"
+    src = str(Path(importlib.util.find_spec("gpufield").origin).parents[1])
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                               env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"}).stdout)
     assert 0.4 <= age < 30.0
+
+
+def test_cli_result_is_final_by_timeout_plus_1s_from_process_start(tmp_path):
+    """``python -m gpufield verify run`` with a 1 s timeout: importing torch and loading already
+    take about that long here, so the file must come from the seal armed before them."""
+    onnx_p, vnn, _ = _hard_unsat(tmp_path)
+    out = tmp_path / "r.txt"
+    src = str(Path(importlib.util.find_spec("gpufield").origin).parents[1])
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "gpufield", "verify", "run", str(onnx_p), str(vnn),
+                             "--timeout", "1", "--out", str(out)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    try:
+        while not (out.exists() and out.read_text()) and time.monotonic() - start < 30:
+            time.sleep(0.01)
+        t = time.monotonic() - start
+        assert t <= 1.0 + 1.0, t
+        assert out.read_text() == "timeout\n"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_bench_row_is_final_by_timeout_plus_1s(tmp_path):

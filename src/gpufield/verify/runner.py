@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -440,7 +441,7 @@ def _verify(onnx_path, vnnlib_path, dl: Deadline, cfg: VerifyConfig, live, loade
 def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: str | Path, *,
                  timeout_s: float, config: VerifyConfig | None = None,
                  force: bool = False, loaded: tuple | None = None,
-                 deadline: Deadline | None = None) -> VerifyResult:
+                 deadline: Deadline | None = None, seal: ResultSeal | None = None) -> VerifyResult:
     """:func:`verify_instance` and write the VNN-COMP result file (what ``gpufield verify run`` does).
 
     The result file is checked before any work (never overwritten without ``force``). Bad inputs
@@ -450,7 +451,9 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
 
     The file is final by the deadline + ``config.grace_s``: if no verdict is written by then, a
     timer thread writes ``timeout`` and a later verdict is discarded (the returned result then
-    says ``timeout`` too, with the late verdict in its message).
+    says ``timeout`` too, with the late verdict in its message). ``seal``: a
+    :class:`~gpufield.deadline.ResultSeal` for ``result_path`` the caller armed already (``verify
+    run`` arms it before loading); otherwise one is armed here.
 
     Raises:
         InputError: the result file exists and ``force`` is False.
@@ -465,7 +468,9 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
     cfg = config or VerifyConfig()
     dl = Deadline.after(timeout_s)
     dl = dl if deadline is None else deadline.earlier(dl.end_s)
-    with ResultSeal(dl.end_s + cfg.grace_s, lambda: write_result_file(rp, "timeout", force=True)) as seal:
+    armed = seal is not None
+    seal = seal if armed else ResultSeal(dl.end_s + cfg.grace_s, lambda: write_result_file(rp, "timeout", force=True))
+    with nullcontext(seal) if armed else seal:
         try:
             res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=cfg, loaded=loaded,
                                   deadline=dl)
