@@ -60,14 +60,14 @@ def shard_instances(data: Path, k: int, n: int, select: str | None = None) -> li
 
     insts = [i for i in read_instances(data / "mnist_fc/instances.csv")
              if select is None or re.search(select, f"{i.onnx},{i.vnnlib}")]
-    ref: dict[tuple[str, str], float] = {}
+    ref: dict[tuple[str, str, str], float] = {}
     ref_csv = data / "results/alpha_beta_crown_mnist_fc_results.csv"
     if ref_csv.exists():
         with open(ref_csv, newline="") as f:
             for row in csv.DictReader(f):
                 if row["result"] in ("sat", "unsat"):
-                    ref[instance_key(row["onnx"], row["vnnlib"])] = float(row["run_time"])
-    weights = [(ref.get(instance_key(i.onnx, i.vnnlib), i.timeout_s), i.line, i) for i in insts]
+                    ref[instance_key(row["benchmark"], row["onnx"], row["vnnlib"])] = float(row["run_time"])
+    weights = [(ref.get(instance_key("mnist_fc", i.onnx, i.vnnlib), i.timeout_s), i.line, i) for i in insts]
     loads, parts = [0.0] * n, [[] for _ in range(n)]
     for w, _, inst in sorted(weights, key=lambda t: (-t[0], t[1])):
         j = loads.index(min(loads))

@@ -111,7 +111,7 @@ TRAP_CFG = VerifyConfig(alpha=AlphaConfig(iterations=20),
 def test_soundness_traps_never_unsat(shared_dir, net, prop):
     """Sat by consensus, unsat for a penalised 2022 tool: the full run must find the
     counterexample, and the bounding stages alone (α-CROWN, refinement) must not prove it."""
-    assert _abcrown(shared_dir)[(f"mnist-net_{net}.onnx", f"prop_{prop}.vnnlib")] == "sat"
+    assert _abcrown(shared_dir)[("mnist_fc", f"onnx/mnist-net_{net}.onnx", f"vnnlib/prop_{prop}.vnnlib")] == "sat"
     res = verify_instance(*_paths(shared_dir, net, prop), timeout_s=60, config=TRAP_CFG)
     assert res.verdict == "sat"
     _check_cex(shared_dir, net, prop, res.counterexample)
@@ -128,7 +128,7 @@ def test_soundness_traps_never_unsat(shared_dir, net, prop):
 ])
 def test_verdicts_agree_with_abcrown_2022(shared_dir, net, prop, stage):
     res = verify_instance(*_paths(shared_dir, net, prop), timeout_s=60, config=FAST)
-    assert res.verdict == _abcrown(shared_dir)[(f"mnist-net_{net}.onnx", f"prop_{prop}.vnnlib")]
+    assert res.verdict == _abcrown(shared_dir)[("mnist_fc", f"onnx/mnist-net_{net}.onnx", f"vnnlib/prop_{prop}.vnnlib")]
     if res.verdict == "sat":
         _check_cex(shared_dir, net, prop, res.counterexample)
     elif stage == "crown":
@@ -143,7 +143,7 @@ def test_verdicts_agree_with_abcrown_2022(shared_dir, net, prop, stage):
 def test_bab_proves_what_alpha_crown_cannot(shared_dir, net, prop):
     """v1's timeouts: α-CROWN margins −1.63/−0.67/−0.38; β-CROWN branch and bound proves them,
     as α,β-CROWN did in 2022."""
-    assert _abcrown(shared_dir)[(f"mnist-net_{net}.onnx", f"prop_{prop}.vnnlib")] == "unsat"
+    assert _abcrown(shared_dir)[("mnist_fc", f"onnx/mnist-net_{net}.onnx", f"vnnlib/prop_{prop}.vnnlib")] == "unsat"
     # 10-60 s on an idle 2-core box; the wide limit keeps a loaded CI machine from timing out
     res = verify_instance(*_paths(shared_dir, net, prop), timeout_s=600,
                           config=VerifyConfig(refine=RefineConfig(batch=64)))

@@ -74,7 +74,7 @@ def test_published_abcrown_counts_on_shared_instances(shared_dir):
 
     counts = {}
     for i in insts:
-        r = ref[instance_key(i.onnx, i.vnnlib)]
+        r = ref[instance_key("mnist_fc", i.onnx, i.vnnlib)]
         counts[r] = counts.get(r, 0) + 1
     assert len(insts) == 60 and counts == {"unsat": 44, "sat": 15, "timeout": 1}
 

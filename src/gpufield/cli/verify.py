@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -162,41 +163,65 @@ def run(
     Example:
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
-    from gpufield.verify import run_instance, write_result_file
-    from gpufield.verify.runner import load_instance
+    from gpufield.deadline import Deadline, ResultSeal, write_text_atomic  # torch-free
 
     t0 = time.monotonic()
+    # a process started for this command (gpufield verify run ..., python -m gpufield verify run ...)
+    # counts its budget from its own start, as VNN-COMP's run_instance.sh measures it
+    own = sys.argv[1:3] == ["verify", "run"]
+    deadline = Deadline.from_process_start(timeout) if own else Deadline.after(timeout, start_s=t0)
     before = _fingerprint(out)
     refusal = None if force else _overwrite_refusal(out, model, prop)
-    try:  # inputs first: a bad model or property is the error to report, whatever --out holds
-        loaded = load_instance(model, prop)
-    except InputError:
+    # armed before the heavy imports and the loading: the file is final by the deadline + 0.5 s
+    # (VerifyConfig.grace_s's default; the config needs the imports)
+    try:  # devices, FIFOs, links and the command's own inputs are never written (reported after loading)
+        check_output(out, force=True, inputs=(model, prop), option="--out")
+        unsafe = None
+    except InputError as e:
+        unsafe = e
+    writable = refusal is None and unsafe is None and out.parent.is_dir() and not out.is_dir()
+    seal = ResultSeal(deadline.end_s + 0.5, lambda: write_text_atomic(out, "timeout\n")) if writable else None
+    with seal if seal is not None else contextlib.nullcontext():
+        from gpufield.verify import run_instance, write_result_file
+        from gpufield.verify.runner import load_instance
+
+        try:  # inputs first: a bad model or property is the error to report, whatever --out holds
+            loaded = load_instance(model, prop)
+        except InputError:
+            try:
+                if refusal is not None or unsafe is not None:
+                    raise OSError(refusal or str(unsafe)) from None
+
+                def write():
+                    write_result_file(out, "error", force=True)
+
+                if seal is None:
+                    write()
+                elif not seal.finish(write):
+                    raise OSError("loading outlasted the deadline; the file says timeout")
+                _record(out, model, prop, before, bad_input=True)
+            except (OSError, InputError) as e:  # InputError: --out is a device, FIFO, link or an input
+                print(f"gpufield: note: 'error' not written to {out} ({e})", file=sys.stderr)
+            raise
+        if not out.parent.is_dir():
+            raise InputError("the folder of the result file does not exist", path=str(out))
+        if out.is_dir():
+            raise InputError("is a folder; --out names the result file to write", path=str(out))
+        if unsafe is not None:
+            raise unsafe
+        if refusal is not None:
+            raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
         try:
-            if refusal is not None:
-                raise OSError(refusal)
-            write_result_file(out, "error", force=True)
-            _record(out, model, prop, before, bad_input=True)
-        except (OSError, InputError) as e:  # InputError: --out is a device, FIFO, link or an input
-            print(f"gpufield: note: 'error' not written to {out} ({e})", file=sys.stderr)
-        raise
-    if not out.parent.is_dir():
-        raise InputError("the folder of the result file does not exist", path=str(out))
-    if out.is_dir():
-        raise InputError("is a folder; --out names the result file to write", path=str(out))
-    check_output(out, force=True, inputs=(model, prop), option="--out")  # devices, FIFOs, links, inputs
-    if refusal is not None:
-        raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
-    try:
-        res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
-                           loaded=loaded,
-                           config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                          progress=True, mip_solver=mip_solver))
-    except KeyboardInterrupt:  # typer would exit 130 silently
-        fp = _fingerprint(out)
-        wrote = f"; wrote '{fp['verdict']}' to {out}" if fp is not None and fp != before else ""
-        interrupted(f"gpufield: verify run interrupted after {time.monotonic() - t0:.1f} s{wrote}")
-    finally:  # also after a bad input or Ctrl-C, which write error / unknown
-        _record(out, model, prop, before)
+            res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
+                               loaded=loaded, deadline=deadline, seal=seal,
+                               config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
+                                              progress=True, mip_solver=mip_solver))
+        except KeyboardInterrupt:  # typer would exit 130 silently
+            fp = _fingerprint(out)
+            wrote = f"; wrote '{fp['verdict']}' to {out}" if fp is not None and fp != before else ""
+            interrupted(f"gpufield: verify run interrupted after {time.monotonic() - t0:.1f} s{wrote}")
+        finally:  # also after a bad input or Ctrl-C, which write error / unknown
+            _record(out, model, prop, before)
     typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
 
 

@@ -66,12 +66,23 @@ accepted after the slopes that produced it are re-evaluated in float64 (float32 
 exact in float64, the box is rounded outwards) with a margin above ``margin_tol`` (1e-7).
 Outward rounding inside the float64 arithmetic itself is not done; its error (≈1e-13 relative)
 is far below the margin. The network semantics verified is the real-valued network with the
-model's float32 weights, as in VNN-COMP.
+model's float32 weights, as in VNN-COMP (float64 weights for a model with a DOUBLE input).
+
+Input hygiene: an empty input range, a non-finite number, a disjunctive normal form beyond
+``max_disjuncts`` (10000) are :class:`~gpufield.errors.SpecFormatError` s naming file and line,
+never a proof. Strict ``<``/``>`` are bounded on their closure and enforced on counterexamples,
+which are accepted only if they satisfy the property exactly as written (no tolerance; the
+VNN-COMP checker's 1e-4 is slack we never use, see :func:`gpufield.verify.attack.validate`).
+
+Deadline: phases stop or are not started by the :class:`Deadline`; :func:`run_instance` and
+:func:`bench` also seal the result as ``timeout`` ``VerifyConfig.grace_s`` (0.5 s) after it, so
+the result is final by the timeout + 1 s (:mod:`gpufield.verify.deadline`).
 """
 
 from gpufield.verify.alpha import AlphaConfig, AlphaResult, alpha_crown
 from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
 from gpufield.verify.bench import BenchSummary, bench
+from gpufield.verify.deadline import Deadline
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.io.onnx_load import load_onnx
 from gpufield.verify.io.ort import OrtModel, differential_check
@@ -92,6 +103,7 @@ __all__ = [
     "Case",
     "Clause",
     "Counterexample",
+    "Deadline",
     "Graph",
     "Node",
     "OrtModel",

@@ -297,7 +297,9 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
         first: shallowest layer to refine (default 1; a larger value keeps the given bounds of
             the layers before it, e.g. when they were refined by an earlier call).
         neuron_time_s: solver time limit of one problem (one neuron, one side; s).
-        total_s: wall budget of the whole refinement (s); problems not started are dropped.
+        total_s: wall budget of the whole refinement (s); problems not started are dropped, and
+            with workers the wait for them ends then too (workers still busy are killed; their
+            neurons keep the bounds given, counted as ``killed`` in the stats).
         workers: worker processes (default ``os.cpu_count()``; 1 solves in this process).
         binary: MIP with binary ReLU indicators, else the triangle LP.
         abs_slack, rel_slack: outward safety slack applied to every solver bound.
@@ -358,10 +360,19 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
             slack = (abs_slack, rel_slack, range_slack)
             args = [(t, int(j), L[:t + 1], U[:t + 1], binary, t, deadline, neuron_time_s, slack, gap, stop_at_stable)
                     for j in order]
+            late = False
             if pool is None:
                 results = [r for a in args for r in _solve(*a)]
-            else:
-                results = [r for f in as_completed([pool.submit(_solve, *a) for a in args]) for r in f.result()]
+            else:  # wait no longer than the budget: a worker still starting up (spawn imports
+                # torch) or past its solver's limit is killed, the solved neurons are kept
+                futs, results = [pool.submit(_solve, *a) for a in args], []
+                try:
+                    for f in as_completed(futs, timeout=max(0.0, deadline - time.time()) + 0.2):
+                        results.extend(f.result())
+                except TimeoutError:
+                    _kill(pool)
+                    pool, late = None, True
+                    stats.status["killed"] = stats.status.get("killed", 0) + sum(not f.done() for f in futs)
             stats.solved[t] = stats.tightened[t] = 0
             newL, newU = L[t].copy(), U[t].copy()
             failed = [st for *_, st, _x in results if st.startswith("gurobi error")]
@@ -395,7 +406,7 @@ def milp_refine(g64: Graph, lo64, hi64, bounds64: dict, *, layers: int = 2, firs
             ref_l, ref_u = bounds64[names[t]]
             out[names[t]] = (torch.as_tensor(L[t], dtype=ref_l.dtype, device=ref_l.device).reshape(ref_l.shape),
                              torch.as_tensor(U[t], dtype=ref_u.dtype, device=ref_u.device).reshape(ref_u.shape))
-            if time.time() > deadline:
+            if late or time.time() > deadline:
                 break
     except BaseException:  # Ctrl-C or an error: stop the solvers now, do not wait for their solves
         if pool is not None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import torch
 from gpufield.errors import ModelFormatError, SpecFormatError
 from gpufield.verify.alpha import AlphaConfig, alpha_crown, recheck, tables, valid_slopes
 from gpufield.verify.attack import AttackConfig, Counterexample, pgd_attack
+from gpufield.verify.deadline import Deadline, PhaseClock, ResultSeal
 from gpufield.verify.graph import Graph
 from gpufield.verify.io.onnx_load import load_onnx
 from gpufield.verify.io.ort import OrtModel, differential_check
@@ -52,6 +55,14 @@ class VerifyConfig:
         memory_budget_bytes: cap on the A-matrices of one spec chunk.
         progress: name each phase on stderr, with a live branch-and-bound line (rich on a terminal,
             plain lines elsewhere).
+        grace_s: :func:`run_instance` seals the result file as ``timeout`` this long after the
+            deadline if no verdict came by then (:class:`~gpufield.verify.deadline.ResultSeal`);
+            keep it below 1 s so the file is final by timeout + 1 s.
+        f64_cost_ratio: estimated cost of a float64 bound pass relative to the measured float32
+            one; a float64 re-check that would end after the deadline is not started.
+        phase_hook: called with the phase name as each runner phase starts (``attack``,
+            ``bounds``, ``float64``, ``alpha``, ``alpha_recheck``, ``root_bounds``, ``bab``,
+            ``attack_round``); for instrumentation and for tests that slow a phase down.
     """
 
     method: str = "alpha"
@@ -65,6 +76,9 @@ class VerifyConfig:
     ort_atol: float = 1e-4
     memory_budget_bytes: int = 2 << 30
     progress: bool = False
+    grace_s: float = 0.5
+    f64_cost_ratio: float = 3.0
+    phase_hook: Callable[[str], None] | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -73,6 +87,13 @@ class VerifyConfig:
             raise ValueError(f"dtype {self.dtype!r} not in {tuple(_DTYPES)}")
         if self.attack_rounds < 0 or self.margin_tol < 0:
             raise ValueError(f"attack_rounds={self.attack_rounds}, margin_tol={self.margin_tol} must be >= 0")
+        if not (0.0 <= self.grace_s < 1.0) or not self.f64_cost_ratio > 0:
+            raise ValueError(f"grace_s={self.grace_s} must be in [0, 1) and f64_cost_ratio={self.f64_cost_ratio} > 0")
+
+    def phase(self, name: str) -> None:
+        """Announce a phase to :attr:`phase_hook` (no-op without one)."""
+        if self.phase_hook is not None:
+            self.phase_hook(name)
 
 
 @dataclass(frozen=True)
@@ -130,6 +151,7 @@ class _Case:
         self.lo64, self.hi64 = outward_box(case, g.input_shape, torch.float64, g.device)
         self.margins: dict[str, float] = {}
         self._ref64 = None
+        self.skipped = ""  # a phase not started because it would have ended after the deadline
 
     def ref64(self):
         if self._ref64 is None:
@@ -139,25 +161,48 @@ class _Case:
             self._ref64 = {**ib, **self._ref64}
         return self._ref64
 
-    def prove(self, deadline_s: float) -> bool:
+    def prove(self, deadline_s: float, clock: PhaseClock | None = None) -> bool:
+        """Bound the case: IBP, CROWN, α-CROWN, each proof re-checked in float64.
+
+        Phases that cannot be interrupted start only if their estimate (from the float32 pass
+        measured in ``clock``, times ``f64_cost_ratio`` for float64) ends before ``deadline_s``;
+        otherwise the case stays open (the caller answers ``timeout``).
+        """
         cfg, g, sp = self.cfg, self.g, self.spec
-        with torch.no_grad():
+        clock = clock if clock is not None else PhaseClock()
+        dl = Deadline(deadline_s)
+        with torch.no_grad(), clock.timed("bounds32"):
+            cfg.phase("bounds")
             ib = ibp(g, self.lo, self.hi)
             v = _ibp_clauses(g, sp, ib)
             self.margins["ibp"] = float(v.min())
-            if cfg.method == "ibp":
-                return bool((v > 0).all()) and self._proven64(None, use_ibp=True)
-            v, inter = _crown_clauses(g, sp, self.lo, self.hi, ib, cfg.memory_budget_bytes)
-            self.margins["crown"] = float(v.min())
-        if bool((v > 0).all()) and self._proven64(None):
-            return True
-        if cfg.method != "alpha" or time.monotonic() > deadline_s:
+            if cfg.method != "ibp":
+                v, inter = _crown_clauses(g, sp, self.lo, self.hi, ib, cfg.memory_budget_bytes)
+                self.margins["crown"] = float(v.min())
+        est64 = cfg.f64_cost_ratio * clock.estimate("bounds32")
+        if bool((v > 0).all()):
+            if not dl.allows(est64):  # the float64 re-check would end after the deadline
+                self.skipped = f"float64 re-check (about {est64:.2g} s)"
+                return False
+            cfg.phase("float64")
+            if self._proven64(None, use_ibp=cfg.method == "ibp"):
+                return True
+        if cfg.method != "alpha" or dl.expired():
             return False
         ref = {**ib, **inter}
+        cfg.phase("alpha")
         res = alpha_crown(g, sp, self.lo, self.hi, ref, inter, cfg.alpha, deadline_s)
         self.margins["alpha"] = float(res.best_KB.min())
+        if not dl.allows(est64 * (1 + len(res.snapshots))):  # CROWN64 + a pass per snapshot
+            self.skipped = f"float64 re-check of alpha-CROWN (about {est64 * (1 + len(res.snapshots)):.2g} s)"
+            return False
+        cfg.phase("alpha_recheck")
         proven = self._proven64(res.snapshots)
         if not proven:  # root bounds for refinement: the latest slopes' intermediate bounds
+            if not dl.allows(clock.estimate("bounds32") + est64):
+                self.skipped = f"root bounds for branch and bound (about {clock.estimate('bounds32') + est64:.2g} s)"
+                return False
+            cfg.phase("root_bounds")
             last = {k: v.to(g.dtype) for k, v in res.snapshots[max(res.snapshots)].items()}
             # an optimiser's iterate: a NaN slope (float32 overflow) becomes 0
             last = {k: v if k.startswith("lambda|") else valid_slopes(v) for k, v in last.items()}
@@ -271,7 +316,8 @@ def load_instance(onnx_path: str | Path, vnnlib_path: str | Path, atol: float = 
 
 
 def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s: float,
-                    config: VerifyConfig | None = None, loaded: tuple | None = None) -> VerifyResult:
+                    config: VerifyConfig | None = None, loaded: tuple | None = None,
+                    deadline: Deadline | None = None) -> VerifyResult:
     """Decide one VNN-COMP instance.
 
     Args:
@@ -282,26 +328,35 @@ def verify_instance(onnx_path: str | Path, vnnlib_path: str | Path, *, timeout_s
         loaded: :func:`load_instance`'s ``(graph, ort_model, property)`` for these two files when
             the caller already loaded them (``gpufield verify run`` checks its inputs first), so
             the budget is not spent loading twice.
+        deadline: an absolute deadline (e.g. counted from the process start, as ``gpufield
+            verify run`` does); the earlier of it and ``timeout_s`` from now applies.
 
     Returns:
-        :class:`VerifyResult` (``sat``/``unsat``/``unknown``/``timeout``).
+        :class:`VerifyResult` (``sat``/``unsat``/``unknown``/``timeout``). Interruptible phases
+        stop at the deadline; one that cannot be interrupted is not started when its estimate
+        would end after it (see :mod:`gpufield.verify.deadline`).
 
     Raises:
         ModelFormatError, SpecFormatError: bad inputs (see :func:`load_instance`).
     """
     cfg = config or VerifyConfig()
+    dl = Deadline.after(timeout_s)
+    dl = dl if deadline is None else deadline.earlier(dl.end_s)
     with _live(cfg.progress) as live:  # the status line (or plain lines off a terminal) names each phase
-        return _verify(onnx_path, vnnlib_path, timeout_s, cfg, live, loaded)
+        return _verify(onnx_path, vnnlib_path, dl, cfg, live, loaded)
 
 
-def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, loaded=None) -> VerifyResult:
+def _verify(onnx_path, vnnlib_path, dl: Deadline, cfg: VerifyConfig, live, loaded=None) -> VerifyResult:
     """:func:`verify_instance`'s body; ``live`` is the progress callback (None: silent)."""
     note = getattr(live, "note", None) or (lambda msg: None)
     t0 = time.monotonic()
-    deadline = t0 + timeout_s
+    deadline = dl.end_s
+    clock = PhaseClock()
     if loaded is None:
         note("loading the model and checking it against onnxruntime")
         loaded = load_instance(onnx_path, vnnlib_path, cfg.ort_atol)
+        if dl.expired():
+            return VerifyResult("timeout", None, time.monotonic() - t0, {}, "deadline reached while loading")
     graph, ort_model, prop = loaded
     if cfg.device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelFormatError(f"device {cfg.device} requested but CUDA is not available")
@@ -318,6 +373,7 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
         return VerifyResult(verdict, cex, time.monotonic() - t0, margins, msg)
 
     note("PGD attack")
+    cfg.phase("attack")
     for s in states:  # cheap falsification first
         cex = pgd_attack(g_attack, ort_model, s.case, cfg.attack, deadline_s=deadline, rounds=1)
         if cex is not None:
@@ -328,7 +384,7 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
             return done("timeout", msg="deadline reached while bounding")
         note("bounds: " + {"ibp": "IBP", "crown": "IBP, CROWN"}.get(
             cfg.method, f"IBP, CROWN, alpha-CROWN ({cfg.alpha.iterations} iterations)"))
-        if not s.prove(deadline):
+        if not s.prove(deadline, clock):
             open_states.append(s)
     if not open_states:
         return done("unsat", msg=f"all clauses proven ({cfg.method}), float64 re-check passed")
@@ -343,6 +399,7 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
                 if time.monotonic() > deadline:
                     return done("timeout", msg=f"deadline reached while attacking ({open_bound()})")
                 note(f"PGD attack, round {r} ({open_bound()})")
+                cfg.phase("attack_round")
                 a = AttackConfig(restarts=cfg.attack.restarts, steps=cfg.attack.steps,
                                  step_frac=cfg.attack.step_frac, seed=cfg.attack.seed + 1000 * r)
                 cex = pgd_attack(g_attack, ort_model, s.case, a, deadline_s=deadline, rounds=1)
@@ -359,6 +416,7 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
             if time.monotonic() > deadline:
                 return done("timeout", msg=f"deadline reached while refining ({open_bound()})")
             note(f"branch and bound ({open_bound()})")
+            cfg.phase("bab")
             r = s.refine(deadline, ort_model, progress=live)
             if r is not None and r.counterexample is not None:
                 return done("sat", r.counterexample, "counterexample found in branch and bound, validated by onnxruntime")
@@ -374,18 +432,28 @@ def _verify(onnx_path, vnnlib_path, timeout_s: float, cfg: VerifyConfig, live, l
         open_states = still
     if (out := attack_rounds(early + 1, cfg.attack_rounds)) is not None:
         return out
+    skipped = [s.skipped for s in open_states if s.skipped]
+    if skipped:
+        return done("timeout", msg=f"not started: {skipped[0]}, which would have ended after the deadline")
     return done("unknown", msg="bounds not tight enough and no counterexample found")
 
 
 def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: str | Path, *,
                  timeout_s: float, config: VerifyConfig | None = None,
-                 force: bool = False, loaded: tuple | None = None) -> VerifyResult:
+                 force: bool = False, loaded: tuple | None = None,
+                 deadline: Deadline | None = None, seal: ResultSeal | None = None) -> VerifyResult:
     """:func:`verify_instance` and write the VNN-COMP result file (what ``gpufield verify run`` does).
 
     The result file is checked before any work (never overwritten without ``force``). Bad inputs
     write ``error`` to the result file and re-raise; Ctrl-C writes ``unknown`` (inside branch and
     bound it ends the search and ``unknown`` is returned with the bound reached in the message).
-    ``loaded``: as in :func:`verify_instance`.
+    ``loaded``, ``deadline``: as in :func:`verify_instance`.
+
+    The file is final by the deadline + ``config.grace_s``: if no verdict is written by then, a
+    timer thread writes ``timeout`` and a later verdict is discarded (the returned result then
+    says ``timeout`` too, with the late verdict in its message). ``seal``: a
+    :class:`~gpufield.deadline.ResultSeal` for ``result_path`` the caller armed already (``verify
+    run`` arms it before loading); otherwise one is armed here.
 
     Raises:
         InputError: the result file exists and ``force`` is False.
@@ -397,13 +465,23 @@ def run_instance(onnx_path: str | Path, vnnlib_path: str | Path, result_path: st
     rp = Path(result_path)
     if rp.exists() and not force:
         raise InputError("result file exists; pass --force to overwrite it", path=str(rp))
-    try:
-        res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=config, loaded=loaded)
-    except InputError:
-        write_result_file(rp, "error", force=True)
-        raise
-    except KeyboardInterrupt:  # Ctrl-C outside branch and bound: an honest unknown, then stop
-        write_result_file(rp, "unknown", force=True)
-        raise
-    write_result_file(rp, res.verdict, res.counterexample, force=True)
+    cfg = config or VerifyConfig()
+    dl = Deadline.after(timeout_s)
+    dl = dl if deadline is None else deadline.earlier(dl.end_s)
+    armed = seal is not None
+    seal = seal if armed else ResultSeal(dl.end_s + cfg.grace_s, lambda: write_result_file(rp, "timeout", force=True))
+    with nullcontext(seal) if armed else seal:
+        try:
+            res = verify_instance(onnx_path, vnnlib_path, timeout_s=timeout_s, config=cfg, loaded=loaded,
+                                  deadline=dl)
+        except InputError:
+            seal.finish(lambda: write_result_file(rp, "error", force=True))
+            raise
+        except KeyboardInterrupt:  # Ctrl-C outside branch and bound: an honest unknown, then stop
+            seal.finish(lambda: write_result_file(rp, "unknown", force=True))
+            raise
+        if not seal.finish(lambda: write_result_file(rp, res.verdict, res.counterexample, force=True)):
+            res = VerifyResult("timeout", None, res.seconds, res.margins,
+                               f"no verdict by the deadline + {cfg.grace_s:g} s, so the result file says "
+                               f"timeout; the verifier answered {res.verdict} after {res.seconds:.2f} s")
     return res

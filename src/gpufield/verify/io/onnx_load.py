@@ -54,11 +54,12 @@ def load_onnx(path: str | Path) -> Graph:
         path: ``.onnx`` file (or ``.onnx.gz``).
 
     Returns:
-        The graph with float32 constants on CPU.
+        The graph with float32 constants on CPU (float64 for a model with a DOUBLE input).
 
     Raises:
-        ModelFormatError: unreadable file, several inputs/outputs, or unsupported ops: one
-            error listing every unsupported op type with its node names.
+        ModelFormatError: unreadable file, several inputs/outputs, an input that is neither FLOAT
+            nor DOUBLE, or unsupported ops: one error listing every unsupported op type with its
+            node names.
     """
     model = _read_model(path)
     return _Builder(model, str(path)).build()
@@ -97,6 +98,16 @@ class _Builder:
         dims = [d.dim_value if d.HasField("dim_value") else -1 for d in inputs[0].type.tensor_type.shape.dim]
         if len(dims) < 2 or any(d <= 0 for d in dims[1:]):
             raise self.err(f"input {inputs[0].name!r} must be [batch, ...] with fixed non-batch dims, got {dims}")
+        from onnx import TensorProto
+
+        et = inputs[0].type.tensor_type.elem_type
+        if et not in (TensorProto.FLOAT, TensorProto.DOUBLE):
+            name = TensorProto.DataType.Name(et) if et in TensorProto.DataType.values() else str(et)
+            raise self.err(f"input {inputs[0].name!r} has element type {name}; only FLOAT and DOUBLE "
+                           "inputs are supported")
+        # a DOUBLE model keeps its constants in float64 (rounding them to float32 would make the
+        # float64 re-check bound a different network)
+        self.ft = np.float64 if et == TensorProto.DOUBLE else np.float32
         self.in_name = inputs[0].name
         self.shapes[self.in_name] = tuple(dims[1:])
         for n in self.g.node:
@@ -133,7 +144,8 @@ class _Builder:
         self.push(n, op, edge_inputs)
 
     def push(self, n, op, edge_inputs, name=None) -> None:
-        dummies = [torch.zeros(1, *self.shapes[i]) for i in edge_inputs]
+        dummies = [torch.zeros(1, *self.shapes[i], dtype=torch.float64 if self.ft == np.float64 else torch.float32)
+                   for i in edge_inputs]
         try:
             y = op.forward(*dummies)
         except RuntimeError as e:
@@ -143,11 +155,11 @@ class _Builder:
         self.nodes.append(Node(name, op, tuple(edge_inputs), self.shapes[name], n.name))
 
     def t(self, a) -> torch.Tensor:
-        return torch.as_tensor(np.asarray(a, dtype=np.float32).copy())
+        return torch.as_tensor(np.asarray(a, dtype=self.ft).copy())
 
     def const_operand(self, c: np.ndarray, shape, n):
         """Strip a leading batch dim of 1 so the constant broadcasts against ``[B, *shape]``."""
-        c = np.asarray(c, dtype=np.float32)
+        c = np.asarray(c, dtype=self.ft)
         if c.ndim == len(shape) + 1:
             if c.shape[0] != 1:
                 raise self.err(f"constant operand of shape {c.shape} varies along the batch dim", n)

@@ -13,6 +13,8 @@ import numpy as np
 from gpufield._files import read_bytes
 from gpufield.errors import ModelFormatError, require
 
+_INPUT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64}
+
 
 class OrtModel:
     """An onnxruntime session over one ONNX model (CPU provider, one thread).
@@ -37,13 +39,25 @@ class OrtModel:
         except Exception as e:
             raise ModelFormatError(f"onnxruntime cannot load the model: {e}", path=str(path)) from e
         inp = self.sess.get_inputs()[0]
+        if inp.type not in _INPUT_DTYPES:
+            raise ModelFormatError(f"input {inp.name!r} has type {inp.type}; only float (float32) and "
+                                   "double (float64) inputs are supported", path=str(path))
         self.input_name = inp.name
+        self.input_dtype = _INPUT_DTYPES[inp.type]
         self.input_shape = [d if isinstance(d, int) else 1 for d in inp.shape]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """Forward one point. ``x``: any array with the input's element count; returns the flat output (float32)."""
-        xi = np.asarray(x, dtype=np.float32).reshape(self.input_shape)
-        return np.asarray(self.sess.run(None, {self.input_name: xi})[0], dtype=np.float32).reshape(-1)
+        """Forward one point in the model's input dtype (float32 or float64).
+
+        Args:
+            x: any array with the input's element count (values must be representable in the
+                input dtype: a float32 point is exact in both).
+
+        Returns:
+            The flat output as float64, exactly onnxruntime's values.
+        """
+        xi = np.asarray(x, dtype=self.input_dtype).reshape(self.input_shape)
+        return np.asarray(self.sess.run(None, {self.input_name: xi})[0]).astype(np.float64).reshape(-1)
 
 
 def differential_check(graph, ort_model: OrtModel, lo_N: np.ndarray, hi_N: np.ndarray,

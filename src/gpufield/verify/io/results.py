@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -78,7 +79,9 @@ def read_instances(path: str | Path) -> list[Instance]:
     """Read ``onnx,vnnlib,timeout`` rows.
 
     Raises:
-        InputError: a row has the wrong number of fields or a bad timeout (names the line).
+        InputError: a row has the wrong number of fields, or a timeout that is not a finite
+            number of seconds ``>= 0`` (``nan``/``inf`` would defeat every cap taken with
+            ``min``); the error names the line.
     """
     out = []
     with io.StringIO(read_text(path, what="an instances.csv of onnx,vnnlib,timeout rows"), newline="") as f:
@@ -91,26 +94,47 @@ def read_instances(path: str | Path) -> list[Instance]:
                 t = float(row[2])
             except ValueError:
                 raise InputError(f"timeout {row[2]!r} is not a number", path=str(path), line=n) from None
+            if not math.isfinite(t) or t < 0:
+                raise InputError(f"timeout {row[2].strip()!r} is not a finite number of seconds >= 0",
+                                 path=str(path), line=n)
             out.append(Instance(row[0].strip(), row[1].strip(), t, n))
     return out
 
 
-def instance_key(onnx: str, vnnlib: str) -> tuple[str, str]:
-    """Match key across tools: file names without directories and ``.gz``."""
-    def base(p):
-        b = Path(p).name
-        return b[:-3] if b.endswith(".gz") else b
+def instance_key(benchmark: str, onnx: str, vnnlib: str) -> tuple[str, str, str]:
+    """Match key across tools: ``(benchmark, onnx, vnnlib)`` with the paths relative to the
+    benchmark directory, without a leading ``./`` or ``benchmarks/<benchmark>/`` and without
+    ``.gz``. (File names alone are not enough: two benchmarks, or two directories of one, can
+    hold files of the same name.)
 
-    return base(onnx), base(vnnlib)
+    Args:
+        benchmark: the benchmark name (the ``benchmark`` column; a bench run uses its
+            directory's name).
+        onnx, vnnlib: the paths as written in ``instances.csv`` or a results CSV.
+    """
+    b = benchmark.strip()
+
+    def rel(p: str) -> str:
+        parts = [x for x in PurePosixPath(p.strip().replace("\\", "/")).parts if x != "."]
+        if len(parts) > 2 and parts[0] == "benchmarks" and parts[1] == b:
+            parts = parts[2:]
+        r = "/".join(parts)
+        return r[:-3] if r.endswith(".gz") else r
+
+    return b, rel(onnx), rel(vnnlib)
 
 
-def read_results(path: str | Path) -> dict[tuple[str, str], str]:
+def read_results(path: str | Path) -> dict[tuple[str, str, str], str]:
     """Read a VNN-COMP ``results.csv`` (with or without header), skipping ``benchmarks/test`` rows.
 
     Returns:
         :func:`instance_key` -> result string (e.g. ``unsat``, ``sat``, ``timeout``).
+
+    Raises:
+        InputError: a short row, or one instance listed twice with different results.
     """
-    out = {}
+    out: dict[tuple[str, str, str], str] = {}
+    first: dict[tuple[str, str, str], int] = {}
     with io.StringIO(read_text(path, what="a VNN-COMP results CSV"), newline="") as f:
         for n, row in enumerate(csv.reader(f), start=1):
             if not row or row[0] == "benchmark":
@@ -119,7 +143,12 @@ def read_results(path: str | Path) -> dict[tuple[str, str], str]:
                 raise InputError(f"expected >= 5 fields, got {len(row)}", path=str(path), line=n)
             if "benchmarks/test/" in row[1] or "test_nano" in row[1]:
                 continue
-            out[instance_key(row[1], row[2])] = row[4].strip()
+            key, res = instance_key(row[0], row[1], row[2]), row[4].strip()
+            if key in out and out[key] != res:
+                raise InputError(f"{row[1]},{row[2]} is listed twice with different results "
+                                 f"({out[key]} at line {first[key]}, {res} here)", path=str(path), line=n)
+            out[key] = res
+            first.setdefault(key, n)
     return out
 
 

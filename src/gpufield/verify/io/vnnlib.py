@@ -1,12 +1,36 @@
 """VNN-LIB 1.0 property parser (https://www.vnnlib.org, the VNN-COMP 2021-2025 subset).
 
-Tokenises on parentheses with no whitespace assumptions (VeriNet issue #2 style files parse),
-builds s-expressions with 1-based line/column positions, and turns the conjunction of all
-``assert`` s into a disjunctive normal form. Each conjunct splits into an input box (bounds on
-single ``X_i``) and an output polytope ``A y ≤ b`` (atoms over ``Y_j``). Conjuncts sharing a box
-form one :class:`Case`; the property is violated iff some case's box contains an ``x`` whose
-output lies in one of its polytopes (the *unsafe* set). Strict inequalities are read as
-non-strict (the closure), which is the conservative choice for proving ``unsat``.
+Tokenises on parentheses with no whitespace assumptions (VeriNet issue #2 style files parse) in
+linear time, builds s-expressions with 1-based line/column positions without recursion (any
+nesting depth), and turns the conjunction of all ``assert`` s into a disjunctive normal form.
+Each conjunct splits into an input box (bounds on single ``X_i``) and an output polytope
+``A y ≤ b`` (atoms over ``Y_j``). Conjuncts sharing a box form one :class:`Case`; the property is
+violated iff some case's box contains an ``x`` whose output lies in one of its polytopes (the
+*unsafe* set).
+
+Strict inequalities: the bounds (proofs of ``unsat``) work on the closure, which is the
+conservative side; the strictness is kept (``Clause.strict_K``, ``Case.lo_strict_N`` /
+``hi_strict_N``) so that a counterexample is accepted only if it satisfies the atoms as written
+(:meth:`Clause.contains`, :func:`gpufield.verify.attack.validate`).
+
+Inputs refused with an error naming file, line and column (never a silent proof):
+
+* an empty input range (``lo > hi``, or ``lo == hi`` with a strict bound). The official VNN-COMP
+  reader (``read_vnnlib_simple`` in ChristopherBrix/vnncomp2022_results, ``SCORING/vnnlib.py``)
+  asserts ``X_i range is empty`` there as well; an empty box is a swapped-bounds mistake in
+  practice, and dropping its disjunct used to turn such a file into a "proof".
+* numbers that are not finite decimals (``nan``, ``inf``, ``1e999``) and terms that overflow.
+* a disjunctive normal form with more than ``max_disjuncts`` conjuncts (``(and (or a b) (or c
+  d) ...)`` multiplies out): the count is computed before anything is built, so five ``(or ...)``
+  of nine atoms (59049 conjuncts) fail at once instead of filling gigabytes.
+
+Constant atoms (``(< 0 0)``) are evaluated: a true one drops out of its conjunction, a false one
+becomes the always-infeasible row ``0·y ≤ −1`` (so the conjunct is provably empty; a sound
+``unsat`` by the SMT-LIB semantics of ``assert``, and never a counterexample).
+
+Box bounds are the float64 values nearest to the literals: for float32 or float64 inputs the
+representable points of that box are exactly those of the written box (a representable point
+beyond the nearest float64 would be nearer).
 
 Shape legend: N input variables, M output variables, K rows of one polytope.
 """
@@ -15,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +48,8 @@ from gpufield.errors import SpecFormatError
 
 _TOKEN = re.compile(r"\(|\)|[^\s();]+|;[^\n]*")
 _VAR = re.compile(r"^([XY])_(\d+)$")
+_NUM = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
+MAX_DISJUNCTS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +63,41 @@ class Tok:
 
 @dataclass(frozen=True)
 class Clause:
-    """One polytope of the unsafe output set: ``A_KM @ y ≤ b_K``.
+    """One polytope of the unsafe output set: ``A_KM @ y ≤ b_K`` (``<`` where ``strict_K``).
 
     Attributes:
         A_KM: float64 ``[K, M]`` (``K = 0`` means the whole box is unsafe).
         b_K: float64 ``[K]``.
+        strict_K: bool ``[K]``, rows written with ``<``/``>``; None means all non-strict.
     """
 
     A_KM: np.ndarray
     b_K: np.ndarray
+    strict_K: np.ndarray | None = None
+
+    def contains(self, y_M: np.ndarray) -> bool:
+        """Whether ``y`` lies in this polytope as written (strict rows strictly).
+
+        Float64 decides the rows whose slack ``b − A y`` is clear of its rounding-error bound;
+        the others are decided in exact rational arithmetic on the float64 values. A non-finite
+        ``y`` is never contained.
+
+        Args:
+            y_M: float ``[M]`` outputs.
+        """
+        y = np.asarray(y_M, dtype=np.float64).reshape(-1)
+        if not np.isfinite(y).all():
+            return False
+        if len(self.b_K) == 0:
+            return True
+        strict = np.zeros(len(self.b_K), bool) if self.strict_K is None else self.strict_K
+        slack = self.b_K - self.A_KM @ y
+        err = 4.0 * (len(y) + 2) * np.finfo(np.float64).eps * (np.abs(self.A_KM) @ np.abs(y) + np.abs(self.b_K))
+        for k in np.flatnonzero(np.abs(slack) <= err):  # too close to call in float64
+            exact = Fraction(self.b_K[k]) - sum(Fraction(a) * Fraction(v) for a, v in zip(self.A_KM[k], y, strict=True) if a)
+            slack[k], err[k] = (1.0 if exact > 0 else -1.0 if exact < 0 else 0.0), 0.0
+        ok = np.where(strict, slack > err, slack >= -err)
+        return bool(ok.all())
 
 
 @dataclass(frozen=True)
@@ -52,13 +105,25 @@ class Case:
     """One input box with the polytopes of the unsafe set attached to it.
 
     Attributes:
-        lo_N, hi_N: float64 ``[N]`` box bounds.
+        lo_N, hi_N: float64 ``[N]`` box bounds (the closure of the written set).
         clauses: the disjunction of unsafe polytopes.
+        lo_strict_N, hi_strict_N: bool ``[N]``, bounds written with ``<``/``>`` (None: none).
     """
 
     lo_N: np.ndarray
     hi_N: np.ndarray
     clauses: tuple[Clause, ...]
+    lo_strict_N: np.ndarray | None = None
+    hi_strict_N: np.ndarray | None = None
+
+    def contains_input(self, x_N: np.ndarray) -> bool:
+        """Whether ``x`` (float64 ``[N]``) lies in the box as written (strict bounds strictly)."""
+        x = np.asarray(x_N, dtype=np.float64).reshape(-1)
+        if not np.isfinite(x).all() or (x < self.lo_N).any() or (x > self.hi_N).any():
+            return False
+        if self.lo_strict_N is not None and (self.lo_strict_N & (x == self.lo_N)).any():
+            return False
+        return not (self.hi_strict_N is not None and (self.hi_strict_N & (x == self.hi_N)).any())
 
 
 @dataclass(frozen=True)
@@ -80,14 +145,15 @@ class Property:
 
 
 def tokenize(text: str, path: str = "<string>") -> list[Tok]:
-    """Split VNN-LIB text into parentheses and atoms, dropping ``;`` comments."""
-    toks, line, line_start = [], 1, 0
+    """Split VNN-LIB text into parentheses and atoms, dropping ``;`` comments (linear time)."""
+    toks, line, line_start, pos = [], 1, 0, 0
     for m in _TOKEN.finditer(text):
         s = m.start()
-        nl = text.count("\n", line_start if s >= line_start else 0, s)
+        nl = text.count("\n", pos, s)  # only the gap since the previous token
         if nl:
             line += nl
-            line_start = text.rfind("\n", 0, s) + 1
+            line_start = text.rfind("\n", pos, s) + 1
+        pos = m.end()
         if m.group().startswith(";"):
             continue
         toks.append(Tok(m.group(), line, s - line_start + 1))
@@ -116,171 +182,44 @@ def _sexprs(toks: list[Tok], path: str):
 
 
 def _show(e) -> str:
-    """An s-expression back as text, for error messages: ``(_ BitVec 8)``."""
-    if isinstance(e, Tok):
-        return e.text
-    return "(" + " ".join(_show(a) for a in e[1:]) + ")"
+    """An s-expression back as text, for error messages: ``(_ BitVec 8)`` (no recursion)."""
+    out, work = [], [e]
+    while work:
+        x = work.pop()
+        if isinstance(x, str):
+            out.append(x)
+        elif isinstance(x, Tok):
+            out.append(x.text)
+        else:
+            work.append(")")
+            for i, a in enumerate(reversed(x[1:])):
+                work.append(a)
+                if i < len(x) - 2:
+                    work.append(" ")
+            work.append("(")
+    return "".join(out)
 
 
-class _Parser:
-    def __init__(self, path: str):
-        self.path = path
-        self.decl: dict[str, Tok] = {}  # name -> its token in the (first) declaration
-
-    def err(self, msg, tok):
-        return SpecFormatError(msg, path=self.path, line=tok.line, column=tok.col)
-
-    def head(self, e) -> Tok:
-        return e[0] if isinstance(e, list) else e
-
-    def linear(self, e) -> tuple[dict[str, float], float]:
-        """A term -> (coefficients by variable name, constant)."""
-        if isinstance(e, Tok):
-            if e.text in self.decl:
-                return {e.text: 1.0}, 0.0
-            if _VAR.match(e.text):
-                raise self.err(f"{e.text} is used but never declared", e)
-            try:
-                return {}, float(e.text)
-            except ValueError:
-                raise self.err(f"expected a number or a declared variable, got {e.text!r}", e) from None
-        op = e[1] if len(e) > 1 and isinstance(e[1], Tok) else self.head(e)
-        args = [self.linear(a) for a in e[2:]]
-        if op.text == "+" or (op.text == "-" and len(args) >= 1):
-            co, k = dict(args[0][0]), args[0][1]
-            if op.text == "-" and len(args) == 1:
-                return {v: -c for v, c in co.items()}, -k
-            for c2, k2 in args[1:]:
-                s = 1.0 if op.text == "+" else -1.0
-                for v, c in c2.items():
-                    co[v] = co.get(v, 0.0) + s * c
-                k += s * k2
-            return co, k
-        if op.text == "*" and len(args) == 2 and (not args[0][0] or not args[1][0]):
-            (ca, ka), (cb, kb) = args if not args[0][0] else args[::-1]
-            return {v: c * ka for v, c in cb.items()}, ka * kb
-        raise self.err(f"expected a linear term (+, -, * by a constant), got {op.text!r}", op)
-
-    def formula(self, e) -> list[list[tuple]]:
-        """A formula -> DNF: list of conjunctions of atoms ``(coefs, const, tok)`` meaning ``Σ c v + k ≤ 0``."""
-        if not isinstance(e, list) or len(e) < 2 or not isinstance(e[1], Tok):
-            raise self.err("expected a formula such as (<= Y_0 Y_1), (and ...) or (or ...)", self.head(e))
-        op = e[1]
-        if op.text in ("and", "or"):
-            parts = [self.formula(a) for a in e[2:]]
-            if not parts:
-                raise self.err(f"empty ({op.text})", op)
-            if op.text == "or":
-                return [c for p in parts for c in p]
-            out = [[]]
-            for p in parts:
-                out = [a + b for a in out for b in p]
-            return out
-        if op.text in ("<=", ">=", "<", ">"):
-            if len(e) != 4:
-                raise self.err(f"({op.text} ...) takes exactly two terms", op)
-            (ca, ka), (cb, kb) = self.linear(e[2]), self.linear(e[3])
-            if op.text in (">=", ">"):
-                (ca, ka), (cb, kb) = (cb, kb), (ca, ka)
-            co = dict(ca)
-            for v, c in cb.items():
-                co[v] = co.get(v, 0.0) - c
-            return [[(co, ka - kb, op)]]
-        raise self.err(f"unknown connective {op.text!r} (expected and, or, <=, >=, <, >)", op)
-
-    def declare(self, e, kw: Tok) -> None:
-        """``(declare-const X_i Real)``: the name must be ``X_i``/``Y_j``, the sort ``Real``
-        (VNN-LIB declares every input and output ``Real``), and no name may be declared twice."""
-        if len(e) != 4 or not _VAR.match(e[2].text if isinstance(e[2], Tok) else ""):
-            raise self.err("expected (declare-const X_i Real) or (declare-const Y_j Real)", kw)
-        name, sort = e[2], e[3]
-        if not isinstance(sort, Tok) or sort.text != "Real":
-            raise self.err(f"{name.text} has unknown sort {_show(sort)!r} (expected Real)", self.head(sort))
-        first = self.decl.get(name.text)
-        if first is not None:
-            raise self.err(f"{name.text} declared twice (first at line {first.line})", name)
-        self.decl[name.text] = name
-
-    def run(self, text: str) -> Property:
-        dnf: list[list[tuple]] = [[]]
-        for e in _sexprs(tokenize(text, self.path), self.path):
-            if not isinstance(e, list) or len(e) < 2:
-                raise self.err("expected (declare-const ...) or (assert ...)", self.head(e))
-            kw = e[1]
-            if not isinstance(kw, Tok):
-                raise self.err("expected (declare-const ...) or (assert ...)", self.head(kw))
-            if kw.text == "declare-const":
-                self.declare(e, kw)
-            elif kw.text == "assert":
-                if len(e) != 3:
-                    raise self.err("(assert ...) takes one formula", kw)
-                f = self.formula(e[2])
-                dnf = [a + b for a in dnf for b in f]
-            else:
-                raise self.err(f"unknown command {kw.text!r}", kw)
-        nx = sum(1 for v in self.decl if v[0] == "X")
-        ny = sum(1 for v in self.decl if v[0] == "Y")
-        for kind in ("X", "Y"):  # indices 0..n-1 without a gap
-            names = sorted((v for v in self.decl if v[0] == kind), key=lambda v: int(v[2:]))
-            for i, v in enumerate(names):
-                if int(v[2:]) != i:
-                    top = names[-1]
-                    raise self.err(f"{kind}_{i} is not declared but {top} is", self.decl[top])
-        return Property(nx, ny, self.cases(dnf, nx, ny), self.path)
-
-    def cases(self, dnf, nx, ny) -> tuple[Case, ...]:
-        groups: dict[bytes, tuple[np.ndarray, np.ndarray, list[Clause]]] = {}
-        for conj in dnf:
-            lo, hi = np.full(nx, -np.inf), np.full(nx, np.inf)
-            rows, rhs = [], []
-            for co, k, tok in conj:
-                co = {v: c for v, c in co.items() if c != 0.0}
-                kinds = {v[0] for v in co}
-                if kinds == {"X"}:
-                    if len(co) != 1:
-                        raise self.err("input constraints must bound single variables (boxes)", tok)
-                    (v, c), = co.items()
-                    i, bound = int(v[2:]), -k / c
-                    if c > 0:
-                        hi[i] = min(hi[i], bound)
-                    else:
-                        lo[i] = max(lo[i], bound)
-                elif kinds == {"Y"}:
-                    row = np.zeros(ny)
-                    for v, c in co.items():
-                        row[int(v[2:])] = c
-                    rows.append(row)
-                    rhs.append(-k)
-                elif not kinds:
-                    if k > 0:
-                        rows.append(np.zeros(ny))
-                        rhs.append(-k)
-                else:
-                    raise self.err("a constraint mixes input and output variables", tok)
-            if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-                i = int(np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))[0])
-                raise SpecFormatError(f"X_{i} has no finite lower and upper bound", path=self.path)
-            if (lo > hi).any():
-                continue  # an empty box: this conjunct cannot be violated
-            key = lo.tobytes() + hi.tobytes()
-            A = np.array(rows, dtype=np.float64).reshape(len(rows), ny)
-            groups.setdefault(key, (lo, hi, []))[2].append(Clause(A, np.array(rhs, dtype=np.float64)))
-        return tuple(Case(lo, hi, tuple(cl)) for lo, hi, cl in groups.values())
+def _head(e) -> Tok:
+    return e[0] if isinstance(e, list) else e
 
 
-def parse_vnnlib(path: str | Path, text: str | None = None) -> Property:
+def parse_vnnlib(path: str | Path, text: str | None = None, *, max_disjuncts: int = MAX_DISJUNCTS) -> Property:
     """Parse a VNN-LIB 1.0 file (``.vnnlib`` or ``.vnnlib.gz``).
 
     Args:
         path: the file (also used in error messages).
         text: the file's contents, if already read.
+        max_disjuncts: most conjuncts the disjunctive normal form may have (an error beyond).
 
     Returns:
         The :class:`Property`.
 
     Raises:
-        SpecFormatError: syntax or semantic problems, with file:line:column.
+        SpecFormatError: syntax or semantic problems (see the module doc), with file:line:column.
     """
+    from gpufield.verify.io._vnnlib_build import _Parser
+
     p = str(path)
     if text is None:
         from gpufield._files import read_bytes
@@ -290,4 +229,4 @@ def parse_vnnlib(path: str | Path, text: str | None = None) -> Property:
         except FileNotFoundError as e:
             raise SpecFormatError("property file not found", path=p) from e
         text = raw.decode("utf-8", errors="replace")
-    return _Parser(p).run(text)
+    return _Parser(p, max_disjuncts).run(text)
