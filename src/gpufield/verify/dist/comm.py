@@ -56,11 +56,12 @@ class Comm:
     world: int = 1
     group: object | None = None
 
-    def all_gather_rows(self, shard: torch.Tensor) -> torch.Tensor:
-        """Concatenate every rank's ``shard`` along dim 0 into one freshly allocated tensor.
+    def all_gather_rows(self, shard: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Concatenate every rank's ``shard`` along dim 0 into one buffer.
 
         Args:
             shard: ``[R, *rest]``, the same shape, dtype and device on every rank.
+            out: contiguous ``[P·R, *rest]`` buffer to gather into (None: a fresh one).
 
         Returns:
             ``[P·R, *rest]`` contiguous (rank r's rows at ``[r·R, (r+1)·R)``); ``shard`` itself at P = 1.
@@ -75,7 +76,7 @@ class Comm:
 
         t0 = time.perf_counter()
         with torch.no_grad():
-            full = shard.new_empty((self.world * shard.shape[0], *shard.shape[1:]))
+            full = shard.new_empty((self.world * shard.shape[0], *shard.shape[1:])) if out is None else out
             dist.all_gather_single(full, shard.contiguous(), group=self.group)
         GATHER_STATS["calls"] += 1
         GATHER_STATS["bytes"] += full.numel() * full.element_size()

@@ -4,10 +4,13 @@ Every Linear/Gemm weight ``W_OI`` (and every Conv kernel ``K``, dim 0 = output c
 into P contiguous row blocks of ``ceil(O/P)`` rows (the last block zero-padded); rank r keeps only
 block r. A :class:`ShardedOp` stands in the graph where the op was. Whenever the propagation code
 asks it for a forward, an IBP step or a CROWN backward step, it all-gathers the full weight into
-one fresh buffer, builds the *original* op around it and delegates to that op's own method: the
-arithmetic is the single-process code path, on a bit-identical weight, so bounds are bitwise
-identical to P = 1 (the paper's FSDP finding, verify.md §1.4). The buffer dies when the step
-returns, before the next layer is gathered.
+the graph's one preallocated :class:`GatherBuffer` (sized for the largest padded layer), builds the
+*original* op around a view of it and delegates to that op's own method: the arithmetic is the
+single-process code path, on a bit-identical weight, so bounds are bitwise identical to P = 1 (the
+paper's FSDP finding, verify.md §1.4). No reference to the view survives the step, and the next
+layer's gather overwrites the buffer. (A fresh buffer per gather was tried first: gloo's work
+objects release their output tensors on a worker thread, so the moment a buffer died, and the
+measured peak, differed between ranks and runs.)
 
 α-CROWN differentiates through ``A @ W``: autograd would keep every gathered weight alive until the
 backward pass (the paper's retained-copies defect). A ``saved_tensors_hooks`` pair replaces a saved
@@ -18,15 +21,16 @@ Collective schedule: one gather per sharded op per call, in the order the (rank-
 traversal of the graph reaches it, and one per re-gather in the (equally rank-independent) autograd
 backward; every rank runs the same computation, so the schedules agree.
 
-Memory per rank: weights ``Σ_k ceil(O_k/P)·I_k`` (≈ 1/P) resident, plus the one layer being used.
-Peak ≤ P = 1's exactly when the largest layer ≤ (1 − 1/P) of all weights (true for deep MLPs;
-a 2-layer net at P = 2 cannot satisfy it — see benchmarks/verify_RESULTS.md).
+Memory per rank: weights ``Σ_k ceil(O_k/P)·I_k`` (≈ 1/P) plus the buffer ``max_k P·ceil(O_k/P)·I_k``,
+everything else as at P = 1. So the peak is ≤ P = 1's exactly when the buffer ≤ the bytes sharding
+saved, ``(1 − 1/P)`` of the weights up to padding (true for deep MLPs; not for a 2-layer net at P = 2,
+nor quite for mnist 256x4 at P = 2 — see benchmarks/verify_RESULTS.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,6 +63,31 @@ def shard_rows(W: torch.Tensor, comm: Comm) -> torch.Tensor:
     return out
 
 
+@dataclass(eq=False)
+class GatherBuffer:
+    """One flat buffer that every sharded op of a graph gathers its full weight into.
+
+    Attributes:
+        flat: ``[max_k P·ceil(O_k/P)·prod(rest_k)]`` in the weights' dtype/device.
+    """
+
+    flat: torch.Tensor
+    _casts: dict = field(default_factory=dict, repr=False)
+
+    def view(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """A contiguous ``shape`` view of the buffer's first elements."""
+        return self.flat[: torch.Size(shape).numel()].view(shape)
+
+    def cast(self, dtype, device) -> GatherBuffer:
+        """The buffer for a cast copy of the graph (one per dtype/device, shared by all its ops)."""
+        if self.flat.dtype == dtype and self.flat.device == torch.device(device):
+            return self
+        key = (dtype, str(device))
+        if key not in self._casts:
+            self._casts[key] = GatherBuffer(torch.empty(self.flat.numel(), dtype=dtype, device=device))
+        return self._casts[key]
+
+
 @dataclass(frozen=True, slots=True)
 class ShardedOp:
     """A Linear or Conv op whose weight is held as this rank's row block.
@@ -69,12 +98,14 @@ class ShardedOp:
         template: the original op with its weight replaced by an empty tensor (bias and
             attributes kept; the bias is small and replicated).
         comm: the group to gather over.
+        buffer: the graph's gather buffer.
     """
 
     shard: torch.Tensor
     rows: int
     template: Linear | Conv
     comm: Comm
+    buffer: GatherBuffer
     n_inputs: int = 1
     nonlinear: bool = False
 
@@ -84,8 +115,9 @@ class ShardedOp:
         return _WEIGHT_FIELD[type(self.template)]
 
     def gather(self) -> torch.Tensor:
-        """The full weight ``[O, *rest]`` (a contiguous prefix of one fresh all-gather buffer)."""
-        return self.comm.all_gather_rows(self.shard)[: self.rows]
+        """The full weight ``[O, *rest]`` (a contiguous view of the gather buffer, valid until the next gather)."""
+        out = self.buffer.view((self.comm.world * self.shard.shape[0], *self.shard.shape[1:]))
+        return self.comm.all_gather_rows(self.shard, out)[: self.rows]
 
     def full_op(self) -> Linear | Conv:
         """The original op with the gathered weight (dies with the caller's reference)."""
@@ -95,7 +127,7 @@ class ShardedOp:
         op = self.full_op()
         W = getattr(op, self.field)
         # the hooks live as long as the saved tensors (PyTorch keeps both functions): capture the
-        # buffer's address, never the buffer itself, or every gathered weight stays alive
+        # buffer's address, never a tensor (with fresh gather buffers that kept every layer alive)
         ptr, dev = W.untyped_storage().data_ptr(), W.device
         del W
 
@@ -128,7 +160,7 @@ class ShardedOp:
     def cast(self, dtype, device):
         """Copy with the shard and the template's constants in ``dtype`` on ``device``."""
         return ShardedOp(self.shard.to(device=device, dtype=dtype), self.rows,
-                         self.template.cast(dtype, device), self.comm)
+                         self.template.cast(dtype, device), self.comm, self.buffer.cast(dtype, device))
 
 
 def shard_graph(graph: Graph, comm: Comm) -> Graph:
@@ -141,13 +173,22 @@ def shard_graph(graph: Graph, comm: Comm) -> Graph:
     Returns:
         A graph with :class:`ShardedOp` nodes; its bounds are bitwise those of ``graph``.
     """
+    shards = {}
+    for n in graph.nodes:
+        fld = _WEIGHT_FIELD.get(type(n.op))
+        if fld is not None and comm.world > 1:
+            shards[n.name] = shard_rows(getattr(n.op, fld).contiguous(), comm)
+    if not shards:
+        return graph
+    some = next(iter(shards.values()))
+    buffer = GatherBuffer(some.new_empty(max(comm.world * s.numel() for s in shards.values())))
     nodes = []
     for n in graph.nodes:
         op = n.op
-        fld = _WEIGHT_FIELD.get(type(op))
-        if fld is not None and comm.world > 1:
+        if n.name in shards:
+            fld = _WEIGHT_FIELD[type(op)]
             W = getattr(op, fld)
             template = dataclasses.replace(op, **{fld: W.new_empty(0)})
-            op = ShardedOp(shard_rows(W.contiguous(), comm), W.shape[0], template, comm)
+            op = ShardedOp(shards[n.name], W.shape[0], template, comm, buffer)
         nodes.append(Node(n.name, op, n.inputs, n.shape, n.onnx_name))
     return Graph(graph.input_name, graph.input_shape, tuple(nodes), graph.output_name, graph.source)

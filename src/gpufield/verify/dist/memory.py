@@ -8,8 +8,8 @@ inside the region and still alive (held from Python or from C++, e.g. by autogra
   allocator's own count of live blocks; it includes everything resident on the device).
 * CPU: torch's CPU allocator keeps no public statistics, so :class:`StorageTracker` (a
   ``TorchDispatchMode``) sees every aten op run in the region and counts each *fresh* output
-  storage (outputs whose schema return has no alias annotation: views and in-place/``out=``
-  results reuse a storage and are not new) from its creation until its ``StorageImpl`` dies — a
+  storage (views, in-place/``out=`` results and any output sharing an input's storage, e.g. a
+  collective's output buffer, are not new) from its creation until its ``StorageImpl`` dies — a
   ``weakref.finalize`` on the storage's Python object, which torch keeps alive exactly as long as
   the C++ storage (so tensors held only by autograd are still counted).
 
@@ -90,12 +90,18 @@ class StorageTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         rets = func._schema.returns
         outs = out if isinstance(out, (tuple, list)) else (out,)
+        inputs = None
         for i, o in enumerate(outs):
-            fresh = i >= len(rets) or rets[i].alias_info is None
-            if fresh:
-                for t in tree_flatten(o)[0]:
-                    if isinstance(t, torch.Tensor) and not t.is_meta:
-                        self._track(t)
+            if i < len(rets) and rets[i].alias_info is not None:
+                continue  # a view or an in-place / out= result
+            for t in tree_flatten(o)[0]:
+                if not isinstance(t, torch.Tensor) or t.is_meta:
+                    continue
+                if inputs is None:  # ops whose schema does not say so (c10d collectives) alias too
+                    inputs = {a.untyped_storage().data_ptr() for a in tree_flatten((args, kwargs))[0]
+                              if isinstance(a, torch.Tensor) and not a.is_meta}
+                if t.untyped_storage().data_ptr() not in inputs:
+                    self._track(t)
         return out
 
 

@@ -7,12 +7,13 @@
     {"shard": "none" | "fsdp", "dtype": "float32", "device": "cpu",
      "bounds": {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 5},
      "save_bounds": true,
-     "cases": [{"name": "m4", "onnx": "net.onnx", "vnnlib": "prop.vnnlib"},
+     "cases": [{"name": "m4", "onnx": "net.onnx", "vnnlib": "prop.vnnlib",
+                "bounds": {"alpha_iterations": 1}},
                {"name": "r0", "mlp": [8, 16, 16, 3], "seed": 0, "eps": 0.1}]}
 
 Writes ``OUT_DIR/rank<r>.pt`` (case -> :func:`~gpufield.verify.dist.bounds.case_bounds` dict, when
 ``save_bounds``) and ``OUT_DIR/rank<r>.json`` (per case: the :class:`MemoryReport`, the gather
-count/bytes/seconds, the weight bytes this rank holds). Files are written to a temporary name and
+count/bytes/seconds, the weight bytes this rank holds and its gather buffer's bytes). Files are written to a temporary name and
 renamed. Every case is loaded, sharded and bounded identically on every rank.
 """
 
@@ -28,7 +29,7 @@ import torch
 
 from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import GATHER_STATS, init_from_env, shutdown
-from gpufield.verify.dist.fsdp import shard_graph
+from gpufield.verify.dist.fsdp import ShardedOp, shard_graph
 from gpufield.verify.dist.memory import graph_tensors, measure, storage_bytes
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.io.vnnlib import Case, Clause
@@ -98,6 +99,13 @@ def load_case(entry: dict, dtype: torch.dtype, device: str) -> tuple[Graph, Spec
     return graph, Spec.from_case(case, n_out), lo, hi
 
 
+def bounds_config(job: dict, entry: dict) -> BoundsConfig:
+    """The case's :class:`BoundsConfig`: the job's ``bounds`` updated by the entry's own ``bounds``."""
+    b = {**job.get("bounds", {}), **entry.get("bounds", {})}
+    return BoundsConfig(methods=tuple(b.get("methods", ("ibp", "crown", "alpha"))),
+                        alpha_iterations=int(b.get("alpha_iterations", 5)))
+
+
 def _atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     write(tmp)
@@ -112,20 +120,21 @@ def run_job(job: dict, out_dir: Path) -> None:
         raise ValueError(f"shard {shard!r} not in {SHARDS}")
     dtype = {"float32": torch.float32, "float64": torch.float64}[job.get("dtype", "float32")]
     device = job.get("device", "cpu")
-    b = job.get("bounds", {})
-    cfg = BoundsConfig(methods=tuple(b.get("methods", ("ibp", "crown", "alpha"))),
-                       alpha_iterations=int(b.get("alpha_iterations", 5)))
     results, reports = {}, {}
     for entry in job["cases"]:
+        cfg = bounds_config(job, entry)
         graph, spec, lo, hi = load_case(entry, dtype, device)
         if shard == "fsdp":
             graph = shard_graph(graph, comm)
-        weights = storage_bytes(graph_tensors(graph))
+        buffers = {id(n.op.buffer): n.op.buffer.flat for n in graph.nodes if isinstance(n.op, ShardedOp)}
+        buffer_bytes = storage_bytes(buffers.values())
+        weights = storage_bytes(graph_tensors(graph)) - buffer_bytes
         before = dict(GATHER_STATS)
         with measure([*graph_tensors(graph), lo, hi], device, comm.rank) as m:
             res = case_bounds(graph, spec, lo, hi, cfg)
         del graph
-        reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights, "world": comm.world,
+        reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights,
+                                  "gather_buffer_bytes": buffer_bytes, "world": comm.world,
                                   "shard": shard, **{f"gather_{k}": GATHER_STATS[k] - before[k] for k in before}}
         if job.get("save_bounds", True):
             results[entry["name"]] = res

@@ -1,0 +1,130 @@
+"""verify.dist under real torchrun (gloo, CPU): fsdp bounds bitwise equal to the single-process code,
+per-rank weight memory ≈ 1/P, per-rank peak ≤ P = 1's where the layer sizes allow it, and the CPU
+storage tracker against tensors of known size.
+
+One torchrun launch per P (2 and 4) runs every case; the P = 1 reference is the existing code
+(``ibp``/``crown_intermediate``/``backward``/``alpha_crown``) run in this process on the unsharded
+graph with one thread, as each rank runs with OMP_NUM_THREADS=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpufield.verify.dist.bounds import case_bounds
+from gpufield.verify.dist.memory import StorageTracker, graph_tensors, measure
+from gpufield.verify.dist.worker import bounds_config, load_case
+
+MNIST = Path(__file__).resolve().parents[2].parent / "shared/data/vnncomp2022/mnist_fc"  # conftest.SHARED
+CASES = [
+    {"name": "pad", "mlp": [6, 17, 9, 5], "seed": 0, "eps": 0.3},        # 17, 9, 5 rows: padded shards at P=2,4
+    {"name": "deep", "mlp": [12, 40, 40, 40, 40, 3], "seed": 1, "eps": 0.15},
+]
+if (MNIST / "onnx/mnist-net_256x4.onnx").is_file():
+    CASES.append({"name": "mnist256x4", "onnx": str(MNIST / "onnx/mnist-net_256x4.onnx"),
+                  "vnnlib": str(MNIST / "vnnlib/prop_1_0.05.vnnlib"), "bounds": {"alpha_iterations": 1}})
+BOUNDS = {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 2}
+
+
+def _launch(tmp_path, P: int, cases, shard="fsdp"):
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"shard": shard, "bounds": BOUNDS, "cases": cases}))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(P),
+           "-m", "gpufield.verify.dist.worker", str(job), str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    return ([torch.load(out / f"rank{k}.pt") for k in range(P)],
+            [json.loads((out / f"rank{k}.json").read_text()) for k in range(P)])
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """P = 1 with the existing code: bounds and the memory of the same region, per case."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = {}
+        for e in CASES:
+            cfg = bounds_config({"bounds": BOUNDS}, e)
+            g, spec, lo, hi = load_case(e, torch.float32, "cpu")
+            with measure([*graph_tensors(g), lo, hi]) as m:
+                res = case_bounds(g, spec, lo, hi, cfg)
+            out[e["name"]] = (res, m.report, g)
+        return out
+    finally:
+        torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def launched(request, tmp_path_factory):
+    P = request.param
+    return P, *_launch(tmp_path_factory.mktemp(f"fsdp{P}"), P, CASES)
+
+
+def test_fsdp_bounds_bitwise_equal_to_single_process(launched, reference):
+    P, ranks, _ = launched
+    for name, (ref, _, _) in reference.items():
+        assert int(ref["alpha/iterations"]) >= 1  # α-CROWN really stepped (gradients went through the gathers)
+        assert len([k for k in ref if k.startswith("crown/")]) >= 4
+        for r, got in enumerate(ranks):
+            assert got[name].keys() == ref.keys(), (name, r)
+            bad = [k for k in ref if not torch.equal(ref[k], got[name][k])]
+            assert not bad, f"P={P} rank {r} case {name}: not bitwise equal: {bad[:6]}"
+
+
+def test_fsdp_mnist_case_present(shared_dir):
+    assert any(c["name"] == "mnist256x4" for c in CASES)
+
+
+def _weight_numels(graph):
+    """(per-layer weight numel, bias numel) of the unsharded graph's Linear ops."""
+    return [(n.op.W_OI.shape, 0 if n.op.b_O is None else n.op.b_O.numel())
+            for n in graph.nodes if hasattr(n.op, "W_OI")]
+
+
+def test_fsdp_memory_per_rank(launched, reference):
+    P, _, reports = launched
+    for name, (_, rep1, g) in reference.items():
+        layers = _weight_numels(g)
+        # independent count: rank r holds ceil(O/P) rows of every weight and the whole bias (float32)
+        expect = 4 * sum(-(-n_out // P) * n_in + nb for (n_out, n_in), nb in layers)
+        full = 4 * sum(n_out * n_in + nb for (n_out, n_in), nb in layers)
+        buffer = 4 * max(P * -(-n_out // P) * n_in for (n_out, n_in), _ in layers)   # largest padded layer
+        for r, rep in enumerate(reports):
+            rr = rep[name]
+            assert rr["rank"] == r and rr["world"] == P and rr["method"] == "storage-tracker"
+            assert rr["weight_bytes"] == expect and rr["gather_buffer_bytes"] == buffer
+            assert rr["resident_bytes"] - rr["weight_bytes"] - buffer == rep1.resident_bytes - full  # the box
+            assert rr["gather_calls"] > 0
+            # everything but the weights is allocated as at P = 1: the peak moves by exactly the
+            # resident difference (so it is <= P = 1's iff the buffer fits in what sharding saved)
+            assert rr["peak_bytes"] - rep1.peak_bytes == expect + buffer - full, (name, P, r)
+        # all ranks do the same work: the same transient memory
+        assert len({rep[name]["transient_bytes"] for rep in reports}) == 1
+
+
+def test_storage_tracker_counts_known_tensors():
+    W = torch.randn(300, 200)                          # allocated before: not counted
+    with StorageTracker() as m:
+        a = torch.zeros(1000, 250)                     # 1,000,000 B
+        v = a.T                                        # view: no new storage
+        a.add_(1)                                      # in place: none
+        x = torch.randn(50, 300, requires_grad=True)   # 60,000 B
+        y = (x @ W).relu()                             # x@W freed at once? no: relu saves its output
+        del a, v
+        live_graph = m.live_bytes
+        (g,) = torch.autograd.grad(y.sum(), [x])
+        del y
+        after = m.live_bytes
+    assert m.peak_bytes >= 1_000_000 + 60_000 + 2 * 40_000
+    assert live_graph == 60_000 + 2 * 40_000 or live_graph == 60_000 + 40_000  # x@W may die early
+    assert after == 60_000 + 60_000                    # x and its gradient
