@@ -181,7 +181,7 @@ class _Adam:
 
 def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
                 init_inter: dict[str, Interval], cfg: AlphaConfig,
-                deadline_s: float = float("inf")) -> AlphaResult:
+                deadline_s: float = float("inf"), stop=None) -> AlphaResult:
     """Optimise slopes to maximise the clause margins; keep the best per clause.
 
     Args:
@@ -192,6 +192,9 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
         init_inter: bounds the adaptive initial slopes are taken from (CROWN).
         cfg: optimiser settings.
         deadline_s: ``time.monotonic()`` value after which to stop.
+        stop: optional ``stop(best_KB, it) -> bool`` replacing the stop decision (every clause
+            proven, ``it == cfg.iterations`` or past ``deadline_s``); the spec-sharded mode of
+            :mod:`gpufield.verify.dist` makes it one decision for all ranks.
 
     Returns:
         :class:`AlphaResult` with per-clause best margins and the parameter snapshots behind them.
@@ -219,7 +222,10 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
             for old in [t for t in res.snapshots if t not in live]:
                 del res.snapshots[old]
         res.iterations = it
-        if bool((best > 0).all()) or it == cfg.iterations or time.monotonic() > deadline_s:
+        if stop is not None:
+            if stop(best, it):
+                break
+        elif bool((best > 0).all()) or it == cfg.iterations or time.monotonic() > deadline_s:
             break
         open_ = best <= 0
         loss = -(val * open_).sum()

@@ -6,6 +6,9 @@ collective). Modes (issue 27):
 * ``fsdp`` (:mod:`.fsdp`): Linear/Conv weights sharded by output rows, each layer all-gathered
   just in time and freed after use (re-gathered for α-CROWN's autograd backward); every rank runs
   the single-process propagation code, so IBP/CROWN/α-CROWN bounds are bitwise those of P = 1.
+* ``alpha`` (:mod:`.alpha_shard`): α-CROWN with the clauses split over ranks, each rank holding
+  only its clauses' slopes and Adam state, stopping in lockstep; equal to P = 1 within float32
+  rounding (bitwise on the random nets tested) when intermediate slopes are not optimised.
 * memory accounting (:mod:`.memory`): per-rank peak bytes of the verifier's tensors, from the CUDA
   allocator on GPU and from a dispatch-mode storage tracker on CPU.
 
@@ -14,6 +17,7 @@ Run a job::
     torchrun --standalone --nproc-per-node 2 -m gpufield.verify.dist.worker job.json out/
 """
 
+from gpufield.verify.dist.alpha_shard import clause_block, sharded_alpha_crown
 from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown
 from gpufield.verify.dist.fsdp import ShardedOp, shard_graph, shard_rows
@@ -27,10 +31,12 @@ __all__ = [
     "ShardedOp",
     "StorageTracker",
     "case_bounds",
+    "clause_block",
     "init_from_env",
     "measure",
     "shard_graph",
     "shard_rows",
+    "sharded_alpha_crown",
     "shutdown",
     "storage_bytes",
 ]

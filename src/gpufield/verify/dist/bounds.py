@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from gpufield.verify.alpha import AlphaConfig, alpha_crown
+from gpufield.verify.dist.alpha_shard import sharded_alpha_crown
+from gpufield.verify.dist.comm import Comm
 from gpufield.verify.graph import Graph
 from gpufield.verify.propagate import backward, crown_intermediate, ibp
 from gpufield.verify.spec import Spec
@@ -31,11 +33,14 @@ class BoundsConfig:
         alpha_iterations: Adam steps of α-CROWN (fixed count: no early stop on a proof, so the
             work, and the collective schedule, do not depend on the values).
         memory_budget_bytes: spec-chunk cap of the intermediate CROWN passes.
+        optimize_intermediate: α-CROWN also optimises intermediate slopes (must be False for
+            the clause-sharded ``alpha`` mode).
     """
 
     methods: tuple[str, ...] = METHODS
     alpha_iterations: int = 5
     memory_budget_bytes: int = 2 << 30
+    optimize_intermediate: bool = True
 
     def __post_init__(self):
         bad = [m for m in self.methods if m not in METHODS]
@@ -47,7 +52,7 @@ class BoundsConfig:
 
 
 def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
-                cfg: BoundsConfig) -> dict[str, torch.Tensor]:
+                cfg: BoundsConfig, alpha_comm: Comm | None = None) -> dict[str, torch.Tensor]:
     """Bounds of one box with the single-process code path.
 
     Args:
@@ -55,12 +60,15 @@ def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
         spec: the case's clause rows (``C_SM`` ``[S, M]``).
         lo, hi: box ``[B, *input_shape]`` in the graph's dtype.
         cfg: which methods.
+        alpha_comm: when given, α-CROWN runs clause-sharded over this group
+            (:func:`~gpufield.verify.dist.alpha_shard.sharded_alpha_crown`).
 
     Returns:
         name -> tensor: ``ibp/lo``, ``ibp/hi`` (output ``[B, *out]``); ``crown/lb``, ``crown/ub``
         (spec rows ``[S, B]``) and ``crown/<relu input>/lo|hi`` (every intermediate bound);
         ``alpha/best`` (clause margins ``[K, B]``) and ``alpha/param/<key>`` (the last snapshot of
-        slopes); all detached.
+        slopes; clause-sharded: ``alpha/local_param_bytes``, the bytes of this rank's slopes); all
+        detached.
     """
     out: dict[str, torch.Tensor] = {}
     with torch.no_grad():
@@ -76,10 +84,17 @@ def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
             C = spec.C_SB(graph.output_shape, lo.shape[0], lo)
             out["crown/lb"], out["crown/ub"] = backward(graph, graph.output_name, C, lo, hi, inter)
     if "alpha" in cfg.methods:
-        acfg = AlphaConfig(iterations=cfg.alpha_iterations, memory_budget_bytes=cfg.memory_budget_bytes)
-        res = alpha_crown(graph, spec, lo, hi, {**ib, **inter}, inter, acfg)
-        out["alpha/best"] = res.best_KB
-        for k, v in res.snapshots[max(res.snapshots)].items():
-            out[f"alpha/param/{k}"] = v
+        acfg = AlphaConfig(iterations=cfg.alpha_iterations, memory_budget_bytes=cfg.memory_budget_bytes,
+                           optimize_intermediate=cfg.optimize_intermediate)
+        if alpha_comm is None:
+            res = alpha_crown(graph, spec, lo, hi, {**ib, **inter}, inter, acfg)
+            out["alpha/best"] = res.best_KB
+            for k, v in res.snapshots[max(res.snapshots)].items():
+                out[f"alpha/param/{k}"] = v
+        else:
+            out["alpha/best"], res = sharded_alpha_crown(graph, spec, lo, hi, {**ib, **inter}, inter,
+                                                         acfg, alpha_comm)
+            last = res.snapshots[max(res.snapshots)].values()
+            out["alpha/local_param_bytes"] = torch.tensor(sum(v.numel() * v.element_size() for v in last))
         out["alpha/iterations"] = torch.tensor(res.iterations)
     return out

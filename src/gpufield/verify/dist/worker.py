@@ -4,12 +4,16 @@
 
 ``JOB.json``::
 
-    {"shard": "none" | "fsdp", "dtype": "float32", "device": "cpu",
-     "bounds": {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 5},
+    {"shard": "none" | "fsdp" | "alpha", "dtype": "float32", "device": "cpu",
+     "bounds": {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 5,
+                "optimize_intermediate": true},
      "save_bounds": true,
      "cases": [{"name": "m4", "onnx": "net.onnx", "vnnlib": "prop.vnnlib",
                 "bounds": {"alpha_iterations": 1}},
-               {"name": "r0", "mlp": [8, 16, 16, 3], "seed": 0, "eps": 0.1}]}
+               {"name": "r0", "mlp": [8, 16, 16, 3], "seed": 0, "eps": 0.1, "shard": "alpha",
+                "bounds": {"methods": ["alpha"], "optimize_intermediate": false}}]}
+
+(an entry's ``shard`` and ``bounds`` override the job's).
 
 Writes ``OUT_DIR/rank<r>.pt`` (case -> :func:`~gpufield.verify.dist.bounds.case_bounds` dict, when
 ``save_bounds``) and ``OUT_DIR/rank<r>.json`` (per case: the :class:`MemoryReport`, the gather
@@ -37,7 +41,7 @@ from gpufield.verify.ops.activation import Relu
 from gpufield.verify.ops.linear import Linear
 from gpufield.verify.spec import Spec
 
-SHARDS = ("none", "fsdp")
+SHARDS = ("none", "fsdp", "alpha")
 
 
 def random_mlp(sizes: list[int], seed: int) -> Graph:
@@ -103,7 +107,8 @@ def bounds_config(job: dict, entry: dict) -> BoundsConfig:
     """The case's :class:`BoundsConfig`: the job's ``bounds`` updated by the entry's own ``bounds``."""
     b = {**job.get("bounds", {}), **entry.get("bounds", {})}
     return BoundsConfig(methods=tuple(b.get("methods", ("ibp", "crown", "alpha"))),
-                        alpha_iterations=int(b.get("alpha_iterations", 5)))
+                        alpha_iterations=int(b.get("alpha_iterations", 5)),
+                        optimize_intermediate=bool(b.get("optimize_intermediate", True)))
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -115,14 +120,14 @@ def _atomic_write(path: Path, write) -> None:
 def run_job(job: dict, out_dir: Path) -> None:
     """Run ``job`` (see the module doc) on this rank and write its files into ``out_dir``."""
     comm = init_from_env()
-    shard = job.get("shard", "fsdp")
-    if shard not in SHARDS:
-        raise ValueError(f"shard {shard!r} not in {SHARDS}")
     dtype = {"float32": torch.float32, "float64": torch.float64}[job.get("dtype", "float32")]
     device = job.get("device", "cpu")
     results, reports = {}, {}
     for entry in job["cases"]:
         cfg = bounds_config(job, entry)
+        shard = entry.get("shard", job.get("shard", "fsdp"))
+        if shard not in SHARDS:
+            raise ValueError(f"shard {shard!r} not in {SHARDS}")
         graph, spec, lo, hi = load_case(entry, dtype, device)
         if shard == "fsdp":
             graph = shard_graph(graph, comm)
@@ -131,7 +136,7 @@ def run_job(job: dict, out_dir: Path) -> None:
         weights = storage_bytes(graph_tensors(graph)) - buffer_bytes
         before = dict(GATHER_STATS)
         with measure([*graph_tensors(graph), lo, hi], device, comm.rank) as m:
-            res = case_bounds(graph, spec, lo, hi, cfg)
+            res = case_bounds(graph, spec, lo, hi, cfg, comm if shard == "alpha" else None)
         del graph
         reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights,
                                   "gather_buffer_bytes": buffer_bytes, "world": comm.world,
