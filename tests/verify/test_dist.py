@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -39,6 +40,12 @@ CASES += [
     {"name": "easy-alpha", "mlp": [6, 17, 9, 5], "seed": 7, "eps": 0.05, "shard": "alpha",
      "bounds": {**ALPHA_ONLY, "alpha_iterations": 12}},
 ]
+# tp: the deep net has 5 Linear layers = 2 (Col, Row) pairs, so zone 2 is bounded by IBP
+CASES += [{"name": "deep-tp", "mlp": [12, 40, 40, 40, 40, 3], "seed": 1, "eps": 0.15, "shard": "tp",
+           "bounds": {"methods": ["ibp", "crown"]}}]
+if (MNIST / "onnx/mnist-net_256x4.onnx").is_file():
+    CASES.append({**next(c for c in CASES if c["name"] == "mnist256x4"), "name": "mnist256x4-tp", "shard": "tp",
+                  "bounds": {"methods": ["ibp", "crown"]}})
 if (MNIST / "onnx/mnist-net_256x2.onnx").is_file():
     CASES.append({"name": "mnist256x2-alpha", "onnx": str(MNIST / "onnx/mnist-net_256x2.onnx"),
                   "vnnlib": str(MNIST / "vnnlib/prop_0_0.03.vnnlib"), "shard": "alpha", "bounds": ALPHA_ONLY})
@@ -81,8 +88,12 @@ def launched(request, tmp_path_factory):
     return P, *_launch(tmp_path_factory.mktemp(f"fsdp{P}"), P, CASES)
 
 
+def _shard(name):
+    return next(c for c in CASES if c["name"] == name).get("shard", "fsdp")
+
+
 def _fsdp(name):
-    return next(c for c in CASES if c["name"] == name).get("shard", "fsdp") == "fsdp"
+    return _shard(name) == "fsdp"
 
 
 def test_fsdp_bounds_bitwise_equal_to_single_process(launched, reference):
@@ -105,7 +116,7 @@ def test_fsdp_mnist_case_present(shared_dir):
 def test_alpha_clause_sharded_matches_single_process(launched, reference):
     P, ranks, _ = launched
     for name, (ref, _, g) in reference.items():
-        if _fsdp(name):
+        if _shard(name) != "alpha":
             continue
         K = ref["alpha/best"].shape[0]
         n_relu = sum(torch.Size(n.shape).numel() for n in g.relu_nodes())
@@ -178,3 +189,47 @@ def test_storage_tracker_counts_known_tensors():
     assert m.peak_bytes >= 1_000_000 + 60_000 + 2 * 40_000
     assert live_graph == 60_000 + 2 * 40_000 or live_graph == 60_000 + 40_000  # x@W may die early
     assert after == 60_000 + 60_000                    # x and its gradient
+
+
+def _samples_CY(entry, graph, spec, lo, hi, n=300):
+    """``C·f(x)`` ``[S, n]`` at box corners-ish random points, from an independent forward:
+    onnxruntime for ONNX models, numpy float64 from the float32 weights for generated MLPs."""
+    rng = np.random.default_rng(0)
+    lo_n, hi_n = lo.double().flatten().numpy(), hi.double().flatten().numpy()
+    X = rng.uniform(lo_n, hi_n, (n, lo_n.size))
+    X[: n // 3] = np.where(rng.random((n // 3, lo_n.size)) < 0.5, lo_n, hi_n)  # vertices
+    if "onnx" in entry:
+        from gpufield.verify.io.ort import OrtModel
+
+        ort = OrtModel(entry["onnx"])
+        Y = np.stack([ort(x).astype(np.float64) for x in X])
+    else:
+        Y = X
+        lin = [n.op for n in graph.nodes if hasattr(n.op, "W_OI")]
+        for i, op in enumerate(lin):
+            Y = Y @ op.W_OI.double().numpy().T + op.b_O.double().numpy()
+            if i < len(lin) - 1:
+                Y = np.maximum(Y, 0)
+    return spec.C_SM @ Y.T
+
+
+def test_tp_sound_and_looser_than_crown(launched, reference):
+    """The paper's trade-off: TP bounds contain the network's outputs but are looser than CROWN,
+    because the second zone's pre-activations are IBP bounds."""
+    P, ranks, _ = launched
+    seen = 0
+    for name, (ref, _, g) in reference.items():
+        if _shard(name) != "tp":
+            continue
+        seen += 1
+        entry = next(c for c in CASES if c["name"] == name)
+        _, spec, lo, hi = load_case(entry, torch.float32, "cpu")
+        CY = _samples_CY(entry, g, spec, lo, hi)
+        for got in ranks:
+            lb, ub = got[name]["tp/lb"].double().numpy(), got[name]["tp/ub"].double().numpy()
+            assert (lb <= CY.min(1, keepdims=True) + 1e-4).all() and (ub >= CY.max(1, keepdims=True) - 1e-4).all()
+            assert torch.equal(got[name]["tp/lb"], ranks[0][name]["tp/lb"])  # replicated result
+            crown_lb, crown_ub = ref["crown/lb"], ref["crown/ub"]
+            assert bool((got[name]["tp/lb"] <= crown_lb + 1e-4).all() and (got[name]["tp/ub"] >= crown_ub - 1e-4).all())
+            assert float((crown_lb - got[name]["tp/lb"]).max()) > 1e-2  # strictly looser
+    assert seen >= 1

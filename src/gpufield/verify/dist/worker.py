@@ -4,7 +4,7 @@
 
 ``JOB.json``::
 
-    {"shard": "none" | "fsdp" | "alpha", "dtype": "float32", "device": "cpu",
+    {"shard": "none" | "fsdp" | "alpha" | "tp", "dtype": "float32", "device": "cpu",
      "bounds": {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 5,
                 "optimize_intermediate": true},
      "save_bounds": true,
@@ -35,13 +35,14 @@ from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import GATHER_STATS, init_from_env, shutdown
 from gpufield.verify.dist.fsdp import ShardedOp, shard_graph
 from gpufield.verify.dist.memory import graph_tensors, measure, storage_bytes
+from gpufield.verify.dist.tp import tp_crown
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.io.vnnlib import Case, Clause
 from gpufield.verify.ops.activation import Relu
 from gpufield.verify.ops.linear import Linear
 from gpufield.verify.spec import Spec
 
-SHARDS = ("none", "fsdp", "alpha")
+SHARDS = ("none", "fsdp", "alpha", "tp")
 
 
 def random_mlp(sizes: list[int], seed: int) -> Graph:
@@ -136,7 +137,12 @@ def run_job(job: dict, out_dir: Path) -> None:
         weights = storage_bytes(graph_tensors(graph)) - buffer_bytes
         before = dict(GATHER_STATS)
         with measure([*graph_tensors(graph), lo, hi], device, comm.rank) as m:
-            res = case_bounds(graph, spec, lo, hi, cfg, comm if shard == "alpha" else None)
+            if shard == "tp":  # a different computation (IBP inside sharded zones): CROWN output bounds only
+                tl, tu = tp_crown(graph, comm, lo, hi, spec.C_SB(graph.output_shape, lo.shape[0], lo),
+                                  cfg.memory_budget_bytes)
+                res = {"tp/lb": tl, "tp/ub": tu}
+            else:
+                res = case_bounds(graph, spec, lo, hi, cfg, comm if shard == "alpha" else None)
         del graph
         reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights,
                                   "gather_buffer_bytes": buffer_bytes, "world": comm.world,
