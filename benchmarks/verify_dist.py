@@ -39,6 +39,9 @@ def configs():
          [1, 2, 4]),
         ("MLP 784-1024x4-10 CROWN", {"mlp": [784] + [1024] * 4 + [10], "seed": 0, "eps": 0.02,
                                      "bounds": CROWN}, "fsdp", [1, 2, 4]),
+        ("mnist256x4 CROWN, TP", {**M4, "bounds": CROWN}, "tp", [1, 2, 4]),
+        ("MLP 784-1024x4-10 CROWN, TP", {"mlp": [784] + [1024] * 4 + [10], "seed": 0, "eps": 0.02,
+                                         "bounds": CROWN}, "tp", [1, 2, 4]),
         ("MLP 784-4096x8-10 IBP", {"mlp": [784] + [4096] * 8 + [10], "seed": 0, "eps": 0.02,
                                    "bounds": {"methods": ["ibp"]}}, "fsdp", [1, 2, 4]),
     ]

@@ -35,7 +35,7 @@ def _sum(t, comm: Comm):
         return t
     import torch.distributed as dist
 
-    t = t.contiguous().clone()
+    t = t.contiguous()  # callers pass fresh results (matmuls, sums): reduced in place, no copy
     dist.all_reduce(t, group=comm.group)
     return t
 
@@ -180,12 +180,11 @@ def tp_graph(graph: Graph, comm: Comm) -> tuple[Graph, set[str]]:
     return g, starts
 
 
-def tp_crown(graph: Graph, comm: Comm, x_lo, x_hi, C, memory_budget_bytes: int = 2 << 30):
+def tp_crown(g: Graph, starts: set[str], x_lo, x_hi, C, memory_budget_bytes: int = 2 << 30):
     """CROWN bounds of ``C · output`` under TP: IBP inside zones, CROWN elsewhere.
 
     Args:
-        graph: the unsharded chain (every rank passes the same).
-        comm: the group.
+        g, starts: :func:`tp_graph`'s sharded graph and zone starts (the same call on every rank).
         x_lo, x_hi: box ``[B, *input_shape]``.
         C: spec ``[S, B, *output_shape]`` (replicated).
 
@@ -194,7 +193,6 @@ def tp_crown(graph: Graph, comm: Comm, x_lo, x_hi, C, memory_budget_bytes: int =
     """
     from gpufield.verify.propagate import backward
 
-    g, starts = tp_graph(graph, comm)
     with torch.no_grad():
         ib = ibp(g, x_lo, x_hi)
         inter = crown_intermediate(g, x_lo, x_hi, ref=ib, fixed=starts, memory_budget_bytes=memory_budget_bytes)

@@ -35,7 +35,7 @@ from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import GATHER_STATS, init_from_env, shutdown
 from gpufield.verify.dist.fsdp import ShardedOp, shard_graph
 from gpufield.verify.dist.memory import graph_tensors, measure, storage_bytes
-from gpufield.verify.dist.tp import tp_crown
+from gpufield.verify.dist.tp import tp_crown, tp_graph
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.io.vnnlib import Case, Clause
 from gpufield.verify.ops.activation import Relu
@@ -132,13 +132,15 @@ def run_job(job: dict, out_dir: Path) -> None:
         graph, spec, lo, hi = load_case(entry, dtype, device)
         if shard == "fsdp":
             graph = shard_graph(graph, comm)
+        elif shard == "tp":
+            graph, starts = tp_graph(graph, comm)
         buffers = {id(n.op.buffer): n.op.buffer.flat for n in graph.nodes if isinstance(n.op, ShardedOp)}
         buffer_bytes = storage_bytes(buffers.values())
         weights = storage_bytes(graph_tensors(graph)) - buffer_bytes
         before = dict(GATHER_STATS)
         with measure([*graph_tensors(graph), lo, hi], device, comm.rank) as m:
             if shard == "tp":  # a different computation (IBP inside sharded zones): CROWN output bounds only
-                tl, tu = tp_crown(graph, comm, lo, hi, spec.C_SB(graph.output_shape, lo.shape[0], lo),
+                tl, tu = tp_crown(graph, starts, lo, hi, spec.C_SB(graph.output_shape, lo.shape[0], lo),
                                   cfg.memory_budget_bytes)
                 res = {"tp/lb": tl, "tp/ub": tu}
             else:
