@@ -9,6 +9,7 @@ graph with one thread, as each rank runs with OMP_NUM_THREADS=1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -65,7 +66,18 @@ def _launch(tmp_path, P: int, cases, shard="fsdp"):
 
 
 @pytest.fixture(scope="module")
-def reference():
+def conv_case(tmp_path_factory):
+    """Adds the Conv/BN/residual net of tests/verify/nets.py (fsdp shards its Conv kernels by output channel)."""
+    from . import nets
+
+    path = nets.save(nets.conv_bn_net(np.random.default_rng(5)), tmp_path_factory.mktemp("conv") / "conv.onnx")
+    if not any(c["name"] == "conv" for c in CASES):
+        CASES.append({"name": "conv", "onnx": path, "seed": 2, "eps": 0.2})
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(conv_case):
     """P = 1 with the existing code: bounds and the memory of the same region, per case."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -83,7 +95,7 @@ def reference():
 
 
 @pytest.fixture(scope="module", params=[2, 4])
-def launched(request, tmp_path_factory):
+def launched(request, tmp_path_factory, conv_case):
     P = request.param
     return P, *_launch(tmp_path_factory.mktemp(f"fsdp{P}"), P, CASES)
 
@@ -109,8 +121,8 @@ def test_fsdp_bounds_bitwise_equal_to_single_process(launched, reference):
             assert not bad, f"P={P} rank {r} case {name}: not bitwise equal: {bad[:6]}"
 
 
-def test_fsdp_mnist_case_present(shared_dir):
-    assert {"mnist256x4", "mnist256x2-alpha"} <= {c["name"] for c in CASES}
+def test_fsdp_cases_present(shared_dir, conv_case):
+    assert {"mnist256x4", "mnist256x2-alpha", "conv"} <= {c["name"] for c in CASES}
 
 
 def test_alpha_clause_sharded_matches_single_process(launched, reference):
@@ -145,9 +157,13 @@ def test_alpha_clause_sharded_matches_single_process(launched, reference):
 
 
 def _weight_numels(graph):
-    """(per-layer weight numel, bias numel) of the unsharded graph's Linear ops."""
-    return [(n.op.W_OI.shape, 0 if n.op.b_O is None else n.op.b_O.numel())
-            for n in graph.nodes if hasattr(n.op, "W_OI")]
+    """((rows, numel per row), bias numel) of the unsharded graph's Linear weights and Conv kernels."""
+    out = []
+    for n in graph.nodes:
+        W, b = (n.op.W_OI, n.op.b_O) if hasattr(n.op, "W_OI") else (getattr(n.op, "K", None), getattr(n.op, "b", None))
+        if isinstance(W, torch.Tensor):
+            out.append(((W.shape[0], W[0].numel()), 0 if b is None else b.numel()))
+    return out
 
 
 def test_fsdp_memory_per_rank(launched, reference):
@@ -156,9 +172,12 @@ def test_fsdp_memory_per_rank(launched, reference):
         if not _fsdp(name):
             continue
         layers = _weight_numels(g)
-        # independent count: rank r holds ceil(O/P) rows of every weight and the whole bias (float32)
-        expect = 4 * sum(-(-n_out // P) * n_in + nb for (n_out, n_in), nb in layers)
-        full = 4 * sum(n_out * n_in + nb for (n_out, n_in), nb in layers)
+        # independent count: rank r holds ceil(O/P) rows of every weight and the whole bias, and the
+        # other constants (a standalone BatchNorm's scale/shift) replicated (float32)
+        other = 4 * sum(getattr(n.op, f.name).numel() for n in g.nodes for f in dataclasses.fields(n.op)
+                        if f.name not in ("W_OI", "b_O", "K", "b") and torch.is_tensor(getattr(n.op, f.name)))
+        expect = other + 4 * sum(-(-n_out // P) * n_in + nb for (n_out, n_in), nb in layers)
+        full = other + 4 * sum(n_out * n_in + nb for (n_out, n_in), nb in layers)
         buffer = 4 * max(P * -(-n_out // P) * n_in for (n_out, n_in), _ in layers)   # largest padded layer
         for r, rep in enumerate(reports):
             rr = rep[name]

@@ -9,6 +9,8 @@ collective). Modes (issue 27):
 * ``alpha`` (:mod:`.alpha_shard`): α-CROWN with the clauses split over ranks, each rank holding
   only its clauses' slopes and Adam state, stopping in lockstep; equal to P = 1 within float32
   rounding (bitwise on the random nets tested) when intermediate slopes are not optimised.
+* ``tp`` (:mod:`.tp`): the paper's Megatron tensor parallelism (Col/Row pairs, A sharded inside
+  zones, IBP for a zone's pre-activations): sound, looser than CROWN after the first zone.
 * memory accounting (:mod:`.memory`): per-rank peak bytes of the verifier's tensors, from the CUDA
   allocator on GPU and from a dispatch-mode storage tracker on CPU.
 
@@ -22,6 +24,7 @@ from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown
 from gpufield.verify.dist.fsdp import ShardedOp, shard_graph, shard_rows
 from gpufield.verify.dist.memory import MemoryReport, StorageTracker, measure, storage_bytes
+from gpufield.verify.dist.tp import tp_crown, tp_graph
 
 __all__ = [
     "BoundsConfig",
@@ -39,4 +42,6 @@ __all__ = [
     "sharded_alpha_crown",
     "shutdown",
     "storage_bytes",
+    "tp_crown",
+    "tp_graph",
 ]

@@ -81,7 +81,8 @@ def robustness_case(n_in: int, n_out: int, seed: int, eps: float) -> Case:
 
 
 def load_case(entry: dict, dtype: torch.dtype, device: str) -> tuple[Graph, Spec, torch.Tensor, torch.Tensor]:
-    """Graph, spec and box ``[1, *input_shape]`` of one job entry (``onnx``+``vnnlib`` or ``mlp``).
+    """Graph, spec and box ``[1, *input_shape]`` of one job entry (``onnx`` with ``vnnlib`` or with
+    ``seed``/``eps`` for a generated box, or ``mlp``).
 
     Raises:
         KeyError: the entry has neither ``onnx`` nor ``mlp``.
@@ -97,7 +98,11 @@ def load_case(entry: dict, dtype: torch.dtype, device: str) -> tuple[Graph, Spec
         from gpufield.verify.io.vnnlib import parse_vnnlib
 
         graph = load_onnx(entry["onnx"])
-        case = parse_vnnlib(entry["vnnlib"]).cases[int(entry.get("case", 0))]
+        if "vnnlib" in entry:
+            case = parse_vnnlib(entry["vnnlib"]).cases[int(entry.get("case", 0))]
+        else:  # a generated robustness box around a random point
+            case = robustness_case(int(np.prod(graph.input_shape)), int(np.prod(graph.output_shape)),
+                                   int(entry.get("seed", 0)), float(entry.get("eps", 0.1)))
     graph = graph.cast(dtype, device)
     n_out = int(np.prod(graph.output_shape))
     lo, hi = outward_box(case, graph.input_shape, dtype, device)
