@@ -181,7 +181,7 @@ class _Adam:
 
 def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
                 init_inter: dict[str, Interval], cfg: AlphaConfig,
-                deadline_s: float = float("inf")) -> AlphaResult:
+                deadline_s: float = float("inf"), stop=None) -> AlphaResult:
     """Optimise slopes to maximise the clause margins; keep the best per clause.
 
     Args:
@@ -193,6 +193,9 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
         cfg: optimiser settings.
         deadline_s: ``time.monotonic()`` deadline: no iteration starts that would end after it
             (estimated by the previous iteration's duration).
+        stop: optional ``stop(best_KB, it) -> bool`` replacing the stop decision (every clause
+            proven, ``it == cfg.iterations`` or past ``deadline_s``); the spec-sharded mode of
+            :mod:`gpufield.verify.dist` makes it one decision for all ranks.
 
     Returns:
         :class:`AlphaResult` with per-clause best margins and the parameter snapshots behind them.
@@ -223,7 +226,10 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
         res.iterations = it
         now = time.monotonic()
         step_s, t_last = now - t_last, now  # the next iteration takes about as long as this one
-        if bool((best > 0).all()) or it == cfg.iterations or now + step_s > deadline_s:
+        if stop is not None:
+            if stop(best, it):
+                break
+        elif bool((best > 0).all()) or it == cfg.iterations or now + step_s > deadline_s:
             break
         open_ = best <= 0
         loss = -(val * open_).sum()

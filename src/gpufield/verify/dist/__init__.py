@@ -1,0 +1,47 @@
+"""gpufield.verify.dist: bound propagation sharded over processes with ``torch.distributed``.
+
+Started by ``torchrun`` (gloo on CPU, NCCL on GPUs); one code path for any P (P = 1 issues no
+collective). Modes (issue 27):
+
+* ``fsdp`` (:mod:`.fsdp`): Linear/Conv weights sharded by output rows, each layer all-gathered
+  just in time and freed after use (re-gathered for α-CROWN's autograd backward); every rank runs
+  the single-process propagation code, so IBP/CROWN/α-CROWN bounds are bitwise those of P = 1.
+* ``alpha`` (:mod:`.alpha_shard`): α-CROWN with the clauses split over ranks, each rank holding
+  only its clauses' slopes and Adam state, stopping in lockstep; equal to P = 1 within float32
+  rounding (bitwise on the random nets tested) when intermediate slopes are not optimised.
+* ``tp`` (:mod:`.tp`): the paper's Megatron tensor parallelism (Col/Row pairs, A sharded inside
+  zones, IBP for a zone's pre-activations): sound, looser than CROWN after the first zone.
+* memory accounting (:mod:`.memory`): per-rank peak bytes of the verifier's tensors, from the CUDA
+  allocator on GPU and from a dispatch-mode storage tracker on CPU.
+
+Run a job::
+
+    torchrun --standalone --nproc-per-node 2 -m gpufield.verify.dist.worker job.json out/
+"""
+
+from gpufield.verify.dist.alpha_shard import clause_block, sharded_alpha_crown
+from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
+from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown
+from gpufield.verify.dist.fsdp import ShardedOp, shard_graph, shard_rows
+from gpufield.verify.dist.memory import MemoryReport, StorageTracker, measure, storage_bytes
+from gpufield.verify.dist.tp import tp_crown, tp_graph
+
+__all__ = [
+    "BoundsConfig",
+    "Comm",
+    "DistConfig",
+    "MemoryReport",
+    "ShardedOp",
+    "StorageTracker",
+    "case_bounds",
+    "clause_block",
+    "init_from_env",
+    "measure",
+    "shard_graph",
+    "shard_rows",
+    "sharded_alpha_crown",
+    "shutdown",
+    "storage_bytes",
+    "tp_crown",
+    "tp_graph",
+]
