@@ -219,7 +219,10 @@ def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> lis
     for r, e in by_rank.items():
         peers = [p.fields["mean_s"] for q, p in by_rank.items() if q != r]
         med = statistics.median(peers)
-        if med > 0 and e.fields["mean_s"] / med >= cfg.min_ratio:
+        # "consistently" slower: the excess must also stand above the rank's own step-to-step spread
+        # (a one-off warm-up step inflates the mean and the std alike), 2 standard errors
+        se = e.fields["std_s"] / math.sqrt(e.fields["count"])
+        if med > 0 and e.fields["mean_s"] / med >= cfg.min_ratio and e.fields["mean_s"] - med > 2 * se:
             out.append((e, e.fields["mean_s"] / med, med))
     out.sort(key=lambda x: -x[1])
     return out

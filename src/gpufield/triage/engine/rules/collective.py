@@ -163,6 +163,14 @@ _RANK_TAG = re.compile(r"^\[(?:rank|Rank )(\d+)\]")  # "[rank1] saving checkpoin
 TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
 
 
+def _tag_rank(e: Event) -> int | None:
+    """The event's rank, or the ``[rank1]`` tag of its line."""
+    if e.rank is not None:
+        return e.rank
+    m = _RANK_TAG.match(e.raw)
+    return int(m.group(1)) if m else None
+
+
 def _checkpoint_mark(ctx: RuleContext, evs: list[Event]):
     """A checkpoint-save mark that describes the timeout: the last phase mark before the first
     timeout of its file (no ``checkpoint_done`` in between), or a save frame of the traceback
@@ -170,8 +178,11 @@ def _checkpoint_mark(ctx: RuleContext, evs: list[Event]):
     for e in evs:
         marks = [m for m in ctx.phases if m.file == e.file]
         before = [m for m in marks if m.line <= e.line]
-        if before and before[-1].phase == "checkpoint_save" and not any(
-                p.file == e.file and before[-1].line < p.line < e.line for p in ctx.kinds("loss")):
+        tag = _RANK_TAG.match(before[-1].text) if before else None
+        saver = int(tag.group(1)) if tag else None
+        if before and before[-1].phase == "checkpoint_save" and not any(  # a step of *another* rank is no progress of the saver
+                p.file == e.file and before[-1].line < p.line < e.line and (saver is None or _tag_rank(p) in (None, saver))
+                for p in ctx.kinds("loss")):
             return before[-1]  # saving, and no training step logged since
         after = [m for m in marks if e.line < m.line <= e.line + TRACEBACK_LINES]
         if after and after[0].phase == "checkpoint_save":
