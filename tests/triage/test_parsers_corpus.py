@@ -153,7 +153,7 @@ def test_events_follow_the_contract(shared_dir):
     from gpufield.triage.protocols import LogParser
 
     assert all(isinstance(p, LogParser) for p in (*PARSERS, LOSS_PARSER))
-    assert {p.name for p in PARSERS if isinstance(p, RecordParser)} == {"kernel", "torchrun", "train", "smi", "torch", "smi_csv"}
+    assert {p.name for p in PARSERS if isinstance(p, RecordParser)} == {"kernel", "torchrun", "train", "smi", "torch", "smi_csv", "python"}
     res = ingest([DATA, shared_dir / "data/triage-cases"], options=IngestOptions(year=2026, with_loss=True))
     seen = set()
     for e in res.events:

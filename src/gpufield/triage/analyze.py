@@ -103,12 +103,15 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
     templates with their counts)."""
     from gpufield.triage.aggregate import EventReducer
     from gpufield.triage.ingest import IngestOptions, ingest
+    from gpufield.triage.steptime import StepTimes
 
     marks = _MarkReducer()
     reducer = EventReducer()
+    steps = StepTimes(year=year or time.gmtime().tm_year)
 
     def on_block(path: str, block: bytes, starts, n: int, base: int) -> None:
         marks.extend(marks_in_block(block, starts, n, path, base + 1))
+        steps.on_block(path, block, starts, n, base)
         if miner is not None:
             miner.on_block(path, block, starts, n, base)
         if progress is not None:
@@ -128,7 +131,7 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
         raise LogFormatError(f"nothing could be read from the given logs: {'; '.join(warnings) or 'no input paths given'}")
     if miner is not None:
         miner.finish()
-    events = reducer.events()
+    events = reducer.events() + steps.events()
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
              "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
              "truncated_lines": st.truncated_lines, "events_kept": len(events),

@@ -54,7 +54,12 @@ FR_RE = rx.compile(
     r"(?: at entry (?P<entry>\d+))?|missing ranks: \{(?P<missing>[\d, ]*)\}|[Dd]umping (?:nccl|NCCL) trace")
 # Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=315, OpType=ALLREDUCE, ...), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=313, OpType=_ALLGATHER_BASE, ...)
 # [Rank 0] Desync debugging report: ...   /   Collective sequence number: 12 has started on rank 0 but not on rank 1
-DESYNC_RE = rx.compile(r"[Dd]esync|mismatch between collectives|CollectiveFingerPrint|has started on rank \d+ but not")
+# gloo: ... op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected size. Is there a
+# distributed collective mismatch in your code?      /   ... but Rank 1 is running collective: ...
+# (a bare "desync" is not enough: banners and command lines name the word, e.g. "fault desync at step 5")
+DESYNC_RE = rx.compile(r"[Dd]esync debug|[Dd]esync report|mismatch between collectives|CollectiveFingerPrint|"
+                       r"has started on rank \d+ but not|collective mismatch in your code|"
+                       r"Received data size doesn't match|Rank \d+ is running collective")
 FP_RE = rx.compile(r"(?:SequenceNumber|SeqNum|sequence number:?)[=: ]+(?P<seq>\d+)")
 OPTYPE_RE = rx.compile(r"OpType=(?P<op>\w+)")
 # WorkNCCL(SeqNum=89, OpType=ALLREDUCE, NumelIn=67108864, Timeout(ms)=90000) raised the following async exception: NCCL error: remote process exited or there was a network error
@@ -71,13 +76,15 @@ class TorchParser:
     prefilter = (r"Watchdog caught|[Ll]ast enqueued|Heartbeat monitor|watchdog got stuck|no heartbeat|"
                  r"Some NCCL operations have failed|entire process down|thread terminated with exception|"
                  r"terminate called after|dump debug info|Flight ?Recorder|Not all ranks joining|missing ranks:|"
-                 r"[Dd]umping (?:nccl|NCCL) trace|[Dd]esync|mismatch between collectives|CollectiveFingerPrint|"
-                 r"has started on rank|raised the following async exception")
+                 r"[Dd]umping (?:nccl|NCCL) trace|[Dd]esync debug|[Dd]esync report|mismatch between collectives|"
+                 r"CollectiveFingerPrint|has started on rank|raised the following async exception|"
+                 r"collective mismatch in your code|Received data size doesn't match|is running collective")
     keywords = ("Watchdog caught", "ast enqueued", "Heartbeat monitor", "watchdog got stuck", "no heartbeat",
                 "Some NCCL operations", "entire process down", "terminated with exception", "terminate called",
                 "dump debug info", "Recorder", "Not all ranks joining", "missing ranks:", "umping nccl trace",
-                "umping NCCL trace", "esync", "mismatch between collectives", "CollectiveFingerPrint",
-                "has started on rank", "raised the following async exception")
+                "umping NCCL trace", "esync debug", "esync report", "mismatch between collectives",
+                "CollectiveFingerPrint", "has started on rank", "raised the following async exception",
+                "collective mismatch in your code", "Received data size doesn't match", "is running collective")
 
     # a launcher that wraps long lines: "... Watchdog caught collective operation timeout: " then "WorkNCCL(...)"
     def opens_record(self, line: str) -> bool:

@@ -46,8 +46,25 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
     explicit = [e for e in ctx.kinds("desync")]
     explicit += [e for e in ctx.kinds("flight_recorder") if re.search(r"mismatch", text(e), re.IGNORECASE)]
     if explicit:
+        odd = _odd_collective_call(ctx)
+        if odd is not None:
+            out.append(finding(ctx, "COLLECTIVE_DESYNC", "desync_report", Tier.PROCESS, 0.85, explicit + [odd],
+                               rank=odd.rank, host=odd.host,
+                               facts={"call": str(odd.fields.get("user_call"))},
+                               note=f"The desync report shows ranks issuing different collectives; rank {odd.rank} "
+                                    f"was in its own collective call `{odd.fields.get('user_call')}` "
+                                    f"({odd.fields.get('user_frame')}) that its peers never issued."))
+            return out
         out.append(finding(ctx, "COLLECTIVE_DESYNC", "desync_report", Tier.PROCESS, 0.85, explicit,
                            note="The desync/Flight Recorder report shows ranks issuing different collectives."))
+        return out
+    odd = _odd_collective_call(ctx, need_peers=2)
+    if odd is not None:
+        out.append(finding(ctx, "COLLECTIVE_DESYNC", "odd_collective_call", Tier.PROCESS, 0.8, [odd],
+                           facts={"call": str(odd.fields.get("user_call"))},
+                           note=f"Rank {odd.rank} failed inside its own collective call "
+                                f"`{odd.fields.get('user_call')}` ({odd.fields.get('user_frame')}) while its peers' "
+                                "tracebacks stand at another call site: the ranks issued different collectives."))
         return out
     for pg, evs in _per_rank_timeouts(ctx).items():
         seqs = {_seq(e) for e in evs}
@@ -80,6 +97,31 @@ def desync_rule(ctx: RuleContext) -> list[Finding]:
                            note=f"Ranks timed out on different collectives ({desc}){during}: they issued "
                                 "different collective sequences."))
     return out
+
+
+_COLLECTIVE_CALL = re.compile(r"\b(?:all_reduce|all_gather\w*|reduce_scatter\w*|broadcast\w*|all_to_all\w*|"
+                              r"barrier|reduce|gather|scatter|send|recv|isend|irecv)\(")
+
+
+def _odd_collective_call(ctx: RuleContext, need_peers: int = 0) -> Event | None:
+    """The traceback of the rank that issued a collective its peers did not: the one rank whose
+    innermost own-code call is a collective call (``dist.all_reduce(...)``) at a call site no other
+    rank's traceback shows, while the peers are elsewhere (a DDP backward, another collective) or
+    aborted without a Python traceback (gloo's size-mismatch abort on the receiving rank)."""
+    tbs: dict[int, Event] = {}
+    for e in ctx.kinds("traceback"):
+        if e.rank is not None and e.fields.get("user_call"):
+            tbs.setdefault(e.rank, e)
+    if len(tbs) - 1 < need_peers:
+        return None
+    sites: dict[str, list[int]] = {}
+    for r, e in tbs.items():
+        sites.setdefault(str(e.fields.get("user_frame")), []).append(r)
+    lone = [rs[0] for rs in sites.values() if len(rs) == 1
+            and _COLLECTIVE_CALL.search(str(tbs[rs[0]].fields["user_call"]))]
+    if need_peers and not any(len(rs) >= need_peers for rs in sites.values()):
+        return None  # the peers must agree on another call site
+    return tbs[lone[0]] if len(lone) == 1 else None
 
 
 def _ratio(e: Event) -> float:
@@ -121,6 +163,14 @@ _RANK_TAG = re.compile(r"^\[(?:rank|Rank )(\d+)\]")  # "[rank1] saving checkpoin
 TRACEBACK_LINES = 40  # frames printed after a timeout error belong to it
 
 
+def _tag_rank(e: Event) -> int | None:
+    """The event's rank, or the ``[rank1]`` tag of its line."""
+    if e.rank is not None:
+        return e.rank
+    m = _RANK_TAG.match(e.raw)
+    return int(m.group(1)) if m else None
+
+
 def _checkpoint_mark(ctx: RuleContext, evs: list[Event]):
     """A checkpoint-save mark that describes the timeout: the last phase mark before the first
     timeout of its file (no ``checkpoint_done`` in between), or a save frame of the traceback
@@ -128,8 +178,11 @@ def _checkpoint_mark(ctx: RuleContext, evs: list[Event]):
     for e in evs:
         marks = [m for m in ctx.phases if m.file == e.file]
         before = [m for m in marks if m.line <= e.line]
-        if before and before[-1].phase == "checkpoint_save" and not any(
-                p.file == e.file and before[-1].line < p.line < e.line for p in ctx.kinds("loss")):
+        tag = _RANK_TAG.match(before[-1].text) if before else None
+        saver = int(tag.group(1)) if tag else None
+        if before and before[-1].phase == "checkpoint_save" and not any(  # a step of *another* rank is no progress of the saver
+                p.file == e.file and before[-1].line < p.line < e.line and (saver is None or _tag_rank(p) in (None, saver))
+                for p in ctx.kinds("loss")):
             return before[-1]  # saving, and no training step logged since
         after = [m for m in marks if e.line < m.line <= e.line + TRACEBACK_LINES]
         if after and after[0].phase == "checkpoint_save":

@@ -229,12 +229,32 @@ def straggler_rule(ctx: RuleContext) -> list[Finding]:
                                note="Compute-bound steps" + (
                                    " with per-rank wall times equal within 5 %: a barrier inside the measured "
                                    "region masks any compute straggler; wall time cannot name it." if flat else ".")))
+    out.extend(_step_time_stragglers(ctx))
     hot = [e for e in ctx.kinds("clock_event")
            if str(e.fields.get("active", "")).lower() in ("active", "true", "1", "yes")
            and re.search(r"HW|Thermal|Power Brake", str(e.fields.get("reason", "")), re.IGNORECASE)]
     for (host, gpu), group in group_by(hot, lambda e: (e.host, e.gpu_bdf or e.gpu_uuid or e.gpu_index)).items():
         out.append(finding(ctx, "STRAGGLER_THERMAL", "clock_events", Tier.HARDWARE, CONF_INFERRED, group,
                            note=f"HW slowdown/thermal clock events active on GPU {gpu} of {host or 'the host'}."))
+    return out
+
+
+def _step_time_stragglers(ctx: RuleContext) -> list[Finding]:
+    """Per-rank step-time aggregates (:mod:`gpufield.triage.steptime`): a rank whose mean step time
+    is >= ``StepTimeConfig.min_ratio`` x its peers' median over >= ``min_steps`` steps is a compute
+    straggler (severity from the 5/10/20 % bands). Equal times clear nobody (a collective inside the
+    measured step equalises them) and give no finding."""
+    from gpufield.triage.steptime import StepTimeConfig, slow_ranks
+
+    cfg = StepTimeConfig()
+    out = []
+    for e, ratio, med in slow_ranks(ctx.kinds("step_time"), cfg):
+        f = e.fields
+        out.append(finding(ctx, "STRAGGLER_COMPUTE", "step_time", Tier.PROCESS, 0.75, [e], rank=e.rank,
+                           facts={"ratio": f"{ratio:.2f}", "severity": cfg.severity(ratio - 1) or "low",
+                                  "steps": str(f["count"])},
+                           note=f"Rank {e.rank}'s mean step time {f['mean_s']:.3f} s over {f['count']} steps is "
+                                f"{ratio:.2f}x the median of its peers ({med:.3f} s)."))
     return out
 
 

@@ -1,0 +1,228 @@
+"""Per-rank step timing aggregated while streaming (the loss-line thinning keeps ~1 step line in
+``LOSS_EVERY``, so step times are summed here, before it, over every line).
+
+:class:`StepTimes` runs as an ingestion ``on_block`` hook: one RE2 pass per block finds the step
+lines, and per ``(file, host, rank)`` it keeps count, sum, sum of squares and max of the per-step
+duration (seconds). The duration is the one the line states (``0.312 s/step``, ``312 ms/step``,
+``time: 312ms``, ``iter time (s): 36.2``, ``train time: 1405.01ms``, Megatron ``elapsed time per
+iteration (ms): 312.5``, HF ``'train_steps_per_second': 3.2``), else the interval between two
+consecutive timestamped step lines of that rank (``step N`` / ``iter N`` lines with a time prefix).
+Memory is O(files x ranks).
+
+:meth:`StepTimes.events` turns each key with at least :attr:`StepTimeConfig.min_steps` steps into one
+``step_time`` summary event (at the key's last step line), which the straggler rule compares with
+the rank's peers (:func:`slow_ranks`). In DDP/FSDP the collective inside the step equalises the
+wall time of every rank when the duration is measured around the whole step (faultloop,
+``tests/triage/corpus/faults`` ``sleep-*``): equal step times then do *not* clear any rank.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from gpufield.triage.events import Event
+from gpufield.triage.parsers import _regex as rx
+from gpufield.triage.parsers._prefix import split_prefix
+
+__all__ = ["StepTimeConfig", "StepStat", "StepTimes", "slow_ranks"]
+
+# 0.312 s/step | 312 ms/step | 312ms/it | time: 312ms | step_time=0.31s | iter time (s): 36.217 |
+# train time: 1405.01ms | elapsed time per iteration (ms): 312.5 | 'train_steps_per_second': 3.2
+_STATED = (
+    r"(?P<a>\d+(?:\.\d+)?) ?(?P<au>ms|s|sec)/(?:step|it(?:er)?)\b"
+    r"|\b(?:step_?time|iter(?:ation)?_?time|batch_?time|train time|time)\b\s*[:=]\s*(?P<b>\d+(?:\.\d+)?) ?(?P<bu>ms|s)\b"
+    r"|\biter time \((?P<cu>ms|s)\): (?P<c>\d+(?:\.\d+)?)"
+    r"|elapsed time per iteration \((?P<du>ms|s)\): (?P<d>\d+(?:\.\d+)?)"
+    r"|'train_steps_per_second': (?P<e>\d+(?:\.\d+)?)")
+STATED_RE = rx.compile(_STATED)
+# a step line without a stated duration: "step 12", "iter 12", "iteration 12/1000", "global_step=12"
+STEP_LINE_RE = rx.compile(r"\b(?:global_step|step|iter(?:ation)?)\b\s*[:=]?\s*\d+")
+# [rank1] step 2 ... / [Rank 1] ... / rank 1: ... (a rank tag the prefix parser does not take)
+RANK_TAG_RE = rx.compile(r"^\s*\[?[Rr]ank ?(?P<rank>\d+)\]?:? ")
+_BLOCK_PATTERN = _STATED + r"|\b(?:global_step|step|iter|iteration)\b\s*[:=]?\s*\d"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepTimeConfig:
+    """Thresholds of the step-time straggler rule (``../shared/reference/triage.md`` §5.7).
+
+    Attributes:
+        min_steps: steps a rank must have logged to be compared (>= 2).
+        min_ratio: rank mean step time / median of its peers' means that names a straggler (> 1).
+        severity_bands: excess over the peers (0.05 = 5 %) graded low / medium / high, ascending.
+        min_ranks: ranks with timing needed for a comparison (>= 2).
+    """
+
+    min_steps: int = 8
+    min_ratio: float = 1.2
+    severity_bands: tuple[float, float, float] = (0.05, 0.10, 0.20)
+    min_ranks: int = 2
+
+    def __post_init__(self) -> None:
+        if self.min_steps < 2:
+            raise ValueError(f"min_steps must be >= 2, got {self.min_steps}")
+        if not (self.min_ratio > 1.0 and math.isfinite(self.min_ratio)):
+            raise ValueError(f"min_ratio must be a finite number > 1, got {self.min_ratio}")
+        b = self.severity_bands
+        if len(b) != 3 or not all(0 < x < 10 for x in b) or list(b) != sorted(b):
+            raise ValueError(f"severity_bands must be 3 ascending fractions in (0, 10), got {b}")
+        if self.min_ranks < 2:
+            raise ValueError(f"min_ranks must be >= 2, got {self.min_ranks}")
+
+    def severity(self, excess: float) -> str | None:
+        """``excess`` (ratio - 1) graded: None below the first band, else ``low``/``medium``/``high``."""
+        lo, mid, hi = self.severity_bands
+        return "high" if excess >= hi else "medium" if excess >= mid else "low" if excess >= lo else None
+
+
+@dataclass(slots=True)
+class StepStat:
+    """Step-time moments of one ``(file, host, rank)`` (seconds).
+
+    Attributes:
+        count, total_s, sumsq_s2, max_s: moments of the per-step durations.
+        stated: count of durations the lines stated (the rest are timestamp intervals).
+        first_line, last_line, last_raw: where the step lines were.
+    """
+
+    count: int = 0
+    total_s: float = 0.0
+    sumsq_s2: float = 0.0
+    max_s: float = 0.0
+    stated: int = 0
+    first_line: int = 0
+    last_line: int = 0
+    last_raw: str = ""
+    _last_ts: int | None = None
+
+    def add(self, dur_s: float) -> None:
+        self.count += 1
+        self.total_s += dur_s
+        self.sumsq_s2 += dur_s * dur_s
+        self.max_s = max(self.max_s, dur_s)
+
+    @property
+    def mean_s(self) -> float:
+        return self.total_s / self.count if self.count else 0.0
+
+    @property
+    def std_s(self) -> float:
+        if self.count < 2:
+            return 0.0
+        return math.sqrt(max(0.0, (self.sumsq_s2 - self.total_s ** 2 / self.count) / (self.count - 1)))
+
+
+def _seconds(m) -> float | None:
+    for g, u in (("a", "au"), ("b", "bu"), ("c", "cu"), ("d", "du")):
+        v = m[g]
+        if v is not None:
+            return float(v) / 1000.0 if m[u] == "ms" else float(v)
+    v = m["e"]
+    return 1.0 / float(v) if v is not None and float(v) > 0 else None
+
+
+@dataclass(slots=True)
+class StepTimes:
+    """The streaming aggregate (see module docstring). Call :meth:`on_block` from ingestion.
+
+    Attributes:
+        year: year of year-less timestamps (interval timing only).
+        stats: ``(file, host, rank)`` -> :class:`StepStat`.
+    """
+
+    year: int = 1970
+    stats: dict[tuple, StepStat] = field(default_factory=dict)
+    _scan: rx.ByteScanner | None = None
+
+    def on_block(self, path: str, block: bytes, starts, n: int, base: int) -> None:
+        """Aggregate the step lines of one block (the ``on_block`` hook's arguments)."""
+        if n == 0:
+            return
+        if self._scan is None:
+            self._scan = rx.ByteScanner(_BLOCK_PATTERN)
+        end = int(starts[n])
+        pos = 0
+        while pos < end:
+            hit = self._scan.find(block, pos, end)
+            if hit < 0:
+                break
+            ls = block.rfind(b"\n", 0, hit) + 1
+            le = block.find(b"\n", hit, end)
+            le = end if le < 0 else le + 1
+            line = block[ls:le].decode("utf-8", "replace").rstrip("\r\n")
+            self._line(path, line, ls, block, base)
+            pos = le
+
+    def _line(self, path: str, line: str, ls: int, block: bytes, base: int) -> None:
+        stated = STATED_RE.search(line)
+        if stated is None and STEP_LINE_RE.search(line) is None:
+            return
+        pre = split_prefix(line, self.year)
+        rank = pre.rank
+        if rank is None:
+            t = RANK_TAG_RE.search(pre.body)
+            rank = int(t["rank"]) if t else pre.local_rank
+        key = (path, pre.host, rank)
+        st = self.stats.get(key)
+        if st is None:
+            st = self.stats[key] = StepStat(first_line=base + block.count(b"\n", 0, ls) + 1)
+        dur = _seconds(stated) if stated is not None else None
+        if dur is not None:
+            st.add(dur)
+            st.stated += 1
+        elif pre.ts_ns is not None and st.stated == 0:
+            if st._last_ts is not None and pre.ts_ns > st._last_ts:
+                st.add((pre.ts_ns - st._last_ts) / 1e9)
+            st._last_ts = pre.ts_ns
+        else:
+            return
+        st.last_line = base + block.count(b"\n", 0, ls) + 1
+        st.last_raw = line
+
+    def events(self, config: StepTimeConfig | None = None) -> list[Event]:
+        """One ``step_time`` event per key with >= ``min_steps`` durations (fields in seconds)."""
+        cfg = config or StepTimeConfig()
+        out = []
+        for (path, host, rank), st in self.stats.items():
+            if st.count < cfg.min_steps:
+                continue
+            out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
+                             host=host, rank=rank, severity="debug",
+                             fields={"count": st.count, "mean_s": st.mean_s, "std_s": st.std_s, "max_s": st.max_s,
+                                     "stated": st.stated, "first_line": st.first_line}))
+        return out
+
+
+def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> list[tuple[Event, float, float]]:
+    """Ranks whose mean step time is >= ``min_ratio`` x the median of their peers' means.
+
+    Args:
+        events: ``step_time`` events (one per rank; those without a rank are ignored).
+        config: thresholds.
+
+    Returns:
+        ``(event, ratio, peers_median_s)`` per slow rank, slowest first. Empty when fewer than
+        ``min_ranks`` ranks have timing.
+    """
+    cfg = config or StepTimeConfig()
+    by_rank: dict[int, Event] = {}
+    for e in events:
+        if e.rank is not None and e.fields.get("count", 0) >= cfg.min_steps:
+            prev = by_rank.get(e.rank)
+            if prev is None or e.fields["count"] > prev.fields["count"]:
+                by_rank[e.rank] = e
+    if len(by_rank) < cfg.min_ranks:
+        return []
+    out = []
+    for r, e in by_rank.items():
+        peers = [p.fields["mean_s"] for q, p in by_rank.items() if q != r]
+        med = statistics.median(peers)
+        # "consistently" slower: the excess must also stand above the rank's own step-to-step spread
+        # (a one-off warm-up step inflates the mean and the std alike), 2 standard errors
+        se = e.fields["std_s"] / math.sqrt(e.fields["count"])
+        if med > 0 and e.fields["mean_s"] / med >= cfg.min_ratio and e.fields["mean_s"] - med > 2 * se:
+            out.append((e, e.fields["mean_s"] / med, med))
+    out.sort(key=lambda x: -x[1])
+    return out

@@ -1,0 +1,70 @@
+"""Per-rank step-time aggregate (gpufield.triage.steptime) on the real faults dev runs.
+
+``sleep-ddp-2r-rank1-0.3s`` (faults INDEX, dev): rank 1 sleeps 0.3 s per step from step 2, but
+faultloop's ``s/step`` is measured around the whole step including the loss all_reduce, so both
+ranks print the same time: the aggregate must equal the numbers in the file, and no rank may be
+named from them (an honest non-detection, like shared case 34).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpufield.triage.analyze import analyze
+from gpufield.triage.steptime import StepTimeConfig, slow_ranks
+
+FAULTS = Path(__file__).parent / "corpus" / "faults"
+SLEEP = FAULTS / "sleep-ddp-2r-rank1-0.3s.log"
+
+
+def _per_rank_from_file(path: Path) -> dict[int, np.ndarray]:
+    out: dict[int, list[float]] = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"\[rank(\d+)\] step \d+ .*\| ([\d.]+) s/step$", line)
+        if m:
+            out.setdefault(int(m[1]), []).append(float(m[2]))
+    return {r: np.array(v) for r, v in out.items()}
+
+
+def test_aggregate_matches_every_step_line_despite_loss_thinning():
+    want = _per_rank_from_file(SLEEP)
+    res = analyze([str(SLEEP)])
+    got = {e.rank: e for e in res.events if e.kind == "step_time"}
+    assert set(got) == set(want) == {0, 1}
+    for r, v in want.items():
+        f = got[r].fields
+        assert f["count"] == len(v) == 12
+        assert f["mean_s"] == pytest.approx(v.mean())
+        assert f["std_s"] == pytest.approx(v.std(ddof=1))
+        assert f["max_s"] == pytest.approx(v.max())
+    # the loss thinning keeps only a few of the 24 step lines as loss events
+    assert sum(e.kind == "loss" for e in res.events) < 24
+
+
+def test_equalised_ddp_step_times_name_no_rank():
+    res = analyze([str(SLEEP)])
+    steps = [e for e in res.events if e.kind == "step_time"]
+    assert slow_ranks(steps) == []
+    assert not any(i.cls == "STRAGGLER_COMPUTE" and i.rank is not None for i in res.incidents)
+
+
+def test_peer_ratio_rule_names_the_slow_rank_when_the_log_shows_it():
+    # the same real aggregate with rank 1 made 30 % slower than its peer: named, severity high
+    res = analyze([str(SLEEP)])
+    steps = [e for e in res.events if e.kind == "step_time"]
+    slow = [e for e in steps if e.rank == 1][0]
+    slow.fields["mean_s"] *= 1.3
+    (hit,) = slow_ranks(steps)
+    assert hit[0].rank == 1 and hit[1] == pytest.approx(1.3, rel=0.02)
+    assert StepTimeConfig().severity(hit[1] - 1) == "high"
+    assert StepTimeConfig().severity(0.07) == "low" and StepTimeConfig().severity(0.12) == "medium"
+
+
+@pytest.mark.parametrize("bad", [dict(min_steps=1), dict(min_ratio=1.0), dict(severity_bands=(0.2, 0.1, 0.3))])
+def test_config_validation(bad):
+    with pytest.raises(ValueError):
+        StepTimeConfig(**bad)
