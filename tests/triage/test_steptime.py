@@ -68,3 +68,24 @@ def test_peer_ratio_rule_names_the_slow_rank_when_the_log_shows_it():
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         StepTimeConfig(**bad)
+
+
+def test_sampling_past_the_per_file_cap_keeps_the_mean_and_the_line_numbers(tmp_path):
+    # the real faultloop lines of the sleep run, repeated past FULL_LINES: the sampled aggregate's
+    # mean is the numpy mean of every stated duration (the repeats do not change it), it counts
+    # fewer lines than the file has, and its last line number is a line holding that rank's step
+    from gpufield.triage.steptime import FULL_LINES, STRIDE
+
+    lines = [ln for ln in SLEEP.read_text().splitlines() if re.match(r"\[rank\d\] step ", ln)]
+    reps = 2 * FULL_LINES // len(lines) + 1
+    big = tmp_path / "big.log"
+    big.write_text("\n".join(lines * reps) + "\n")
+    want = _per_rank_from_file(SLEEP)
+    res = analyze([str(big)])
+    got = {e.rank: e for e in res.events if e.kind == "step_time"}
+    text = big.read_text().splitlines()
+    for r, v in want.items():
+        f = got[r].fields
+        assert len(v) * reps > f["count"] >= len(v) * reps // STRIDE
+        assert f["mean_s"] == pytest.approx(v.mean(), rel=0.02)
+        assert text[got[r].line - 1].startswith(f"[rank{r}] step ")
