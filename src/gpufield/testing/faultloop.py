@@ -34,6 +34,7 @@ in the real watchdog or gloo timeout messages within a test's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import resource
@@ -64,6 +65,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: a temp folder)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--harden-monitor", dest="monitor", action="store_true",
+                   help="call the gpufield.harden.monitor hook (step, collective arrival, checkpoint phase)")
     a = p.parse_args(argv)
     if a.steps < 1 or a.fault_step < 0 or a.pg_timeout_s <= 0 or a.fault_arg < 0:
         p.error("--steps >= 1, --fault-step >= 0, --pg-timeout-s > 0 and --fault-arg >= 0 are required")
@@ -145,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     fail_at = a.fault_step if a.fault == "exception" and a.fault_rank in (-1, rank) else None
     data = _Tokens(a.vocab, a.batch, a.seq, a.seed + 1000 + rank, fail_at)
     ckpt_dir = a.ckpt_dir or os.path.join(os.environ.get("TMPDIR", "/tmp"), f"faultloop-{os.getppid()}")
+    if a.monitor:
+        from gpufield.harden import monitor
+    else:
+        monitor = None
     _say(f"[rank{rank}] faultloop: world {world}, backend {backend}, wrap {a.wrap}, "
           f"fault {a.fault} at step {a.fault_step} on rank {a.fault_rank}")
     for step in range(a.steps):
@@ -174,20 +181,27 @@ def main(argv: list[str] | None = None) -> int:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_t = loss.detach().clone()
-        dist.all_reduce(loss_t)
+        if monitor is not None:
+            with monitor.collective():
+                dist.all_reduce(loss_t)
+        else:
+            dist.all_reduce(loss_t)
         dt = time.perf_counter() - t0
         _say(f"[rank{rank}] step {step} | loss {loss_t.item() / world:.4f} | "
              f"grad_norm {float(grad_norm):.4f} | {dt:.3f} s/step")
+        if monitor is not None:
+            monitor.step(step)
         save = a.ckpt_every and (step + 1) % a.ckpt_every == 0
         if hit and step == a.fault_step and a.fault == "ckpt_stall":
             save = True
         if save:
             path = os.path.join(ckpt_dir, f"step{step + 1}-rank{rank}.pt")
             _say(f"[rank{rank}] saving checkpoint to {path}")
-            if hit and a.fault == "ckpt_stall":
-                time.sleep(a.fault_arg)
-            os.makedirs(ckpt_dir, exist_ok=True)
-            torch.save({"step": step + 1, "model": model.state_dict()}, path)
+            with monitor.phase("checkpoint") if monitor is not None else contextlib.nullcontext():
+                if hit and a.fault == "ckpt_stall":
+                    time.sleep(a.fault_arg)
+                os.makedirs(ckpt_dir, exist_ok=True)
+                torch.save({"step": step + 1, "model": model.state_dict()}, path)
             dist.barrier()
     _say(f"[rank{rank}] training done: {a.steps} steps")
     dist.barrier()
