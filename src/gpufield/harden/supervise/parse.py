@@ -45,6 +45,7 @@ HF_DICT_RE = re.compile(r"\{\s*['\"](?:loss|train_loss|eval_loss)['\"]\s*:.*['\"
 DEFAULT_PHASES: tuple[tuple[str, str], ...] = (
     ("checkpoint", r"saving (?:model )?checkpoint|save_checkpoint|checkpoint.{0,20}sav(?:e|ing)|writing checkpoint"),
     ("eval", r"running evaluation|\*{3,} running eval|\bevaluating\b|validation (?:loop|start)"),
+    ("teardown", r"training (?:is )?(?:done|complete|completed|finished)|finished training|end of training"),
 )
 
 
