@@ -93,7 +93,7 @@ class SuperviseConfig:
     step_pattern: str = DEFAULT_STEP_PATTERN
     metric_pattern: str = DEFAULT_METRIC_PATTERN
     tick_s: float = 0.25
-    scan_s: float = 1.0
+    scan_s: float = 0.5
     stack_wait_s: float = 2.0
     crash_grace_s: float = 15.0
     kill_grace_s: float = 5.0

@@ -191,6 +191,13 @@ class Attempt:
 
     def _crash(self) -> Detection:
         wall, _, ranks = self.gone
+        if len(ranks) > 1:  # exits seen in one scan: victims print a communication error, the root does not
+            user = self.facts.user_exception()
+            quiet = tuple(r for r in ranks if r not in self.facts.exceptions)
+            if user is not None and user[0] in ranks:
+                ranks = (user[0],)
+            elif quiet and len(quiet) < len(ranks):
+                ranks = quiet
         return Detection(kind="crash", t=wall, ranks=ranks, why="rank process(es) "
                          f"{list(ranks)} exited first (pid {[self.seen_pids[r] for r in ranks]})",
                          details={"steps": self._steps()})
