@@ -200,7 +200,7 @@ class Attempt:
                 ranks = quiet
         return Detection(kind="crash", t=wall, ranks=ranks, why="rank process(es) "
                          f"{list(ranks)} exited first (pid {[self.seen_pids[r] for r in ranks]})",
-                         details={"steps": self._steps()})
+                         details={"steps": self._steps(), "silent_s": self._silent(self.gone[1])})
 
     def _exited(self, rc: int) -> Detection:
         """The launcher ended: clean, a rank crash it reported, or its own failure."""
@@ -249,11 +249,17 @@ class Attempt:
             return None
         return Detection(kind="hang", t=time.time(), why=f"no progress for {stall.silent_s:.1f} s "
                          f"(timeout {stall.timeout_s:.1f} s{', phase ' + stall.phase if stall.phase else ''})",
-                         details={"steps": stall.steps, "stale": stall.stale, "behind": stall.behind,
+                         details={"steps": stall.steps, "silent_s": self._silent(now), "stale": stall.stale,
+                                  "behind": stall.behind,
                                   "not_arrived": stall.not_arrived, "timeout_s": stall.timeout_s})
 
     def _steps(self) -> dict[int, int | None]:
         return {r: v.step for r, v in sorted(self.progress.ranks.items())}
+
+    def _silent(self, ref: float) -> dict[int, float | None]:
+        """Seconds each rank had been silent at monotonic time ``ref`` (None: it never progressed)."""
+        return {r: (None if v.progress_t is None else round(ref - v.progress_t, 3))
+                for r, v in sorted(self.progress.ranks.items())}
 
     def _end(self, proc, det: Detection, buf: bytes, console) -> None:
         """Gather the evidence that needs live processes, then end the attempt."""
