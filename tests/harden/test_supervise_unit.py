@@ -203,3 +203,12 @@ def test_monitor_hook_records_and_tail(tmp_path):
     outside = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in env.items() if k != "GPUFIELD_MONITOR_DIR"},
                              timeout=60)
     assert outside.returncode == 0
+
+
+def test_harden_public_names_have_docstrings():
+    import gpufield.harden as h
+
+    public = {n for n, v in vars(h).items() if not n.startswith("_") and not isinstance(v, type(os))
+              and n != "annotations"}
+    assert set(h.__all__) == public
+    assert all(getattr(h, n).__doc__ for n in h.__all__)
