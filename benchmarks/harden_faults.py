@@ -22,6 +22,7 @@ import json
 import os
 import re
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +52,9 @@ def scenarios(hang_floor_s: float, clean_runs: int) -> list[dict]:
              args=[*base, "--steps", "30", "--fault", "sigstop", "--fault-step", "6", "--harden-monitor"]),
         dict(name="crash SIGKILL (hook)", ranks=2, fault_rank=1, expect="crash",
              args=[*base, "--steps", "30", "--fault", "sigkill", "--fault-step", "6", "--harden-monitor"]),
+        dict(name="crash SIGKILL repeating, budget 2 (hook)", ranks=2, fault_rank=1, expect="crash", repeat=True,
+             nodes=(socket.gethostname(), "spare-1"),
+             args=[*base, "--steps", "30", "--fault", "sigkill", "--fault-step", "3", "--harden-monitor"]),
         dict(name="straggler +30% (hook)", ranks=2, fault_rank=1, expect="straggler",
              args=["--step-sleep-s", "0.1", "--steps", "40", "--fault", "sleep", "--fault-step", "0",
                    "--fault-arg", "0.033", "--harden-monitor"]),
@@ -82,13 +86,13 @@ def run_one(sc: dict, work: Path, hang_floor_s: float, budget: int) -> dict:
     args = list(sc["args"])
     if sc["fault_rank"] is not None and "--fault-rank" not in args:
         args += ["--fault-rank", str(sc["fault_rank"])]
-    if sc["expect"] not in (None, "exit", "nan"):
+    if sc["expect"] not in (None, "exit", "nan") and not sc.get("repeat"):
         args += ["--fault-once-file", str(run_dir / "fault.fired")]
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = SuperviseConfig(command=tuple(_cmd(sc["ranks"], args, sc.get("launcher"))), run_dir=run_dir,
                           thresholds=Thresholds(hang_floor_s=hang_floor_s, startup_timeout_s=300.0),
                           policy=PolicyConfig(max_retries=budget, backoff_s=1.0, min_progress_steps=5),
-                          env={"PYTHONPATH": str(SRC)}, stack_wait_s=2.0)
+                          env={"PYTHONPATH": str(SRC)}, stack_wait_s=2.0, nodes=tuple(sc.get("nodes", ())))
     t0, ru0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     res = supervise(cfg)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
@@ -101,7 +105,7 @@ def run_one(sc: dict, work: Path, hang_floor_s: float, budget: int) -> dict:
                fault_rank=sc["fault_rank"], why=first.why if first else "",
                decisions=[f"{d.action}" for d in res.decisions], attempts=res.attempts, ok=res.ok,
                retries_used=max((d.retries_used for d in res.decisions), default=0), budget=budget,
-               triage=[t.get("cls") for t in res.triage])
+               triage=[t.get("cls") for t in res.triage], excluded=res.excluded)
     if first is not None:
         silent = first.details.get("silent_s") or {}
         r = sc["fault_rank"] if sc["fault_rank"] is not None and sc["fault_rank"] >= 0 else None
@@ -126,19 +130,32 @@ def _median_step_s(console: Path) -> list[float]:
 
 def overhead(work: Path, repeats: int, steps: int) -> dict:
     """Plain torchrun vs gpufield run + hook, alternating; median per-step time of both ranks (steps 5+)."""
-    plain, sup = [], []
+    plain, sup, cpu_plain, cpu_sup, cpu_self = [], [], [], [], []
+
+    def cpu(who: int) -> float:
+        ru = resource.getrusage(who)
+        return ru.ru_utime + ru.ru_stime
+
     for i in range(repeats):
         d = work / f"plain-{i}"
         d.mkdir(parents=True, exist_ok=True)
+        c0 = cpu(resource.RUSAGE_CHILDREN)
         with open(d / "console.log", "w") as f:
             subprocess.run(_cmd(2, ["--steps", str(steps)]), stdout=f, stderr=subprocess.STDOUT, check=True,
                            env=dict(os.environ, PYTHONPATH=str(SRC)), timeout=600)
+        cpu_plain.append(cpu(resource.RUSAGE_CHILDREN) - c0)
         plain.append(statistics.median(_median_step_s(d / "console.log")[10:]))
         cfg = SuperviseConfig(command=tuple(_cmd(2, ["--steps", str(steps), "--harden-monitor"])),
                               run_dir=work / f"sup-{i}", env={"PYTHONPATH": str(SRC)})
+        c0, s0 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF)
         res = supervise(cfg)
+        cpu_sup.append(cpu(resource.RUSAGE_CHILDREN) - c0)
+        cpu_self.append(cpu(resource.RUSAGE_SELF) - s0)
         assert res.ok, res.detections
         sup.append(statistics.median(_median_step_s(work / f"sup-{i}" / "attempt-0" / "console.log")[10:]))
+        print(f"overhead run {i}: plain {plain[-1]:.4f} s/step {cpu_plain[-1]:.2f} CPU-s; supervised "
+              f"{sup[-1]:.4f} s/step, job {cpu_sup[-1]:.2f} CPU-s + supervisor {cpu_self[-1]:.2f} CPU-s",
+              file=sys.stderr, flush=True)
     code = ("import time\nfrom gpufield.harden import monitor\nn=20000\nt=time.perf_counter()\n"
             "for i in range(n):\n    with monitor.collective():\n        pass\n    monitor.step(i)\n"
             "print((time.perf_counter()-t)/n)")
@@ -148,7 +165,12 @@ def overhead(work: Path, repeats: int, steps: int) -> dict:
                                    timeout=300).stdout)
     mp, ms = statistics.median(plain), statistics.median(sup)
     return dict(plain_step_s=plain, supervised_step_s=sup, median_plain_s=mp, median_supervised_s=ms,
-                overhead_pct=round(100 * (ms - mp) / mp, 2), hook_us_per_step=round(per * 1e6, 2),
+                overhead_pct=round(100 * (ms - mp) / mp, 2), min_plain_s=min(plain), min_supervised_s=min(sup),
+                overhead_pct_of_min=round(100 * (min(sup) - min(plain)) / min(plain), 2),
+                load_avg_1m=os.getloadavg()[0], job_cpu_plain_s=cpu_plain, job_cpu_supervised_s=cpu_sup,
+                supervisor_cpu_s=cpu_self,
+                cpu_overhead_pct=round(100 * (statistics.median([a + b for a, b in zip(cpu_sup, cpu_self, strict=True)])
+                                              - statistics.median(cpu_plain)) / statistics.median(cpu_plain), 2), hook_us_per_step=round(per * 1e6, 2),
                 hook_pct_of_median_step=round(100 * per / mp, 4))
 
 
@@ -159,12 +181,13 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=2)
     ap.add_argument("--clean-runs", type=int, default=5)
     ap.add_argument("--overhead-repeats", type=int, default=3)
-    ap.add_argument("--overhead-steps", type=int, default=150)
+    ap.add_argument("--overhead-steps", type=int, default=300)
     ap.add_argument("--only", default=None, help="regex: run only matching scenarios (no overhead part)")
+    ap.add_argument("--overhead-only", action="store_true", help="skip the fault scenarios")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="harden-bench-"))
     rows = []
-    for sc in scenarios(a.hang_floor_s, a.clean_runs):
+    for sc in [] if a.overhead_only else scenarios(a.hang_floor_s, a.clean_runs):
         if a.only and not re.search(a.only, sc["name"]):
             continue
         row = run_one(sc, work, a.hang_floor_s, a.budget)

@@ -20,6 +20,8 @@ from gpufield.harden.supervise.launch import PREFIX_TEMPLATE
 from gpufield.harden.supervise.parse import LineParser
 from gpufield.harden.supervise.progress import Progress
 
+#: period of the full /proc scan once the ranks are known, seconds
+FULL_SCAN_S = 10.0
 #: defaults set in the job's environment when absent (triage.md 5.10 runtime defaults)
 TORCH_ENV_DEFAULTS = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 
@@ -69,6 +71,8 @@ class Attempt:
         self.states: dict[int, str | None] = {}
         self.nan_rank: int | None = None
         self.gone: tuple[float, float, tuple[int, ...]] | None = None  # (wall, monotonic, ranks) of the first exit
+        self.world = world
+        self.full_scan_t = 0.0
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -115,7 +119,7 @@ class Attempt:
                 if self.gone is not None and now - self.gone[1] > self.cfg.crash_grace_s:
                     det = self._crash()
                     break
-                if det is None:
+                if det is None and self.gone is None:  # once a rank exited, the crash path owns the attempt
                     det = self._check(now)
             if det.kind in ("hang", "nan") or (det.kind == "crash" and proc.poll() is None):
                 self._end(proc, det, buf, console)
@@ -178,13 +182,19 @@ class Attempt:
         self.facts.feed(p.rank, p.text)
 
     def _scan_workers(self, proc) -> None:
-        """Refresh the rank processes and their states; remember the first rank(s) to exit."""
-        live = procs.workers(proc.pid)
-        for r, w in live.items():
-            self.progress.view(r)
-            self.seen_pids.setdefault(r, w.pid)
-        self.states = {r: (live[r].state if r in live and live[r].pid == pid else procs.state(pid))
-                       for r, pid in self.seen_pids.items()}
+        """Refresh the rank processes and their states; remember the first rank(s) to exit.
+
+        A full ``/proc`` scan (every process's stat) runs until the expected ranks are found, then
+        every ``FULL_SCAN_S``; in between only the known ranks' ``/proc/<pid>/stat`` are read.
+        """
+        now = time.monotonic()
+        expected = self.world or 1
+        if len(self.seen_pids) < expected or now - self.full_scan_t >= FULL_SCAN_S:
+            self.full_scan_t = now
+            for r, w in procs.workers(proc.pid).items():
+                self.progress.view(r)
+                self.seen_pids.setdefault(r, w.pid)
+        self.states = {r: procs.state(pid) for r, pid in self.seen_pids.items()}
         gone = tuple(sorted(r for r, s in self.states.items() if s in (None, "Z")))
         if gone and self.gone is None and proc.poll() is None:
             self.gone = (time.time(), time.monotonic(), gone)
