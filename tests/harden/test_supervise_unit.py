@@ -91,7 +91,14 @@ def test_phase_moves_the_whole_job_to_the_phase_timeout():
     t = _steps(prog, [0, 1], 0, 5, 1.0, 0.0)
     prog.on_phase(1, "checkpoint", t)
     assert prog.check_hang(th, t + 60.0) is None  # rank 0 waits for rank 1's save: no alarm either
-    assert prog.check_hang(th, t + 101.0) is not None
+    late = prog.check_hang(th, t + 101.0)
+    assert late is not None and late.in_phase == (1,)
+    assert blame_hang({}, {}, (), (), late.stale, (0, 1), late.in_phase)[0] == (1,)
+    # the save ends at +60 s: the peers' silence counts from there, not from their last step
+    prog.on_phase(1, None, t + 60.0)
+    assert prog.check_hang(th, t + 64.0) is None
+    s = prog.check_hang(th, t + 66.0)
+    assert s is not None and s.stale == (0, 1) and s.timeout_s == 5.0
 
 
 def test_straggler_named_from_arrival_skew_not_from_noise():
@@ -212,3 +219,16 @@ def test_harden_public_names_have_docstrings():
               and n != "annotations"}
     assert set(h.__all__) == public
     assert all(getattr(h, n).__doc__ for n in h.__all__)
+
+
+def test_cli_run_retries_within_the_budget_then_fails(tmp_path, capsys):
+    from gpufield.cli import main
+
+    rc = main(["run", "--run-dir", str(tmp_path / "r"), "--max-retries", "1", "--backoff-s", "0", "--no-triage",
+               "--", sys.executable, "-c", "raise SystemExit(3)"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "FAILED after 2 launch(es)" in err
+    events = [json.loads(x) for x in (tmp_path / "r" / "events.jsonl").read_text().splitlines()]
+    assert [e["rc"] for e in events if e["event"] == "detect"] == [3, 3]
+    assert [e["action"] for e in events if e["event"] == "decision"] == ["RETRY", "STOP"]
+    assert main(["run", "--run-dir", str(tmp_path / "r2"), "--", sys.executable, "-c", "pass"]) == 0

@@ -132,13 +132,14 @@ def stack_sizes(folder: Path) -> dict[int, int]:
 
 
 def blame_hang(states: dict[int, str | None], dumped: dict[int, bool], not_arrived: tuple[int, ...],
-               behind: tuple[int, ...], stale: tuple[int, ...], all_ranks: tuple[int, ...]) -> tuple[tuple[int, ...], str]:
+               behind: tuple[int, ...], stale: tuple[int, ...], all_ranks: tuple[int, ...],
+               in_phase: tuple[int, ...] = ()) -> tuple[tuple[int, ...], str]:
     """The ranks to blame for a hang, strongest evidence first.
 
     Args:
         states: rank -> process state letter (``T`` stopped, ``Z`` zombie, None gone).
         dumped: rank -> whether it wrote a stack dump when asked (only ranks that were asked).
-        not_arrived / behind / stale: from :class:`~gpufield.harden.supervise.progress.Stall`.
+        not_arrived / behind / stale / in_phase: from :class:`~gpufield.harden.supervise.progress.Stall`.
         all_ranks: every rank known.
 
     Returns:
@@ -148,6 +149,8 @@ def blame_hang(states: dict[int, str | None], dumped: dict[int, bool], not_arriv
     if stopped and len(stopped) < len(all_ranks):
         return stopped, "process stopped, zombie or gone (/proc state " + ",".join(
             f"{r}:{states[r] or 'gone'}" for r in stopped) + ")"
+    if in_phase and len(in_phase) < len(all_ranks):
+        return in_phase, "still inside its announced long phase after the phase timeout"
     silent = tuple(sorted(r for r, ok in dumped.items() if not ok))
     if silent and len(silent) < len(dumped):
         return silent, "did not answer the SIGUSR1 stack-dump request"

@@ -6,7 +6,8 @@ monitor timestamps in ns), so the unit tests drive it with a fake clock.
 **Hang.** Timeout ``H = max(hang_factor * p99(step interval), hang_floor_s)`` over the recent step
 intervals of all ranks (``startup_timeout_s`` before the first step). A rank that announced a long
 phase (checkpoint, eval) moves the whole job to ``phase_timeout_s`` while it is inside it: its peers
-wait for it in the next collective and must not be blamed either. The alarm fires when a rank that
+wait for it in the next collective and must not be blamed either, so every rank's silence is counted
+from the latest phase start or end, not from its last step. The alarm fires when a rank that
 has reported progress before has been silent longer than the timeout. Ranks that never report
 (loops that print on rank 0 only) are not timed, only the ones that do.
 
@@ -101,6 +102,7 @@ class Stall:
         behind: ranks whose last step is below the highest step any rank reached.
         not_arrived: ranks that never entered the collective the others entered (monitor hook).
         phase: a long phase in progress, or None.
+        in_phase: ranks still inside an announced long phase (it outlived ``phase_timeout_s``).
     """
 
     timeout_s: float
@@ -110,6 +112,7 @@ class Stall:
     behind: tuple[int, ...]
     not_arrived: tuple[int, ...]
     phase: str | None
+    in_phase: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -151,6 +154,7 @@ class Progress:
     rounds: dict[str, dict[int, dict[int, float]]] = field(default_factory=lambda: {"collective": {}, "step_line": {}})
     named: set = field(default_factory=set)
     nan_seen: bool = False
+    phase_mark_t: float = float("-inf")
 
     def __post_init__(self) -> None:
         for r in range(self.world):
@@ -191,7 +195,10 @@ class Progress:
     def on_phase(self, rank: int, phase: str | None, now: float) -> None:
         """A rank entered (``phase``) or left (None) a long phase."""
         v = self.view(rank)
+        if phase is not None and v.phase == phase and v.phase_t is not None:
+            return  # the same phase announced twice (log line and hook): keep its start
         v.phase, v.phase_t = phase, (now if phase else None)
+        self.phase_mark_t = now  # peers waiting on a phase are not silent: their clocks restart here
         if phase is None:
             v.progress_t = now  # leaving a phase is progress
 
@@ -215,7 +222,7 @@ class Progress:
     def hang_timeout(self, th: Thresholds, now: float) -> tuple[float, str | None]:
         """The timeout in force at ``now`` and the long phase causing it (None)."""
         for v in self.ranks.values():
-            if v.phase is not None and v.phase_t is not None and now - v.phase_t < th.phase_timeout_s:
+            if v.phase is not None and v.phase_t is not None:
                 return th.phase_timeout_s, v.phase
         if not any(v.progress_t is not None for v in self.ranks.values()):
             return th.startup_timeout_s, "startup"
@@ -232,7 +239,7 @@ class Progress:
             silent = now - self.start_t
             stale = tuple(sorted(self.ranks)) if silent > timeout else ()
         else:
-            ages = {v.rank: now - max(v.progress_t, v.phase_t or v.progress_t) for v in timed}
+            ages = {v.rank: now - max(v.progress_t, self.phase_mark_t) for v in timed}
             silent = max(ages.values())
             stale = tuple(sorted(r for r, a in ages.items() if a > timeout))
         if not stale:
@@ -242,8 +249,9 @@ class Progress:
         behind = tuple(r for r, s in steps.items() if top is not None and (s is None or s < top))
         top_seq = max((v.arrived_seq for v in self.ranks.values()), default=0)
         not_arrived = tuple(r for r, v in sorted(self.ranks.items()) if top_seq and v.arrived_seq < top_seq)
+        in_phase = tuple(r for r, v in sorted(self.ranks.items()) if v.phase is not None)
         return Stall(timeout_s=timeout, silent_s=silent, stale=stale, steps=steps, behind=behind,
-                     not_arrived=not_arrived, phase=phase)
+                     not_arrived=not_arrived, phase=phase, in_phase=in_phase)
 
     def check_straggler(self, th: Thresholds) -> Straggler | None:
         """A newly named :class:`Straggler` (each rank is named once per attempt), else None."""

@@ -261,7 +261,8 @@ class Attempt:
                          f"(timeout {stall.timeout_s:.1f} s{', phase ' + stall.phase if stall.phase else ''})",
                          details={"steps": stall.steps, "silent_s": self._silent(now), "stale": stall.stale,
                                   "behind": stall.behind,
-                                  "not_arrived": stall.not_arrived, "timeout_s": stall.timeout_s})
+                                  "not_arrived": stall.not_arrived, "in_phase": stall.in_phase,
+                                  "timeout_s": stall.timeout_s})
 
     def _steps(self) -> dict[int, int | None]:
         return {r: v.step for r, v in sorted(self.progress.ranks.items())}
@@ -289,7 +290,8 @@ class Attempt:
             dumped = {r: after.get(r, 0) > before.get(r, 0) for r in asked}
             states = dict(self.states)
             ranks, why = blame_hang(states, dumped, det.details["not_arrived"], det.details["behind"],
-                                    det.details["stale"], tuple(sorted(self.progress.ranks)))
+                                    det.details["stale"], tuple(sorted(self.progress.ranks)),
+                                    det.details["in_phase"])
             det.ranks, det.why = ranks, f"{det.why}; rank(s) {list(ranks)}: {why}" if ranks else f"{det.why}; {why}"
             det.details.update(states={r: s or "gone" for r, s in states.items()}, dumped=dumped,
                                stack_files=sorted(str(p) for p in self.monitor_dir.glob("stack-rank*.txt")),
