@@ -71,23 +71,25 @@ def test_repeated_sigkill_crash_budget_and_exclusion(tmp_path):
                launcher=("--max-restarts", "3"),  # torchrun's own per-agent restarts: the supervisor removes them
                nodes=(HOST, "spare-1"), exclude_file=excl, hostfile=hostfile,
                validate_node=lambda h: gate_calls.append(h) is not None,
-               policy=PolicyConfig(max_retries=2, backoff_s=0.1, transient_retries=1, min_progress_steps=0))
+               policy=PolicyConfig(max_retries=1, backoff_s=0.1, transient_retries=0, min_progress_steps=0))
     res = supervise(cfg)
-    assert res.attempts == 3 and not res.ok
-    assert [d.kind for d in res.detections] == ["crash"] * 3
+    assert res.attempts == 2 and not res.ok  # the fault repeats: 1 restart of a budget of 1, then stop
+    assert [d.kind for d in res.detections] == ["crash"] * 2
     assert all(d.ranks == (1,) for d in res.detections)
-    assert [d.action for d in res.decisions] == ["RETRY", "EXCLUDE", "STOP"]
-    assert max(d.retries_used for d in res.decisions) == 2 and "budget" in res.decisions[-1].reason
-    assert res.decisions[1].host == HOST and res.excluded == [HOST]
+    assert [d.action for d in res.decisions] == ["EXCLUDE", "STOP"]
+    assert max(d.retries_used for d in res.decisions) == 1 and "budget" in res.decisions[-1].reason
+    assert res.decisions[0].host == HOST and res.excluded == [HOST]
     assert excl.read_text() == f"{HOST}\n" and hostfile.read_text() == "spare-1\n"
-    assert gate_calls == [HOST]  # asked once, before the third launch; it said no
+    assert gate_calls == [HOST]  # asked before the second launch; it said no, so the host stays out
     ev = _events(res)
     launches = [e for e in ev if e["event"] == "launch"]
-    assert all(e["argv"].count("--max-restarts") == 1 and "3" not in e["argv"][e["argv"].index("--max-restarts") + 1]
-               for e in launches)
+    assert [e["hosts"] for e in launches] == [[HOST, "spare-1"], ["spare-1"]]
+    for e in launches:
+        i = e["argv"].index("--max-restarts")
+        assert e["argv"].count("--max-restarts") == 1 and e["argv"][i + 1] == "0"
     tri = [e for e in ev if e["event"] == "triage"]
-    assert len(tri) == 3 and all(t.get("cls") for t in tri)  # the engine ran on each attempt's console log
-    for n in range(3):
+    assert len(tri) == 2 and all(t.get("cls") for t in tri)  # the engine ran on each attempt's console log
+    for n in range(2):
         log = (tmp_path / "run" / f"attempt-{n}" / "console.log").read_text()
         assert "[rank1]:" in log and "exitcode" in log  # torchrun's failure block, with global-rank prefixes
 
