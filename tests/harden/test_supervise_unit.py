@@ -232,3 +232,15 @@ def test_cli_run_retries_within_the_budget_then_fails(tmp_path, capsys):
     assert [e["rc"] for e in events if e["event"] == "detect"] == [3, 3]
     assert [e["action"] for e in events if e["event"] == "decision"] == ["RETRY", "STOP"]
     assert main(["run", "--run-dir", str(tmp_path / "r2"), "--", sys.executable, "-c", "pass"]) == 0
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    from gpufield.cli import main
+
+    assert main(["run", "--run-dir", str(tmp_path / "a"), "--", str(tmp_path / "no-such-program")]) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("gpufield: error: cannot start the job command") and "no-such-program" in last
+    assert "Traceback" not in err
+    assert main(["run", "--run-dir", str(tmp_path / "b"), "--step-pattern", "(?P<step>", "--", "true"]) == 2
+    assert "Traceback" not in capsys.readouterr().err

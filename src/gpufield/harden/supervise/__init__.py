@@ -170,6 +170,7 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
     Raises:
         OSError: ``run_dir`` cannot be created or written.
         ValueError: the command has an unknown placeholder.
+        InputError: the command cannot be started (no such program).
     """
     cfg = config
     cfg.run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufield.errors import InputError
 from gpufield.harden.supervise import procs
 from gpufield.harden.supervise.evidence import LineFacts, MonitorTail, blame_hang, stack_sizes
 from gpufield.harden.supervise.export import Control, EventLog, Metrics
@@ -85,14 +86,19 @@ class Attempt:
         return env
 
     def run(self) -> Detection:
-        """Launch and supervise until the launcher exits or a detection ends the attempt."""
+        """Launch and supervise until the launcher exits or a detection ends the attempt.
+
+        Raises:
+            InputError: the command cannot be started (no such program, not executable).
+        """
         console = open(self.folder / "console.log", "wb")  # noqa: SIM115
         try:
             proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     env=self._env(), start_new_session=True)
         except OSError as e:
             console.close()
-            return Detection(kind="exit", t=time.time(), why=f"cannot start {self.argv[0]}: {e}", rc=127)
+            raise InputError(f"cannot start the job command {self.argv[0]!r}: {e.strerror or e}",
+                             path=self.argv[0]) from None
         self.pid = proc.pid
         os.set_blocking(proc.stdout.fileno(), False)
         sel = selectors.DefaultSelector()
