@@ -240,7 +240,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["run", "--run-dir", str(tmp_path / "a"), "--", str(tmp_path / "no-such-program")]) == 2
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
-    assert last.startswith("gpufield: error: cannot start the job command") and "no-such-program" in last
+    assert last.startswith("gpufield: error: ") and "no-such-program: cannot start the job command" in last
     assert "Traceback" not in err
     assert main(["run", "--run-dir", str(tmp_path / "b"), "--step-pattern", "(?P<step>", "--", "true"]) == 2
     assert "Traceback" not in capsys.readouterr().err

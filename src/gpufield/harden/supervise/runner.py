@@ -97,8 +97,7 @@ class Attempt:
                                     env=self._env(), start_new_session=True)
         except OSError as e:
             console.close()
-            raise InputError(f"cannot start the job command {self.argv[0]!r}: {e.strerror or e}",
-                             path=self.argv[0]) from None
+            raise InputError(f"cannot start the job command: {e.strerror or e}", path=self.argv[0]) from None
         self.pid = proc.pid
         os.set_blocking(proc.stdout.fileno(), False)
         sel = selectors.DefaultSelector()
