@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpufield.harden import PolicyConfig, SuperviseConfig, Thresholds, supervise
+from gpufield.testing import FakeNvml, h200
 
 pytest.importorskip("torch")
 
@@ -98,7 +99,8 @@ def test_slow_rank_is_named_as_straggler_and_the_job_goes_on(tmp_path):
     # rank 1 sleeps 0.045 s more per step than the 0.15 s every rank sleeps: ~30 % slower
     cfg = _cfg(tmp_path, "--steps", "18", "--fault", "sleep", "--fault-rank", "1", "--fault-step", "0",
                "--fault-arg", "0.045", "--step-sleep-s", "0.15", "--harden-monitor",
-               thresholds=Thresholds(hang_floor_s=10.0, startup_timeout_s=120.0))
+               thresholds=Thresholds(hang_floor_s=10.0, startup_timeout_s=120.0),
+               nvml=FakeNvml([h200(0), h200(1)]))  # no GPU here: the telemetry beside the report is faked
     res = supervise(cfg)
     assert res.ok and res.exit_code == 0
     strag = [d for d in res.detections if d.kind == "straggler"]
@@ -106,6 +108,7 @@ def test_slow_rank_is_named_as_straggler_and_the_job_goes_on(tmp_path):
     d = strag[0].details
     assert d["host"] == HOST and d["gpu"] == "1" and d["source"] == "collective"
     assert 0.15 < d["slowdown"] < 0.6 and d["round"] <= 20
+    assert [g["blamed"] for g in d["telemetry"]["gpus"]] == [False, True]  # GPU 1 = rank 1's LOCAL_RANK
 
 
 def test_clean_run_raises_no_alarm_and_reads_the_control_file(tmp_path):

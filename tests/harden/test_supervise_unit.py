@@ -244,3 +244,14 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert "Traceback" not in err
     assert main(["run", "--run-dir", str(tmp_path / "b"), "--step-pattern", "(?P<step>", "--", "true"]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_gpu_context_marks_the_blamed_gpu_and_survives_no_driver():
+    from gpufield.harden.supervise.gputel import gpu_context
+    from gpufield.testing import FakeNvml
+    from gpufield.testing.fake_nvml import h200
+
+    ctx = gpu_context("1", nvml=FakeNvml([h200(0), h200(1)]))
+    assert [(g["index"], g["blamed"]) for g in ctx["gpus"]] == [(0, False), (1, True)]
+    assert all(g["sm_clock_hz"] and g["power_w"] for g in ctx["gpus"])
+    assert "unavailable" in gpu_context("0", nvml=FakeNvml(driver_loaded=False))

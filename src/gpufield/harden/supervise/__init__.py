@@ -78,6 +78,9 @@ class SuperviseConfig:
         triage: run the triage engine on each failed attempt.
         echo: copy the job's output to stdout.
         env: extra environment of the job.
+        gpu_telemetry: put one NVML sample of the local GPUs beside a straggler report.
+        nvml: a ``pynvml``-like module for that sample (``gpufield.testing.FakeNvml`` in tests), None: the real one.
+        nvml_timeout_s: give up on NVML after this many seconds (a wedged driver blocks its calls).
     """
 
     command: tuple[str, ...]
@@ -100,6 +103,9 @@ class SuperviseConfig:
     triage: bool = True
     echo: bool = False
     env: dict[str, str] = field(default_factory=dict)
+    gpu_telemetry: bool = True
+    nvml: Any = None
+    nvml_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.command:

@@ -17,6 +17,7 @@ from gpufield.errors import InputError
 from gpufield.harden.supervise import procs
 from gpufield.harden.supervise.evidence import LineFacts, MonitorTail, blame_hang, stack_sizes
 from gpufield.harden.supervise.export import Control, EventLog, Metrics
+from gpufield.harden.supervise.gputel import gpu_context
 from gpufield.harden.supervise.launch import PREFIX_TEMPLATE
 from gpufield.harden.supervise.parse import LineParser
 from gpufield.harden.supervise.progress import Progress
@@ -248,6 +249,9 @@ class Attempt:
                                    "source": st.source, "round": st.round, "host": v.host or self.host,
                                    "gpu": v.gpu if v.gpu is not None else v.local_rank,
                                    "step": v.step})
+            if self.cfg.gpu_telemetry:
+                d.details["telemetry"] = gpu_context(None if v.gpu is None else str(v.gpu),
+                                                     nvml=self.cfg.nvml, timeout_s=self.cfg.nvml_timeout_s)
             self.metrics.slowdown.labels(rank=str(st.rank)).set(st.slowdown)
             self.stragglers.append(d)
             self.log.emit("detect", **_public(d))
