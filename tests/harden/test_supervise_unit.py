@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import pytest
 
 from gpufield.harden.supervise.evidence import LineFacts, MonitorTail, blame_hang
 from gpufield.harden.supervise.export import Control, Metrics, write_atomic
-from gpufield.harden.supervise.launch import expand_nodelist, prepare, world_size
+from gpufield.harden.supervise.launch import expand_nodelist, job_nodes, prepare, world_size
 from gpufield.harden.supervise.parse import LineParser
 from gpufield.harden.supervise.progress import Progress, Thresholds
 
@@ -164,6 +165,8 @@ def test_expand_slurm_nodelist():
     assert expand_nodelist("n[8-10]-ib") == ["n8-ib", "n9-ib", "n10-ib"]
     with pytest.raises(ValueError):
         expand_nodelist("gpu[01-x]")
+    assert job_nodes({"SLURM_JOB_NODELIST": "gpu[1-2]", "SLURM_NNODES": "2"}) == ["gpu1", "gpu2"]
+    assert job_nodes({}) == [socket.gethostname()]
 
 
 def test_control_file_changes_thresholds_and_rejects_bad_ones(tmp_path):
