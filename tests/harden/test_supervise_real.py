@@ -123,8 +123,10 @@ def test_clean_run_raises_no_alarm_and_reads_the_control_file(tmp_path):
 
 
 def test_exception_in_user_code_stops_without_retry(tmp_path):
+    # floor 10 s: on a loaded VM a rank can take > 3 s to print its traceback and exit
     cfg = _cfg(tmp_path, "--steps", "20", "--fault", "exception", "--fault-rank", "1", "--fault-step", "2",
-               policy=PolicyConfig(max_retries=3, backoff_s=0.0))
+               policy=PolicyConfig(max_retries=3, backoff_s=0.0),
+               thresholds=Thresholds(hang_floor_s=10.0, startup_timeout_s=120.0))
     res = supervise(cfg)
     assert res.attempts == 1 and [d.action for d in res.decisions] == ["STOP"]
     assert res.detections[0].kind == "crash" and res.detections[0].ranks == (1,)

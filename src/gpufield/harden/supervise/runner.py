@@ -99,7 +99,7 @@ class Attempt:
         except OSError as e:
             console.close()
             raise InputError(f"cannot start the job command: {e.strerror or e}", path=self.argv[0]) from None
-        self.pid = proc.pid
+        self.pid, self.proc = proc.pid, proc
         os.set_blocking(proc.stdout.fileno(), False)
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
@@ -265,6 +265,9 @@ class Attempt:
         self.metrics.timeout.set(timeout)
         stall = self.progress.check_hang(th, now)
         if stall is None:
+            return None
+        self._scan_workers(self.proc)  # fresh process states: a rank that has exited makes this a crash
+        if self.gone is not None:
             return None
         return Detection(kind="hang", t=time.time(), why=f"no progress for {stall.silent_s:.1f} s "
                          f"(timeout {stall.timeout_s:.1f} s{', phase ' + stall.phase if stall.phase else ''})",
