@@ -43,11 +43,13 @@ app = typer.Typer(
 
 def _register() -> None:
     from gpufield.cli import fp64, power, triage, verify
+    from gpufield.cli import run as run_cli
 
     app.add_typer(triage.app, name="triage")
     app.add_typer(verify.app, name="verify")
     app.add_typer(power.app, name="power")
     app.add_typer(fp64.app, name="fp64")
+    app.command("run", context_settings={"allow_interspersed_args": False})(run_cli.run)
 
     from gpufield.cli import preflight
 

@@ -1,5 +1,8 @@
-"""gpufield.harden (see README): preflight node checks (``gpufield preflight``)."""
+"""gpufield.harden: preflight node checks (``gpufield preflight``, :mod:`gpufield.harden.preflight`) and
+job supervision (``gpufield run``, :mod:`gpufield.harden.supervise`) with the retry policy and the
+optional progress hook :mod:`gpufield.harden.monitor` (``from gpufield.harden import monitor``)."""
 
+from gpufield.harden.policy import Decision, Failure, PolicyConfig, RetryPolicy
 from gpufield.harden.preflight import (
     CheckResult,
     PreflightConfig,
@@ -7,5 +10,8 @@ from gpufield.harden.preflight import (
     run_preflight,
 )
 from gpufield.harden.protocols import PreflightCheck
+from gpufield.harden.supervise import Detection, RunResult, SuperviseConfig, Thresholds, supervise
 
-__all__: list[str] = ["CheckResult", "PreflightCheck", "PreflightConfig", "PreflightReport", "run_preflight"]
+__all__ = ["CheckResult", "Decision", "Detection", "Failure", "PolicyConfig", "PreflightCheck", "PreflightConfig",
+           "PreflightReport", "RetryPolicy", "RunResult", "SuperviseConfig", "Thresholds", "run_preflight",
+           "supervise"]

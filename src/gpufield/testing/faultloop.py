@@ -13,7 +13,9 @@ collective, really runs out of memory under an address-space limit. The output i
 torchrun's own, so logs of these runs are real logs (the triage corpus and the supervisor's
 fault benchmark are built from them).
 
-Faults (``--fault``), applied on ``--fault-rank`` (``-1``: every rank) from ``--fault-step``:
+Faults (``--fault``), applied on ``--fault-rank`` (``-1``: every rank) from ``--fault-step``
+(with ``--fault-once-file F`` only in the first run that finds no ``F``: a transient fault, so a
+supervisor's restart can succeed; ``--harden-monitor`` calls :mod:`gpufield.harden.monitor`):
 
 - ``none``: the clean run.
 - ``sigkill``: the rank sends itself SIGKILL (a crashed or OOM-killed rank).
@@ -34,6 +36,7 @@ in the real watchdog or gloo timeout messages within a test's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import resource
@@ -64,6 +67,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: a temp folder)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fault-once-file", default=None,
+                   help="a transient fault: it fires only while this file does not exist, and the faulting "
+                        "rank creates it first (a restarted job then runs clean)")
+    p.add_argument("--harden-monitor", dest="monitor", action="store_true",
+                   help="call the gpufield.harden.monitor hook (step, collective arrival, checkpoint phase)")
     a = p.parse_args(argv)
     if a.steps < 1 or a.fault_step < 0 or a.pg_timeout_s <= 0 or a.fault_arg < 0:
         p.error("--steps >= 1, --fault-step >= 0, --pg-timeout-s > 0 and --fault-arg >= 0 are required")
@@ -122,6 +130,18 @@ def _hits(a: argparse.Namespace, rank: int, step: int) -> bool:
     return a.fault != "none" and a.fault_rank in (-1, rank) and step >= a.fault_step
 
 
+def _once(a: argparse.Namespace, rank: int) -> None:
+    """With ``--fault-once-file``: turn the fault off if it fired in an earlier run, else mark it as fired."""
+    if a.fault_once_file is None or a.fault == "none" or a.fault_rank not in (-1, rank):
+        return
+    try:
+        fd = os.open(a.fault_once_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        a.fault = "none"
+        return
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the loop on this rank (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` from torchrun).
 
@@ -142,9 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)  # same initial weights on every rank
     model = _wrap(_model(a), a, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _once(a, rank)
     fail_at = a.fault_step if a.fault == "exception" and a.fault_rank in (-1, rank) else None
     data = _Tokens(a.vocab, a.batch, a.seq, a.seed + 1000 + rank, fail_at)
     ckpt_dir = a.ckpt_dir or os.path.join(os.environ.get("TMPDIR", "/tmp"), f"faultloop-{os.getppid()}")
+    if a.monitor:
+        from gpufield.harden import monitor
+    else:
+        monitor = None
     _say(f"[rank{rank}] faultloop: world {world}, backend {backend}, wrap {a.wrap}, "
           f"fault {a.fault} at step {a.fault_step} on rank {a.fault_rank}")
     for step in range(a.steps):
@@ -174,20 +199,27 @@ def main(argv: list[str] | None = None) -> int:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_t = loss.detach().clone()
-        dist.all_reduce(loss_t)
+        if monitor is not None:
+            with monitor.collective():
+                dist.all_reduce(loss_t)
+        else:
+            dist.all_reduce(loss_t)
         dt = time.perf_counter() - t0
         _say(f"[rank{rank}] step {step} | loss {loss_t.item() / world:.4f} | "
              f"grad_norm {float(grad_norm):.4f} | {dt:.3f} s/step")
+        if monitor is not None:
+            monitor.step(step)
         save = a.ckpt_every and (step + 1) % a.ckpt_every == 0
         if a.fault == "ckpt_stall" and step == a.fault_step:
             save = True  # every rank saves at the fault step; only the faulting rank stalls
         if save:
             path = os.path.join(ckpt_dir, f"step{step + 1}-rank{rank}.pt")
             _say(f"[rank{rank}] saving checkpoint to {path}")
-            if hit and a.fault == "ckpt_stall":
-                time.sleep(a.fault_arg)
-            os.makedirs(ckpt_dir, exist_ok=True)
-            torch.save({"step": step + 1, "model": model.state_dict()}, path)
+            with monitor.phase("checkpoint") if monitor is not None else contextlib.nullcontext():
+                if hit and a.fault == "ckpt_stall":
+                    time.sleep(a.fault_arg)
+                os.makedirs(ckpt_dir, exist_ok=True)
+                torch.save({"step": step + 1, "model": model.state_dict()}, path)
             dist.barrier()
     _say(f"[rank{rank}] training done: {a.steps} steps")
     dist.barrier()

@@ -1,0 +1,99 @@
+"""`gpufield run [options] -- torchrun ... train.py ...`: command-line layer over
+:func:`gpufield.harden.supervise.supervise`.
+
+Prints one line per supervisor event on stderr (``--quiet``: detections and decisions only); the
+job's own output goes to ``<run-dir>/attempt-<n>/console.log`` (``--echo`` copies it to stdout).
+Exit status: 0 the job succeeded; 1 the policy stopped it after a failure; 93 it stopped because
+restarts made no progress (nvrx-watch's code); 2 bad input. Ctrl-C ends the job's processes and
+exits 130.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpufield.cli._interrupt import interrupted
+
+_KEEP_QUIET = ("detect", "decision", "end", "control", "control_rejected", "nodes")
+
+
+def _line(ev: dict) -> str:
+    e = dict(ev)
+    name = e.pop("event")
+    e.pop("t", None)
+    if name == "launch":
+        return f"gpufield run: launch {e['attempt']} on {','.join(e['hosts'])}: {' '.join(e['argv'])}"
+    if name == "detect":
+        return f"gpufield run: {e['kind'].upper()} ranks {e['ranks']}: {e['why']}"
+    if name == "decision":
+        return (f"gpufield run: decision {e['action']} ({e.get('retries_used')}/{e.get('budget')} restarts): "
+                f"{e['reason']}")
+    return f"gpufield run: {name} " + json.dumps(e, default=str)[:300]
+
+
+def run(
+    command: Annotated[list[str], typer.Argument(help="the job command, after --", metavar="-- COMMAND...")],
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="folder for events.jsonl and the attempts "
+                                                 "(default: runs/run-<unix time>)")] = None,
+    hang_floor_s: float = typer.Option(60.0, min=0.001, help="lower bound of the hang timeout, s"),
+    hang_factor: float = typer.Option(3.0, min=0.001, help="hang timeout = max(this x p99 step time, floor)"),
+    startup_timeout_s: float = typer.Option(900.0, min=0.001, help="time allowed before the first step, s"),
+    phase_timeout_s: float = typer.Option(1800.0, min=0.001, help="timeout inside a checkpoint/eval phase, s"),
+    straggler_slowdown: float = typer.Option(0.2, min=0.001, help="slowdown that names a straggler (0.2 = 20%)"),
+    straggler_window: int = typer.Option(10, min=2, help="collectives/steps looked at for stragglers"),
+    max_retries: int = typer.Option(3, min=0, help="restarts allowed for the whole job"),
+    backoff_s: float = typer.Option(5.0, min=0.0, help="wait before the first restart, s (doubles)"),
+    no_progress_restarts: int = typer.Option(3, min=1, help="stop after this many restarts without progress"),
+    min_progress_steps: int = typer.Option(200, min=0, help="steps a restart must make to count as progress"),
+    transient_retries: int = typer.Option(1, min=0, help="same-node retries of an unknown failure before excluding"),
+    exclude_stragglers: bool = typer.Option(False, help="restart without a named straggler's host"),
+    nodes: str | None = typer.Option(None, help="comma-separated hosts (default: SLURM_JOB_NODELIST, else this host)"),
+    exclude_file: Annotated[Path | None, typer.Option(help="write excluded hosts here (srun --exclude=<file>)")] = None,
+    hostfile: Annotated[Path | None, typer.Option(help="write the remaining hosts here")] = None,
+    control_file: Annotated[Path | None, typer.Option(help="JSON of threshold changes, re-read while running")] = None,
+    metrics_port: int | None = typer.Option(None, min=0, max=65535,
+                                            help="serve Prometheus metrics on 127.0.0.1:PORT (0: a free port)"),
+    step_pattern: str | None = typer.Option(None, help="regex with a named group 'step' for progress lines"),
+    metric_pattern: str | None = typer.Option(None, help="regex a progress line must also match ('' : none)"),
+    triage: bool = typer.Option(True, help="run the triage engine on each failed attempt"),
+    echo: bool = typer.Option(False, help="copy the job's output to stdout"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print detections and decisions only"),
+) -> int:
+    """Launch a job, watch every rank, detect hangs/stragglers/crashes, triage, retry within one budget."""
+    from gpufield.harden.policy import PolicyConfig
+    from gpufield.harden.supervise import SuperviseConfig, supervise
+    from gpufield.harden.supervise.parse import DEFAULT_METRIC_PATTERN, DEFAULT_STEP_PATTERN
+    from gpufield.harden.supervise.progress import Thresholds
+
+    if command and command[0] == "--":
+        command = command[1:]
+    cfg = SuperviseConfig(
+        command=tuple(command), run_dir=run_dir or Path("runs") / f"run-{int(time.time())}",
+        thresholds=Thresholds(hang_floor_s=hang_floor_s, hang_factor=hang_factor, startup_timeout_s=startup_timeout_s,
+                              phase_timeout_s=phase_timeout_s, straggler_slowdown=straggler_slowdown,
+                              straggler_window=straggler_window),
+        policy=PolicyConfig(max_retries=max_retries, backoff_s=backoff_s, backoff_max_s=max(300.0, backoff_s),
+                            no_progress_restarts=no_progress_restarts, min_progress_steps=min_progress_steps,
+                            transient_retries=transient_retries, exclude_stragglers=exclude_stragglers),
+        nodes=tuple(h for h in (nodes or "").split(",") if h), exclude_file=exclude_file, hostfile=hostfile,
+        control_file=control_file, metrics_port=metrics_port,
+        step_pattern=DEFAULT_STEP_PATTERN if step_pattern is None else step_pattern,
+        metric_pattern=DEFAULT_METRIC_PATTERN if metric_pattern is None else metric_pattern,
+        triage=triage, echo=echo)
+
+    def show(ev: dict) -> None:
+        if not quiet or ev["event"] in _KEEP_QUIET:
+            typer.echo(_line(ev), err=True)
+
+    try:
+        res = supervise(cfg, on_event=show)
+    except KeyboardInterrupt:
+        interrupted(f"gpufield run: interrupted; the job's processes were ended; events in {cfg.run_dir}/events.jsonl")
+    typer.echo(f"gpufield run: {'OK' if res.ok else 'FAILED'} after {res.attempts} launch(es); "
+               f"events: {res.events_path}", err=True)
+    return res.exit_code
