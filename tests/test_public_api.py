@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-WINGS = ["gpufield.telemetry", "gpufield.triage", "gpufield.verify", "gpufield.power", "gpufield.fp64"]
+WINGS = ["gpufield.telemetry", "gpufield.triage", "gpufield.verify", "gpufield.power", "gpufield.fp64", "gpufield.harden"]
 
 
 @pytest.mark.parametrize("name", WINGS)

@@ -61,10 +61,15 @@ def run(
     step_pattern: str | None = typer.Option(None, help="regex with a named group 'step' for progress lines"),
     metric_pattern: str | None = typer.Option(None, help="regex a progress line must also match ('' : none)"),
     triage: bool = typer.Option(True, help="run the triage engine on each failed attempt"),
+    validate_cmd: str | None = typer.Option(
+        None, help="gate an excluded host must pass to return: a command, {host} replaced, exit 0 = pass "
+                   "(e.g. 'ssh {host} gpufield preflight --skip comm'); default: none, excluded hosts stay out"),
+    validate_timeout_s: float = typer.Option(300.0, min=0.001, help="limit for one gate run, s"),
     echo: bool = typer.Option(False, help="copy the job's output to stdout"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print detections and decisions only"),
 ) -> int:
     """Launch a job, watch every rank, detect hangs/stragglers/crashes, triage, retry within one budget."""
+    from gpufield.harden.gate import preflight_gate
     from gpufield.harden.policy import PolicyConfig
     from gpufield.harden.supervise import SuperviseConfig, supervise
     from gpufield.harden.supervise.parse import DEFAULT_METRIC_PATTERN, DEFAULT_STEP_PATTERN
@@ -84,7 +89,9 @@ def run(
         control_file=control_file, metrics_port=metrics_port,
         step_pattern=DEFAULT_STEP_PATTERN if step_pattern is None else step_pattern,
         metric_pattern=DEFAULT_METRIC_PATTERN if metric_pattern is None else metric_pattern,
-        triage=triage, echo=echo)
+        triage=triage, echo=echo,
+        validate_node=None if validate_cmd is None else preflight_gate(
+            validate_cmd, timeout_s=validate_timeout_s, log=lambda m: typer.echo(f"gpufield run: {m}", err=True)))
 
     def show(ev: dict) -> None:
         if not quiet or ev["event"] in _KEEP_QUIET:

@@ -2,6 +2,7 @@
 job supervision (``gpufield run``, :mod:`gpufield.harden.supervise`) with the retry policy and the
 optional progress hook :mod:`gpufield.harden.monitor` (``from gpufield.harden import monitor``)."""
 
+from gpufield.harden.gate import preflight_gate
 from gpufield.harden.policy import Decision, Failure, PolicyConfig, RetryPolicy
 from gpufield.harden.preflight import (
     CheckResult,
@@ -13,5 +14,5 @@ from gpufield.harden.protocols import PreflightCheck
 from gpufield.harden.supervise import Detection, RunResult, SuperviseConfig, Thresholds, supervise
 
 __all__ = ["CheckResult", "Decision", "Detection", "Failure", "PolicyConfig", "PreflightCheck", "PreflightConfig",
-           "PreflightReport", "RetryPolicy", "RunResult", "SuperviseConfig", "Thresholds", "run_preflight",
+           "PreflightReport", "RetryPolicy", "RunResult", "SuperviseConfig", "Thresholds", "preflight_gate", "run_preflight",
            "supervise"]
