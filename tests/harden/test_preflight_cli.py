@@ -86,6 +86,7 @@ def test_out_file_written_atomically_and_never_clobbered(capsys, tmp_path):
     (["--nvml-timeout-s", "0"], "--nvml-timeout-s: expected a positive number"),
     (["--allreduce-ranks", "1"], "allreduce_cpu_ranks must be a whole number in 2..64"),
     (["--allreduce-backend", "mpi"], "allreduce_backend must be auto, gloo or nccl"),
+    (["--only", "kernel", "--skip", "kernel"], "no check selected"),  # a prolog checking nothing must not pass
 ])
 def test_bad_input_is_one_line_exit_2(capsys, argv, needle):
     assert main(["preflight", *argv]) == 2

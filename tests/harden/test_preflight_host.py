@@ -149,7 +149,11 @@ def test_disk_and_shm(tmp_path):
     assert r.status == "pass" and r.values["free_gib"] == pytest.approx(free_gib, abs=0.5)
     r = _run(tmp_path, ["host.disk"], checkpoint_dir=str(tmp_path), min_free_disk_gib=free_gib * 4 + 1)
     assert r.status == "fail" and "need" in r.reason
-    assert _run(tmp_path, ["host.disk"], checkpoint_dir=str(tmp_path / "nope")).status == "fail"
+    r = _run(tmp_path, ["host.disk"], checkpoint_dir=str(tmp_path / "nope"))
+    assert r.status == "fail" and "does not exist" in r.reason
+    (tmp_path / "afile").write_text("x")
+    r = _run(tmp_path, ["host.disk"], checkpoint_dir=str(tmp_path / "afile"))
+    assert r.status == "fail" and "is not a directory" in r.reason
     assert _run(tmp_path, ["host.shm"]).status == "fail"  # no dev/shm under the fake root
     (tmp_path / "dev" / "shm").mkdir(parents=True)
     size = st.f_blocks * st.f_frsize / 2**30

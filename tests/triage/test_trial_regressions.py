@@ -4,6 +4,7 @@ with no recognised line (the eval table's per-class count is in ``test_eval.py``
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 from rich.console import Console
 
@@ -90,3 +91,26 @@ def test_events_without_an_incident_keep_the_old_message(tmp_path):
     result = analyze([str(f)])
     text = _text(result)
     assert "No failure signature found in" in text and "was recognised" not in text
+
+
+# --- new-user trial, session 15 -------------------------------------------------------------
+
+_DATA = Path(__file__).parent / "data"
+
+
+def test_sigstopped_rank_is_blamed_when_torchrun_had_to_sigkill_it():
+    # real 2-rank run (data/README.md): only rank 0 timed out; rank 1 ignored SIGTERM and was SIGKILLed
+    res = analyze([str(_DATA / "faultloop_sigstop_2r_rank1.log")])
+    v = res.incidents[0]
+    assert v.cls == "NCCL_COLLECTIVE_TIMEOUT" and v.rank == 1
+
+
+def test_socket_interface_list_pasted_without_the_nccl_prefix(tmp_path):
+    # https://github.com/NVIDIA/nccl/issues/697: NCCL chose docker bridges; fixed by NCCL_SOCKET_IFNAME=bond0.
+    # Pasted without the "host:pid:tid [dev] NCCL" prefix the INFO line was not read as NCCL's interface list.
+    f = tmp_path / "paste.log"
+    f.write_text("ncclSystemError: System call (socket, malloc, munmap, etc) failed.\n"
+                 "INFO NET/Socket : Using [0]bond0:192.168.1.161<0> [1]br-05ab815fa14e:172.19.0.1<0> "
+                 "[2]br-d5d80d7dbbad:172.21.0.1<0>\n")
+    v = analyze([str(f)]).incidents[0]
+    assert v.cls == "NCCL_NETWORK_CONFIG" and "NCCL_SOCKET_IFNAME" in v.action and "br-05ab815fa14e" in v.action

@@ -32,7 +32,8 @@ class CheckpointDisk:
         cfg = ctx.config
         d = Path(cfg.checkpoint_dir)
         if not d.is_dir():
-            return result(self.name, "fail", f"checkpoint directory {d} does not exist",
+            what = "is not a directory" if d.exists() else "does not exist"
+            return result(self.name, "fail", f"checkpoint directory {d} {what}",
                           values={"path": str(d)}, fix="create it or pass --checkpoint-dir")
         vfs = os.statvfs(d)
         free_gib = vfs.f_bavail * vfs.f_frsize / GIB

@@ -57,7 +57,8 @@ def select_checks(only: Iterable[str] = (), skip: Iterable[str] = (),
         The selected checks, table order.
 
     Raises:
-        InputError: a name matches no check or group; the message lists the known names.
+        InputError: a name matches no check or group (the message lists the known names), or
+            ``skip`` removes every check ``only`` chose.
     """
     names = [c.name for c in checks]
     groups = {n.split(".")[0] for n in names}
@@ -78,7 +79,10 @@ def select_checks(only: Iterable[str] = (), skip: Iterable[str] = (),
 
     want = expand(only, "--only") or set(names)
     drop = expand(skip, "--skip")
-    return tuple(c for c in checks if c.name in want and c.name not in drop)
+    chosen = tuple(c for c in checks if c.name in want and c.name not in drop)
+    if not chosen:  # a prolog that checks nothing must not pass
+        raise InputError(f"no check selected: --skip removes every check --only chose ({', '.join(sorted(want))})")
+    return chosen
 
 
 def run_preflight(config: PreflightConfig | None = None, *, only: Iterable[str] = (), skip: Iterable[str] = (),

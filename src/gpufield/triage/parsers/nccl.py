@@ -57,7 +57,8 @@ COMM_RE = rx.compile(
 # "NCCL INFO NET/Socket : Using [0]ens1:192.168.1.7<0> [1]ens2:192.168.2.7<0>",
 # "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.42.0.12<0>",
 # "NCCL INFO Bootstrap : Using ib1:fe80::966d:ae03:b2:62c4%ib1<0>"
-USING_RE = rx.compile(r"NCCL INFO (?P<what>Bootstrap|NET/IB|NET/Socket) ?: Using ")
+# pasted excerpts often lose the "host:pid:tid [dev] NCCL" prefix and keep "INFO NET/Socket : Using ..."
+USING_RE = rx.compile(r"(?:NCCL |^)INFO (?P<what>Bootstrap|NET/IB|NET/Socket) ?: Using ")
 ADDR_RE = rx.compile(r"(?:\[\d+\])?(?P<ifname>[\w.-]+):(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|[0-9a-fA-F]*:[0-9a-fA-F:]+)"
                      r"(?:%[\w.-]+)?<\d+>")
 # misc/socket.cc:518 NCCL WARN Net : Call to recv from <ip-B><58355> failed : Broken pipe
@@ -102,7 +103,7 @@ class NcclParser:
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
                  r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
-                 r"NCCL INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |NCCL INFO Call to connect returned|"
+                 r"(?:NCCL |^)INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |NCCL INFO Call to connect returned|"
                  r"Caught signal \d+ \(|NET/IB\w+ ?: ?Got completion|"
                  r"Error while (?:creating|attaching to) shared memory segment|"
                  r"\b(?:ncclGroupEnd|ncclGetUniqueId|ncclCommInitRank\w*|ncclShmOpen)\(")
@@ -140,7 +141,7 @@ class NcclParser:
         if m:
             return event("nccl", "native_frame", ctx, line, prefix_of(line, ctx), severity="debug",
                          fields={"function": m["fn"]})
-        if "NCCL INFO" in line and ("Using" in line or "busId" in line):
+        if "INFO" in line and ("Using" in line or "busId" in line):
             ev = self._init(line, ctx)
             if ev is not None:
                 return ev

@@ -302,6 +302,17 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
             miss = silent  # every other rank of the job timed out; these never reported
             facts["missing"] = ",".join(map(str, miss))
     stalled_note = ""
+    if not miss and ranks:
+        # torchrun had to SIGKILL a rank that ignored its SIGTERM ("Unable to shutdown process N via 15,
+        # forcefully exiting via 9"): a stopped or hung process, the one the others waited for
+        forced = {e.pid for e in ctx.kinds("signal_death") if e.fields.get("sent_by_agent") and e.pid is not None}
+        unresponsive = sorted({e.rank for e in ctx.kinds("child_failed")
+                               if e.pid in forced and e.rank is not None} - set(ranks))
+        if len(unresponsive) == 1:
+            miss = unresponsive
+            facts["missing"] = str(unresponsive[0])
+            stalled_note = (f" Rank {unresponsive[0]} did not time out and ignored torchrun's SIGTERM (it had "
+                            "to be SIGKILLed): a stopped or hung process.")
     seqs = sorted({_seq(e) for e in w if _seq(e) is not None})
     if not miss and len(seqs) > 1:
         lag = [e for e in w if _seq(e) == seqs[0]]
