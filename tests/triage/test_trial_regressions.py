@@ -114,3 +114,49 @@ def test_socket_interface_list_pasted_without_the_nccl_prefix(tmp_path):
                  "[2]br-d5d80d7dbbad:172.21.0.1<0>\n")
     v = analyze([str(f)]).incidents[0]
     assert v.cls == "NCCL_NETWORK_CONFIG" and "NCCL_SOCKET_IFNAME" in v.action and "br-05ab815fa14e" in v.action
+
+
+_XID31 = "".join(line + "\n" for line in (  # the thread's three Xid 31 lines, verbatim
+    '[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted @ 0x7fd7_90743000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ',
+    '[Sat Jan 30 00:05:20 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=14323, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted @ 0x7efe_ba290000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ',
+    '[Sat Jan 30 00:32:48 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=33275, Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted @ 0x7f57_2c9e8000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ',
+))
+
+
+def test_one_gpu_faulting_in_several_processes_is_a_gpu_suspect(tmp_path):
+    # https://github.com/pytorch/pytorch/issues/51382 ("Likely a faulty device"): Xid 31 on one GPU from three
+    # processes; the reporter concluded the device was faulty. The same faults spread over several GPUs stay a
+    # code fault (a buggy kernel faults wherever it runs).
+    f = tmp_path / "kern.log"
+    f.write_text(_XID31)
+    v = analyze([str(f)]).incidents[0]
+    assert v.cls == "CUDA_ILLEGAL_ADDRESS" and v.action_kind == "EXCLUDE_NODE" and "dcgmi diag" in v.action
+    assert v.gpu == "0000:db:00.0"
+    f.write_text(_XID31.replace("0000:db:00): 31, pid=14323", "0000:3d:00): 31, pid=14323"))
+    v = analyze([str(f)]).incidents[0]
+    assert v.cls == "CUDA_ILLEGAL_ADDRESS" and v.action_kind == "STOP"
+
+
+
+_XID45_4GPU = "".join(line + "\n" for line in (  # the thread's lines, verbatim
+    'kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000001 caused by previous Xid 149',
+    'kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c caused by previous Xid 145',
+    'kernel: NVRM: Xid (PCI:0000:ba:00): 45, pid=1818989, name=python3, Ch 00000002 caused by previous Xid 145',
+    'kernel: NVRM: Xid (PCI:0000:97:00): 45, pid=1818987, name=python3, Ch 00000003 caused by previous Xid 145',
+    'kernel: NVRM: Xid (PCI:0000:dc:00): 45, pid=1818990, name=python3, Ch 00000002 caused by previous Xid 149',
+    'kernel: NVRM: Xid (PCI:0000:ba:00): 45, pid=1818989, name=python3, Ch 00000003 caused by previous Xid 145',
+))
+
+
+def test_nvlink_faults_on_several_gpus_are_one_node_fabric_fault(tmp_path):
+    # https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1150: Xid 45 after Xid 149/145 on four GPUs of one
+    # node, cleared only by rebooting it: one incident naming every GPU, a node-level action
+    f = tmp_path / "kern.log"
+    f.write_text(_XID45_4GPU)
+    res = analyze([str(f)])
+    nvl = [i for i in res.incidents if i.cls == "NVLINK_FAULT"]
+    assert len(nvl) == 1 and nvl[0] is res.incidents[0]
+    v = nvl[0]
+    assert v.action_kind == "EXCLUDE_NODE" and "4 GPUs" in v.action
+    for gpu in ("0000:dc:00.0", "0000:ed:00.0", "0000:ba:00.0", "0000:97:00.0"):
+        assert gpu in v.action

@@ -174,6 +174,12 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                                         "node's NVLink fabric; reset the fabric (GPUs and NVSwitches, restart Fabric "
                                         "Manager, or reboot the node) before reuse; RMA the baseboard if it recurs.")
         nxt = ("nvidia-smi -q (Fabric state) and Fabric Manager log on {host}", "nvidia-smi nvlink -e counters on {host}")
+    if cls == "NVLINK_FAULT" and values.get("n_gpus"):  # several GPUs of one node: its fabric
+        kind, template = EXCLUDE_NODE, ("Exclude node {host}: NVLink faults (Xid {xid}) on {n_gpus} GPUs ({gpus}) "
+                                        "point at the node's NVLink fabric; reset it (all GPUs and NVSwitches, restart "
+                                        "Fabric Manager, or reboot the node) and check nvidia-smi nvlink -s before "
+                                        "reuse.")
+        nxt = ("nvidia-smi -q (Fabric state) and Fabric Manager log on {host}", "nvidia-smi nvlink -e counters on {host}")
     reason = values.get("scheduler_reason")
     if reason:  # Slurm cancelled the job: its limit or policy, not a node/memory fault
         kind, template, nxt = {
@@ -229,6 +235,11 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
     if cls == "NAN_LOSS" and values.get("precision") == "fp16":  # fp16 / autocast evidence beside the NaN
         template = ("Fix numerics before rerunning: use bf16 instead of fp16 autocast (or disable autocast), then "
                     "lower LR / gradient clipping if it recurs.")
+    if cls == "CUDA_ILLEGAL_ADDRESS" and values.get("recurring") == "yes":  # one GPU, several processes
+        kind, template = EXCLUDE_NODE, ("Take GPU {gpu} on {host} out of service and run a DCGM diagnostic "
+                                        "(dcgmi diag -r 3) on it: it raised MMU faults (Xid 13/31) in {processes} "
+                                        "different processes, which points at the GPU rather than one program's code.")
+        nxt = ("dcgmi diag -r 3 -i <GPU {gpu}> on {host}", "Xid history of GPU {gpu} across jobs")
     if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "socket_ifname":
         template = ("Set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the host NIC that reaches the other nodes: "
                     "NCCL chose {ifnames}, a container bridge/loopback interface other hosts cannot reach.")

@@ -189,7 +189,30 @@ def _xid_findings(ctx: RuleContext) -> list[Finding]:
                            CONF_PRIOR if is_weak else entity_conf(host, gpu_id), evs + maps,
                            established=not is_weak, note=note + (" Non-fatal so far: watch its rate." if is_weak else ""),
                            gpu=gpu_id, rank=rank, facts=facts))
-    return _merge_same_gpu(out)
+    return _fabric_wide(_merge_same_gpu(out))
+
+
+def _fabric_wide(found: list[Finding]) -> list[Finding]:
+    """NVLink faults on several GPUs of one host are one fault of the node's NVLink fabric (NVSwitch,
+    Fabric Manager), not one GPU each: merged into the earliest, with every GPU named
+    (open-gpu-kernel-modules#1150: Xid 149/145 then 45 on four GPUs, cleared only by a reboot)."""
+    nvl = group_by([f for f in found if f.cls == "NVLINK_FAULT" and f.gpu and f.established], lambda f: f.host)
+    out = [f for f in found if not (f.cls == "NVLINK_FAULT" and f.gpu and f.established
+                                    and len({g.gpu for g in nvl[f.host]}) > 1)]
+    for host, fs in nvl.items():
+        gpus = sorted({f.gpu for f in fs})
+        if len(gpus) < 2:
+            continue
+        fs.sort(key=lambda f: (f.root.ts_ns or 0, f.root.file, f.root.line))
+        keep = fs[0]
+        for f in fs[1:]:
+            keep.evidence.extend(e for e in f.evidence if e not in keep.evidence)
+        xids = sorted({x for f in fs for x in f.facts.get("xid", "").split(",") if x})
+        keep.facts.update({"gpus": ",".join(gpus), "n_gpus": str(len(gpus)), "xid": ",".join(xids)})
+        keep.note = (f"NVLink faults (Xid {','.join(xids)}) on {len(gpus)} GPUs of {host or 'the host'} "
+                     f"({', '.join(gpus)}): the node's NVLink fabric, not one GPU.")
+        out.append(keep)
+    return out
 
 
 def _bucket_of(evs: list[Event]) -> str | None:

@@ -33,6 +33,10 @@ _FP16 = re.compile(r"\bfp16\b|float16|autocast|GradScaler|loss scale", re.IGNORE
 # DeepSpeed's fp16 loss scaler (deepspeed/runtime/fp16/loss_scaler.py) and its overflow messages
 _DEEPSPEED = re.compile(r"Current loss scale already at minimum|deepspeed|Attempted loss scale|OVERFLOW! Rank", re.IGNORECASE)
 
+#: distinct processes with an Xid 13/31 on one GPU that make the GPU, not the program, the suspect
+MIN_PROCESSES_SAME_GPU = 3
+
+
 def cuda_illegal_rule(ctx: RuleContext) -> list[Finding]:
     """Illegal memory access (CUDA error text or Xid 13/31) -> ``CUDA_ILLEGAL_ADDRESS``.
 
@@ -49,10 +53,24 @@ def cuda_illegal_rule(ctx: RuleContext) -> list[Finding]:
     keyed = group_by(sorted(evs + xids, key=lambda e: (ctx.t(e) or 0, e.file, e.line)), lambda e: e.host)
     for _host, group in keyed.items():
         has_xid = any(e.kind == "xid" for e in group)
+        # one GPU faulting in several processes (different pids) while no other GPU of the host faults
+        # points at the GPU, not at one program's kernel (a buggy kernel faults wherever it runs; a
+        # restarted buggy job faults on its other GPUs too): pytorch#51382 ("my device 7 is faulty");
+        # NVIDIA's Xid guide: run a DCGM diagnostic
+        pids: dict[str, set[int]] = {}
+        for e in group:
+            if e.kind == "xid" and e.gpu_bdf and e.pid is not None:
+                pids.setdefault(e.gpu_bdf, set()).add(e.pid)
+        gpu, seen = max(pids.items(), key=lambda kv: len(kv[1]), default=(None, set()))
+        recurring = len(pids) == 1 and len(seen) >= MIN_PROCESSES_SAME_GPU
+        facts = {"recurring": "yes", "processes": str(len(seen))} if recurring else {}
         out.append(finding(ctx, "CUDA_ILLEGAL_ADDRESS", "cuda_illegal_address", Tier.PROCESS,
                            0.85 if has_xid else 0.75, group, established=has_xid,
+                           facts=facts, **({"gpu": gpu} if recurring else {}),
                            note="A kernel made an illegal memory access"
-                                + (" (driver Xid 13/31 corroborates)." if has_xid else
+                                + (f" (driver Xid 13/31 corroborates); GPU {gpu} faulted in {len(seen)} different "
+                                   "processes, which points at the GPU rather than one program." if recurring else
+                                   " (driver Xid 13/31 corroborates)." if has_xid else
                                    "; no driver Xid in the input to tell a code bug from hardware.")))
     return out
 
