@@ -49,11 +49,11 @@ def process_start_s() -> float:
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``."""
-    p = Path(path)
-    tmp = p.with_name(f"{p.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    """Write ``text`` to a unique temporary file beside ``path`` and rename it over ``path``
+    (:func:`gpufield._files.atomic_write`, which also refuses devices, FIFOs and links)."""
+    from gpufield._files import atomic_write
+
+    atomic_write(path, text, force=True)
 
 
 @dataclass(frozen=True, slots=True)
