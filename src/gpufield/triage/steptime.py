@@ -8,10 +8,12 @@ duration (seconds). The duration is the one the line states (``0.312 s/step``, `
 iteration (ms): 312.5``, HF ``'train_steps_per_second': 3.2``), else the interval between two
 consecutive timestamped step lines of that rank (``step N`` / ``iter N`` lines with a time prefix).
 Memory is O(files x ranks). Cost is bounded too: the first :data:`FULL_LINES` step lines of a
-file are all parsed; past them one hit in :data:`STRIDE` is (systematic sampling, which keeps the
-mean and spread of stated durations unbiased), and interval timing stops (a sampled line's
-predecessor is no longer the rank's previous step). Every step line costs a prefix parse (~70 us),
-so without the cap a 100 MB dense log spent 11 of its 13 CPU-s here.
+file are all parsed; past them the sampling stride starts at :data:`STRIDE` and doubles each time
+the count of step lines doubles, so a file costs O(FULL_LINES x log n) prefix parses (~70 us each;
+without a cap a 100 MB dense log spent 11 of its 13 CPU-s here). Sampled lines count only when they
+state their duration (interval timing needs consecutive steps). Later steps are sampled more
+sparsely than early ones, alike for every rank of a file, so the comparison between ranks, which
+is what the rule uses, is not skewed.
 
 :meth:`StepTimes.events` turns each key with at least :attr:`StepTimeConfig.min_steps` steps into one
 ``step_time`` summary event (at the key's last step line), which the straggler rule compares with
@@ -156,6 +158,8 @@ class StepTimes:
         end = int(starts[n])
         pos = 0
         hits = self._hits.get(path, 0)
+        touched: dict[tuple, int] = {}  # key -> offset of its last counted line in this block
+        first: dict[tuple, int] = {}  # key first seen in this block -> offset of its first line
         while pos < end:
             hit = self._scan.find(block, pos, end)
             if hit < 0:
@@ -166,19 +170,32 @@ class StepTimes:
             pos = le
             hits += 1
             sampled = hits > FULL_LINES
-            if sampled and hits % STRIDE:
+            if sampled and hits % (STRIDE << max(0, (hits // FULL_LINES).bit_length() - 1)):
                 continue
             line = block[ls:le].decode("utf-8", "replace").rstrip("\r\n")
-            lineno = base + int(np.searchsorted(starts[: n + 1], ls, side="right"))
-            self._line(path, line, lineno, sampled)
+            key = self._line(path, line, sampled)
+            if key is not None:
+                touched[key] = ls
+                if self.stats[key].first_line == 0:
+                    first.setdefault(key, ls)
         self._hits[path] = hits
+        if touched:  # line numbers once per key and block (the block's line starts, binary search)
+            keys = list(touched) + list(first)
+            offs = np.fromiter([*touched.values(), *first.values()], dtype=np.int64, count=len(keys))
+            nums = (base + np.searchsorted(starts[: n + 1], offs, side="right")).tolist()
+            for i, key in enumerate(keys):
+                if i < len(touched):
+                    self.stats[key].last_line = nums[i]
+                else:
+                    self.stats[key].first_line = nums[i]
 
-    def _line(self, path: str, line: str, lineno: int, sampled: bool) -> None:
+    def _line(self, path: str, line: str, sampled: bool) -> tuple | None:
+        """Count one step line; the key it counted for, or None."""
         stated = STATED_RE.search(line)
         if stated is None and sampled:
-            return
+            return None
         if stated is None and STEP_LINE_RE.search(line) is None:
-            return
+            return None
         pre = split_prefix(line, self.year)
         rank = pre.rank
         if rank is None:
@@ -187,7 +204,7 @@ class StepTimes:
         key = (path, pre.host, rank)
         st = self.stats.get(key)
         if st is None:
-            st = self.stats[key] = StepStat(first_line=lineno)
+            st = self.stats[key] = StepStat(first_line=0)
         dur = _seconds(stated) if stated is not None else None
         if dur is not None:
             st.add(dur)
@@ -197,9 +214,9 @@ class StepTimes:
                 st.add((pre.ts_ns - st._last_ts) / 1e9)
             st._last_ts = pre.ts_ns
         else:
-            return
-        st.last_line = lineno
+            return None
         st.last_raw = line
+        return key
 
     def events(self, config: StepTimeConfig | None = None) -> list[Event]:
         """One ``step_time`` event per key with >= ``min_steps`` durations (fields in seconds)."""
