@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from gpufield.triage import analyze
@@ -160,3 +161,19 @@ def test_nvlink_faults_on_several_gpus_are_one_node_fabric_fault(tmp_path):
     assert v.action_kind == "EXCLUDE_NODE" and "4 GPUs" in v.action
     for gpu in ("0000:dc:00.0", "0000:ed:00.0", "0000:ba:00.0", "0000:97:00.0"):
         assert gpu in v.action
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])  # "utf-16": the machine's order with a BOM (LE here)
+def test_utf16_log_reads_as_its_utf8_original(tmp_path, shared_dir, encoding):
+    # a UTF-16 export (PowerShell's '>' writes UTF-16 LE with a BOM) used to be skipped as binary (NUL bytes);
+    # it must give the very events of the UTF-8 file, also across the transcoder's read boundaries
+    src = shared_dir / "data" / "triage-cases" / "13-xid79-gpu-lost-syslog.log"
+    text = src.read_text(encoding="utf-8") * 400  # ~1 MB of UTF-8, > 2 MB as UTF-16
+    a, b = tmp_path / "utf8.log", tmp_path / "utf16.log"
+    a.write_text(text, encoding="utf-8")
+    raw = text.encode(encoding)
+    b.write_bytes(raw if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else b"\xfe\xff" + raw)
+    def key(p):
+        return [(e.kind, e.line, e.host, e.code, e.gpu_bdf) for e in ingest([str(p)]).events]
+    want = key(a)
+    assert want and key(b) == want

@@ -90,3 +90,40 @@ class Decoded:
         """Drop the buffers (the raw file is the caller's to close)."""
         self._buf.clear()
         self._done = True
+
+
+#: byte-order marks of the UTF-16 encodings (Windows tools and PowerShell's ``>`` write UTF-16 LE with a BOM)
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+class Utf16Text:
+    """A byte stream of UTF-16 text (with its BOM) read as UTF-8 bytes, incrementally.
+
+    Args:
+        raw: the stream, positioned after ``first``.
+        first: bytes already read from ``raw`` (they start with the BOM).
+
+    Undecodable units become U+FFFD (as the line scanner's own UTF-8 decoding does).
+    """
+
+    def __init__(self, raw, first: bytes) -> None:
+        import codecs
+
+        self._raw = raw
+        self._dec = codecs.getincrementaldecoder("utf-16")(errors="replace")
+        self._buf = bytearray(self._dec.decode(first).encode("utf-8"))
+        self._eof = False
+
+    def read(self, n: int = -1) -> bytes:
+        """Up to ``n`` UTF-8 bytes (all that is left when ``n < 0``); ``b""`` at the end."""
+        while not self._eof and (n < 0 or len(self._buf) < n):
+            chunk = self._raw.read(1 << 20 if n < 0 else max(2 * n, 1 << 16))
+            if not chunk:
+                self._buf += self._dec.decode(b"", final=True).encode("utf-8")
+                self._eof = True
+                break
+            self._buf += self._dec.decode(chunk).encode("utf-8")
+        k = len(self._buf) if n < 0 else min(n, len(self._buf))
+        out = bytes(self._buf[:k])
+        del self._buf[:k]
+        return out

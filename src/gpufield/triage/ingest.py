@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpufield.errors import InputError, LogFormatError
-from gpufield.triage._decompress import Decoded
+from gpufield.triage._decompress import UTF16_BOMS, Decoded, Utf16Text
 from gpufield.triage.events import Event
 from gpufield.triage.inputs import open_input
 from gpufield.triage.parsers import FILE_PARSERS, LOSS_PARSER, PARSERS
@@ -347,6 +347,9 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
         st.warnings.append(IngestWarning(path, None, "empty file"))
         st.files_skipped += 1
         return
+    if head[:2] in UTF16_BOMS:  # UTF-16 text (a Windows export): read as UTF-8, not skipped as binary
+        stream = Utf16Text(stream, head)
+        head = stream.read(_SNIFF_BYTES)
     whole = next((fp for fp in FILE_PARSERS if fp.sniff(head)), None)
     if whole is not None:  # a structured dump (Flight Recorder pickle/JSON): parsed whole, not by lines
         yield from _whole_file(whole, stream, head, path, fs, st)
