@@ -74,7 +74,7 @@ def test_sampling_past_the_per_file_cap_keeps_the_mean_and_the_line_numbers(tmp_
     # the real faultloop lines of the sleep run, repeated past FULL_LINES: the sampled aggregate's
     # mean is the numpy mean of every stated duration (the repeats do not change it), it counts
     # fewer lines than the file has, and its last line number is a line holding that rank's step
-    from gpufield.triage.steptime import FULL_LINES, STRIDE
+    from gpufield.triage.steptime import FULL_LINES
 
     lines = [ln for ln in SLEEP.read_text().splitlines() if re.match(r"\[rank\d\] step ", ln)]
     reps = 2 * FULL_LINES // len(lines) + 1

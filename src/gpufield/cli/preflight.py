@@ -85,6 +85,7 @@ def preflight_cmd(
     """Check this node before a job (see the command help for exit codes and JSON)."""
     from gpufield.harden.preflight import (
         PreflightConfig,
+        check_report_path,
         dumps,
         render,
         run_preflight,
@@ -111,13 +112,7 @@ def preflight_cmd(
         min_busbw_fraction=_number("--min-busbw-fraction", min_busbw_fraction))
     select_checks(only or (), skip or ())  # unknown names -> exit 2 before any work
     if out is not None:  # refuse before the run, not after it
-        from pathlib import Path
-
-        p = Path(out)
-        if p.exists() and (not force or not p.is_file()):
-            write_report("", p, force=force)  # raises the one-line InputError
-        if not p.parent.is_dir():
-            raise InputError("directory does not exist", path=str(p.parent))
+        check_report_path(out, force=force)
     report = run_preflight(cfg, only=only or (), skip=skip or (), root=root)
     text = dumps(report, strict=strict)
     if out is not None:

@@ -37,10 +37,17 @@ from gpufield.harden.preflight.model import (
     PreflightContext,
     PreflightReport,
 )
-from gpufield.harden.preflight.report import SCHEMA, dumps, render, to_dict, write_report
+from gpufield.harden.preflight.report import (
+    SCHEMA,
+    check_report_path,
+    dumps,
+    render,
+    to_dict,
+    write_report,
+)
 from gpufield.harden.preflight.runner import CHECKS, check_names, run_preflight, select_checks
 
 __all__ = [
     "CHECKS", "CheckResult", "PreflightConfig", "PreflightContext", "PreflightReport", "SCHEMA", "bus_bandwidth",
-    "check_names", "dumps", "parse_if_list", "render", "run_preflight", "select_checks", "to_dict", "write_report",
+    "check_names", "check_report_path", "dumps", "parse_if_list", "render", "run_preflight", "select_checks", "to_dict", "write_report",
 ]

@@ -25,14 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpufield._files import atomic_write
 from gpufield.errors import InputError
 from gpufield.harden.preflight.model import PreflightReport
 
-__all__ = ["SCHEMA", "dumps", "render", "to_dict", "write_report"]
+__all__ = ["SCHEMA", "check_report_path", "dumps", "render", "to_dict", "write_report"]
 
 SCHEMA = "gpufield.preflight/1"
 
@@ -88,8 +88,33 @@ def render(report: PreflightReport, console: Any | None = None) -> None:
                    f"{c['skip']} skip in {report.elapsed_s:.1f} s", style=_STYLE[report.status]))
 
 
+def check_report_path(path: str | os.PathLike[str], *, force: bool = False) -> Path:
+    """Refuse an output path for :func:`write_report` before any work is done.
+
+    Args:
+        path: target file.
+        force: an existing regular file may be replaced.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        InputError: the target exists (without ``force``) or is not a regular file (devices, FIFOs,
+            sockets, directories are never replaced), or its directory does not exist.
+    """
+    out = Path(path)
+    if out.exists() and not out.is_file():
+        raise InputError("not a regular file; refusing to replace it", path=str(out))
+    if out.exists() and not force:
+        raise InputError("file exists; refusing to overwrite it (pass --force to replace it)", path=str(out))
+    if not out.parent.is_dir():
+        raise InputError("directory does not exist", path=str(out.parent))
+    return out
+
+
 def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Write ``text`` to ``path`` through a unique temp file beside it, then rename.
+    """Write ``text`` to ``path`` through a unique temp file beside it, then rename
+    (:func:`gpufield._files.atomic_write`, which checks again just before the rename).
 
     Args:
         text: the document.
@@ -101,27 +126,7 @@ def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False
         The path written.
 
     Raises:
-        InputError: the target exists (without ``force``) or is not a regular file, or its
-            directory does not exist.
+        InputError: see :func:`check_report_path`.
     """
-    out = Path(path)
-    if out.exists() and not out.is_file():
-        raise InputError("not a regular file; refusing to replace it", path=str(out))
-    if out.exists() and not force:
-        raise InputError("file exists; refusing to overwrite it (pass --force to replace it)", path=str(out))
-    if not out.parent.is_dir():
-        raise InputError("directory does not exist", path=str(out.parent))
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text if text.endswith("\n") else text + "\n")
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        if out.exists() and (not force or not out.is_file()):  # appeared meanwhile
-            raise InputError("file appeared while writing; refusing to overwrite it", path=str(out))
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    out = check_report_path(path, force=force)
+    return atomic_write(out, text if text.endswith("\n") else text + "\n", force=force)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,22 +32,19 @@ from gpufield.harden.supervise.progress import Thresholds
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a unique temp file in the same folder and a rename.
+    """Write ``text`` to ``path`` through a unique temp file in the same folder and a rename
+    (:func:`gpufield._files.atomic_write`; an existing regular file is replaced).
 
     Raises:
-        OSError: the folder is not writable, or ``path`` exists and is not a regular file.
+        OSError: the folder is missing or not writable, or ``path`` exists and is not a regular file.
     """
-    p = Path(path)
-    if p.exists() and not p.is_file():
-        raise OSError(f"{p}: exists and is not a regular file; not replaced")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
+    from gpufield._files import atomic_write
+    from gpufield.errors import InputError
+
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        atomic_write(path, text, force=True)
+    except InputError as e:
+        raise OSError(str(e)) from None
 
 
 class EventLog:

@@ -118,9 +118,10 @@ def bounds_config(job: dict, entry: dict) -> BoundsConfig:
 
 
 def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    from gpufield._files import atomic_path
+
+    with atomic_path(path, force=True) as tmp:
+        write(tmp)
 
 
 def run_job(job: dict, out_dir: Path) -> None:
