@@ -1,12 +1,13 @@
 """GPU telemetry put beside a straggler report: one NVML sample of every local GPU, bounded in time.
 
-A wedged driver can block an NVML call indefinitely (sglang #31229); the read runs in a daemon
-thread and is abandoned after ``timeout_s``, so the supervisor never waits on it longer.
+A wedged driver can block an NVML call indefinitely (sglang #31229); the read goes through the NVML
+reader with its per-call deadline (:class:`gpufield.telemetry.BoundedNvml`): the first call that
+misses ``timeout_s`` is abandoned and every later one fails at once, so the supervisor waits at most
+about ``timeout_s`` on a wedged driver.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 #: readings copied into the report (triage.md 5.7: clock-event bits, SM clock, power, temperature, PCIe)
@@ -20,32 +21,21 @@ def gpu_context(blamed_gpu: str | None, *, nvml: Any = None, timeout_s: float = 
     Args:
         blamed_gpu: the blamed rank's GPU as the monitor hook reports it (an index or a UUID), or None.
         nvml: a ``pynvml``-like module (``gpufield.testing.FakeNvml`` in tests); default the real one.
-        timeout_s: give up on NVML after this many seconds.
+        timeout_s: deadline of each NVML call, s (``NvmlReader(call_timeout_s=...)``).
 
     Returns:
         ``{"gpus": [{index, uuid, blamed, <FIELDS>}...]}``, or ``{"unavailable": reason}`` when NVML
         cannot be read (no driver, timeout).
     """
-    box: dict[str, Any] = {}
+    from gpufield.telemetry import NvmlReader
 
-    def read() -> None:
-        try:
-            from gpufield.telemetry import NvmlReader
-
-            with NvmlReader(nvml) as r:
-                box["samples"] = r.sample()
-        except Exception as e:  # NvmlUnavailableError, DependencyError, a driver error
-            box["error"] = f"{type(e).__name__}: {e}"
-
-    t = threading.Thread(target=read, name="gpufield-nvml", daemon=True)
-    t.start()
-    t.join(timeout_s)
-    if t.is_alive():
-        return {"unavailable": f"NVML did not answer within {timeout_s:g} s"}
-    if "error" in box:
-        return {"unavailable": box["error"]}
+    try:  # every NVML call under the reader's own deadline (a wedged driver fails the first one)
+        with NvmlReader(nvml, call_timeout_s=timeout_s) as r:
+            samples = r.sample()
+    except Exception as e:  # NvmlUnavailableError, NvmlTimeoutError, DependencyError, a driver error
+        return {"unavailable": f"{type(e).__name__}: {e}"}
     gpus = []
-    for s in box.get("samples", []):
+    for s in samples:
         row = {"index": s.index, "uuid": s.uuid,
                "blamed": blamed_gpu is not None and blamed_gpu in (str(s.index), s.uuid)}
         for f in FIELDS:
