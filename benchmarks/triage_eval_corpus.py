@@ -18,7 +18,8 @@ Usage::
     PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT]
 
 ``--sub`` picks the sub-corpora (folders of ``--corpus`` with an INDEX.md) to score; default
-``public`` and ``faults`` (``--sub public2`` scores the third public set alone).
+``public`` and ``faults`` (``--sub public2`` scores the third public set alone, ``--sub public3``
+the fourth).
 """
 
 from __future__ import annotations
