@@ -178,6 +178,21 @@ def runs(port: int) -> list[Run]:
                        nproc=n, wrap=w, shape=sh, args=("--seed", str(seed), *extra), cls="clean",
                        note="no fault; ends with exit code 0" + (", checkpoints every 4 steps" if extra[:1] ==
                                                                  ("--ckpt-every",) else "")))
+    # healthy runs that print what healthy runs print: torch's INFO logging (TORCH_CPP_LOG_LEVEL=INFO,
+    # TORCH_DISTRIBUTED_DEBUG=INFO: c10d store/socket lines, the DDP configuration dump), NCCL_DEBUG=INFO
+    # (inert under gloo: no NCCL on CPU), DDP's find_unused_parameters warning, checkpoint saves and a first
+    # save that fails (torch.save into a missing folder), is logged with its traceback and succeeds on retry.
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL is not used: with gloo and DDP it made both ranks segfault (measured).
+    noisy = {"TORCH_CPP_LOG_LEVEL": "INFO", "TORCH_DISTRIBUTED_DEBUG": "INFO", "NCCL_DEBUG": "INFO"}
+    for n, w, seed, sh, env in ((2, "ddp", 6, "stream", noisy), (3, "fsdp2", 7, "stream", noisy),
+                                (4, "ddp", 8, "logdir", noisy), (2, "fsdp2", 9, "stream", {"NCCL_DEBUG": "INFO"})):
+        out.append(Run(id=f"clean-noisy-{w}-{n}r-seed{seed}" + ("-logdir" if sh == "logdir" else ""), fault="none",
+                       nproc=n, wrap=w, shape=sh, env=dict(env),
+                       args=("--seed", str(seed), "--ckpt-every", "4", "--benign-noise"), cls="clean",
+                       note="no fault; ends with exit code 0; benign noise: " + ", ".join(f"{k}={v}" for k, v in env.items())
+                            + ", checkpoints every 4 steps, the first save fails (missing folder), its traceback is "
+                              "printed and the retry succeeds" + (", DDP find_unused_parameters warning" if w == "ddp"
+                                                                 else "")))
     return out
 
 
@@ -223,7 +238,10 @@ def execute(r: Run, out: Path, timeout_s: float = 180.0) -> dict:
                 shutil.copyfile(f, target)
     shown = [c if not c.startswith(str(ROOT)) else os.path.relpath(c, ROOT) for c in cmd]
     shown[0] = "torchrun"
-    return {"id": r.id, "cmd": " ".join(shown), "rc": rc, "wall_s": round(wall, 1), "cls": r.cls}
+    entry = {"id": r.id, "cmd": " ".join(shown), "rc": rc, "wall_s": round(wall, 1), "cls": r.cls}
+    if r.env:
+        entry["env"] = dict(r.env)
+    return entry
 
 
 _INDEX_HEAD = """# Triage corpus v2 — fault-injection runs
