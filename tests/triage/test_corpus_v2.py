@@ -59,10 +59,11 @@ def test_split_complete_disjoint_and_stratified(rows):
     dev = {p.resolve() for r in both if r.split == "dev" for p in r.paths}
     test = {p.resolve() for r in both if r.split == "test" for p in r.paths}
     assert dev and test and not dev & test
-    # stratified: within each corpus half, no class differs by more than one case between halves
+    # stratified: within each corpus half, no class differs by more than one case between halves (the
+    # clean-noisy-* runs were generated after the split, for the clean-run discipline, and put in dev on purpose)
     for rs in rows.values():
         per: dict[str, list[int]] = {}
-        for r in rs:
+        for r in (r for r in rs if not r.id.startswith("clean-noisy-")):
             k = "clean" if r.clean else r.classes[0]
             per.setdefault(k, [0, 0])[r.split == "test"] += 1
         assert all(abs(a - b) <= 1 for a, b in per.values()), per

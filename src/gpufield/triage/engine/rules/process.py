@@ -170,7 +170,18 @@ def nan_rule(ctx: RuleContext) -> list[Finding]:
     facts = {"step": str(step) if step is not None else "-"}
     if any(_FP16.search(e.raw) for e in ctx.events):
         facts["precision"] = "fp16"
+    if _recovered(ctx, loss):
+        facts["recovered"] = "yes"
+        note += " The loss is finite again after its NaN steps: single steps overflow, the model did not diverge."
     return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note, facts=facts)]
+
+
+def _recovered(ctx: RuleContext, nan: list[Event]) -> bool:
+    """A finite loss printed after the first NaN/Inf loss in the same file, by the same rank."""
+    first = nan[0]
+    return any(e.file == first.file and e.line > first.line and e.rank == first.rank
+               and (v := as_float(e.fields.get("value", e.fields.get("loss")))) is not None and v == v
+               for e in ctx.kinds("loss"))
 
 
 def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
