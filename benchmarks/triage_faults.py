@@ -60,6 +60,8 @@ class Run:
         blame: blame label (``rank=1`` ...) or ``-``.
         action: action keywords or ``-``.
         note: what the run is.
+        env: extra environment of the run.
+        launcher: extra torchrun arguments (``--max-restarts 1``).
     """
 
     id: str
@@ -76,6 +78,7 @@ class Run:
     action: str = "-"
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    launcher: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shape not in ("stream", "logdir") or self.wrap not in ("ddp", "fsdp2") or not 1 <= self.nproc <= 4:
@@ -193,12 +196,25 @@ def runs(port: int) -> list[Run]:
                             + ", checkpoints every 4 steps, the first save fails (missing folder), its traceback is "
                               "printed and the retry succeeds" + (", DDP find_unused_parameters warning" if w == "ddp"
                                                                  else "")))
+    # a transient fault and torchrun's own restart: rank r's dataset raises once (--fault-once-file, relative to
+    # the run's temp cwd) and torchrun restarts the group (--max-restarts 1). Intended: the second attempt runs
+    # clean. Measured (torch 2.11, gloo, --standalone): the second attempt fails at start-up in gloo's connect
+    # (connection reset / connectFullMesh timed out) on every rank, so the job ends with exit code 1; the root
+    # is still the first attempt's exception
+    for n, r, s, w, sh in ((2, 1, 3, "ddp", "stream"), (3, 0, 2, "fsdp2", "logdir")):
+        out.append(Run(id=f"restart-exception-{w}-{n}r-rank{r}-step{s}" + ("-logdir" if sh == "logdir" else ""),
+                       fault="exception", nproc=n, wrap=w, rank=r, step=s, shape=sh, launcher=("--max-restarts", "1"),
+                       args=(*hang, "--fault-once-file", "fault-fired"), cls="PEER_PROCESS_EXIT",
+                       blame=f"{H} rank={r}", action="FIX_CONFIG",
+                       note=f"rank {r}'s dataset raises RuntimeError at step {s} in the first attempt only; torchrun "
+                            "restarts the worker group once (--max-restarts 1); measured: the second attempt fails at "
+                            "start-up in gloo's connect on every rank (exit code 1), a consequence, not the root"))
     return out
 
 
 def command(r: Run, logdir: Path | None) -> list[str]:
     """The torchrun command line of a run."""
-    cmd = [str(TORCHRUN), *(r.rdzv or ("--standalone",)), "--nproc-per-node", str(r.nproc)]
+    cmd = [str(TORCHRUN), *(r.rdzv or ("--standalone",)), "--nproc-per-node", str(r.nproc), *r.launcher]
     if logdir is not None:
         cmd += ["--log-dir", str(logdir), "--tee", "3", "--redirects", "3"]
     cmd += ["-m", "gpufield.testing.faultloop", "--wrap", r.wrap, "--fault", r.fault,
@@ -276,6 +292,14 @@ Notes on what the runs really did (measured, not intended):
   teardown; the label stays NAN_LOSS (the teardown abort is secondary).
 - `sleep`: the per-step all_reduce of the loss equalises the printed step times, so the sleeping
   rank cannot be read from step times (a masked compute straggler).
+- `restart-exception` (added by branch triage-v3, dev rows): torchrun's `--max-restarts 1` restart of
+  the group after the first attempt's exception does not recover: the second attempt's ranks fail at
+  start-up in gloo's connect (connection reset / connectFullMesh timed out); the root stays the first
+  attempt's exception.
+- `clean-noisy` (added by branch triage-v3, dev rows, after the split): clean runs with torch INFO
+  logging, NCCL_DEBUG=INFO (inert under gloo), DDP's find_unused_parameters warning and a first
+  checkpoint save that fails, prints its traceback and succeeds on retry. TORCH_DISTRIBUTED_DEBUG=DETAIL
+  was tried and made both ranks of a gloo DDP run segfault, so it is not used.
 
 | # | Case file | Expected class | blame | action | split | Run | Notes |
 |---|---|---|---|---|---|---|---|

@@ -24,7 +24,8 @@ ROWS = {
     "public2": ("q013", "q038", "q040", "q046", "q049"),
     "faults": ("sigkill-ddp-2r-rank1-step5", "sigkill-ddp-3r-rank2-step3", "desync-ddp-2r-rank1-step5",
                "exception-ddp-2r-rank1-step4", "clean-noisy-ddp-2r-seed6", "clean-noisy-fsdp2-3r-seed7",
-               "clean-noisy-ddp-4r-seed8-logdir", "clean-noisy-fsdp2-2r-seed9"),
+               "clean-noisy-ddp-4r-seed8-logdir", "clean-noisy-fsdp2-2r-seed9",
+               "restart-exception-ddp-2r-rank1-step3", "restart-exception-fsdp2-3r-rank0-step2-logdir"),
 }
 CTX = LineContext("x.log", 1, 2026, 0, None)
 

@@ -180,7 +180,10 @@ class TorchrunParser:
         return bool(CHILD_OPEN_RE.search(line)) or bool(TITLE_RE.match(line))
 
     def continues_record(self, lines: Sequence[str], line: str) -> bool:
-        """Lines of the block up to the separator that closes the Root Cause section."""
+        """Lines of the block up to the separator that closes the Root Cause section (a block opened by its
+        title line alone must go on with torchrun's separator line, or it is not a failure block)."""
+        if len(lines) == 1 and not CHILD_OPEN_RE.search(lines[0]):
+            return bool(SEP_RE.match(line))
         if SEP_RE.match(lines[-1]):
             root = next((i for i, x in enumerate(lines) if "Root Cause" in x), None)
             if root is not None and any(ENTRY_RE.match(x) for x in lines[root:]):

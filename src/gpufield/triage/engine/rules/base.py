@@ -235,8 +235,13 @@ def survived(ctx: RuleContext, e: Event) -> bool:
     from the same rank (or, when ``e`` names no rank, from every rank that printed progress before it).
 
     An error a program caught, logged and retried (a failed checkpoint save that succeeded on retry)
-    is then noise of a healthy run, not the failure that ended it.
+    is then noise of a healthy run, not the failure that ended it. Never true when the launcher reports
+    a failed worker, a signal death or a group restart later in that file (the progress after it is a
+    restarted attempt's).
     """
+    died = ("child_failed", "elastic_restart", "signal_death")
+    if any(ev.file == e.file and ev.line > e.line for k in died for ev in ctx.by_kind.get(k, ())):
+        return False  # the launcher saw a worker fail or restarted the group after it: progress is a new attempt
     after: set[int | None] = set()
     before: set[int | None] = set()
     for ev in ctx.by_kind.get("loss", ()):
