@@ -36,7 +36,7 @@ def rows():
 def test_counts(rows):
     assert len(rows["public"]) >= 60
     assert len(rows["public2"]) >= 50
-    assert 30 <= len(rows["faults"]) <= 40
+    assert 30 <= len(rows["faults"]) <= 50  # 36 at the split + 6 dev runs of branch triage-v3
     clean = [r for rs in rows.values() for r in rs if r.clean]
     assert len(clean) >= 8  # clean runs and clean-with-scary-warnings excerpts
 
