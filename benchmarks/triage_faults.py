@@ -196,6 +196,32 @@ def runs(port: int) -> list[Run]:
                             + ", checkpoints every 4 steps, the first save fails (missing folder), its traceback is "
                               "printed and the retry succeeds" + (", DDP find_unused_parameters warning" if w == "ddp"
                                                                  else "")))
+    # branch triage-v3: more dev runs of the same fault families in shapes the dev half lacked (FSDP2 with 2-3
+    # ranks, log-dir SIGKILL / exception), generated after the split; labels by construction as above
+    for fault, n, r, s, w, sh in (("sigkill", 3, 1, 3, "fsdp2", "logdir"), ("sigstop", 2, 1, 3, "fsdp2", "stream"),
+                                  ("desync", 2, 0, 4, "fsdp2", "stream"), ("nan", 3, 1, 4, "fsdp2", "stream"),
+                                  ("exception", 2, 0, 3, "fsdp2", "logdir"), ("oom", 2, 0, 4, "fsdp2", "stream")):
+        suffix = ("-logdir" if sh == "logdir" else "") + "-v3"
+        if fault == "sigkill":
+            k = _k(n, r, s, w, sh)
+            out.append(Run(**{**{f: getattr(k, f) for f in k.__dataclass_fields__}, "id": k.id + "-v3"}))
+            continue
+        cls, action, note, args = {
+            "sigstop": ("NCCL_COLLECTIVE_TIMEOUT", "COLLECT", f"rank {r} SIGSTOPs itself at step {s}: its peers hang in "
+                        "the next collective until the 10 s process-group timeout; torchrun then kills the stopped rank",
+                        hang),
+            "desync": ("COLLECTIVE_DESYNC", "FIX_CONFIG", f"rank {r} issues one extra all_reduce (7 elements) at step {s}",
+                       hang),
+            "nan": ("NAN_LOSS", "FIX_CONFIG", f"loss times NaN from step {s} on rank {r}; the all-reduced loss is NaN "
+                    "on every rank, so no rank can be named from the log", ("--steps", "10")),
+            "exception": ("PEER_PROCESS_EXIT", "FIX_CONFIG", f"rank {r}'s dataset raises RuntimeError at step {s} "
+                          "(corrupt record); the root is this rank's exit", hang),
+            "oom": ("HOST_OOM_KILL", "FIX_CONFIG", f"rank {r} sets RLIMIT_AS 256 MiB above its RSS at step {s} and "
+                    "allocates 8 GiB (host memory exhaustion as torch's CPU allocator reports it)", hang),
+        }[fault]
+        blame = "-" if fault == "nan" else f"{H} rank={r}"
+        out.append(Run(id=f"{fault}-{w}-{n}r-rank{r}-step{s}{suffix}", fault=fault, nproc=n, wrap=w, rank=r, step=s,
+                       shape=sh, args=args, cls=cls, blame=blame, action=action, note=note))
     # a transient fault and torchrun's own restart: rank r's dataset raises once (--fault-once-file, relative to
     # the run's temp cwd) and torchrun restarts the group (--max-restarts 1). Intended: the second attempt runs
     # clean. Measured (torch 2.11, gloo, --standalone): the second attempt fails at start-up in gloo's connect
@@ -296,6 +322,11 @@ Notes on what the runs really did (measured, not intended):
   the group after the first attempt's exception does not recover: the second attempt's ranks fail at
   start-up in gloo's connect (connection reset / connectFullMesh timed out); the root stays the first
   attempt's exception.
+- `*-v3` (added by branch triage-v3, dev rows, after the split): the same fault families in shapes the
+  dev half lacked (FSDP2 with 2-3 ranks, log-dir runs). In `desync-fsdp2-2r-rank0-step4-v3` the rank
+  that issued the extra all_reduce (0) aborted inside gloo on the size mismatch (SIGABRT, no Python
+  traceback) while its peer's traceback sits in the regular clip_grad_norm_ call: the log does not say
+  which rank deviated.
 - `clean-noisy` (added by branch triage-v3, dev rows, after the split): clean runs with torch INFO
   logging, NCCL_DEBUG=INFO (inert under gloo), DDP's find_unused_parameters warning and a first
   checkpoint save that fails, prints its traceback and succeeds on retry. TORCH_DISTRIBUTED_DEBUG=DETAIL

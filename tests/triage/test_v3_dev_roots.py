@@ -25,7 +25,9 @@ ROWS = {
     "faults": ("sigkill-ddp-2r-rank1-step5", "sigkill-ddp-3r-rank2-step3", "desync-ddp-2r-rank1-step5",
                "exception-ddp-2r-rank1-step4", "clean-noisy-ddp-2r-seed6", "clean-noisy-fsdp2-3r-seed7",
                "clean-noisy-ddp-4r-seed8-logdir", "clean-noisy-fsdp2-2r-seed9",
-               "restart-exception-ddp-2r-rank1-step3", "restart-exception-fsdp2-3r-rank0-step2-logdir"),
+               "restart-exception-ddp-2r-rank1-step3", "restart-exception-fsdp2-3r-rank0-step2-logdir",
+               "sigkill-fsdp2-3r-rank1-step3-logdir-v3", "sigstop-fsdp2-2r-rank1-step3-v3", "nan-fsdp2-3r-rank1-step4-v3",
+               "exception-fsdp2-2r-rank0-step3-logdir-v3", "oom-fsdp2-2r-rank0-step4-v3"),
 }
 CTX = LineContext("x.log", 1, 2026, 0, None)
 
