@@ -155,3 +155,19 @@ def test_action_variants_match_by_facts():
     assert set(VARIANTS) <= set(ACTIONS)
     kind, text, nxt = action_for("UNKNOWN", {"scheduler_reason": "TIME LIMIT", "job_id": "7"}, exception=True)
     assert kind == "FIX_CONFIG" and "time limit" in text and nxt == ("sacct -j 7",)  # the scheduler's variant first
+
+
+def test_oom_raised_while_the_model_is_moved_to_the_gpu_is_an_init_oom(tmp_path):
+    # https://github.com/allenai/scifact/issues/15 (maintainer: RoBERTa-large does not fit when it is loaded): the
+    # OOM line itself names no phase; the traceback above it shows from_pretrained(...).to(device)
+    log = tmp_path / "run.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "verisci/inference/rationale_selection/transformer.py", line 30, in <module>\n'
+        "    model = AutoModelForSequenceClassification.from_pretrained(args.model).to(device).eval()\n"
+        "  ...........\n"
+        "    return t.to(device, dtype if t.is_floating_point() else None, non_blocking)\n"
+        "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 3.95 GiB total capacity; 786.99 MiB "
+        "already allocated; 14.50 MiB free; 792.00 MiB reserved in total by PyTorch)\n", encoding="utf-8")
+    top = analyze([str(log)]).incidents[0]
+    assert top.cls == "CUDA_OOM_INIT" and "meta device" in top.action

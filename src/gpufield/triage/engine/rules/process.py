@@ -23,6 +23,7 @@ from gpufield.triage.engine.rules.base import (
     group_by,
     survived,
     text,
+    traceback_of,
 )
 from gpufield.triage.events import Event
 
@@ -123,8 +124,10 @@ def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
         return "CUDA_OOM_FRAGMENTATION", (f"request {tried / 2**20:.0f} MiB failed while the device reported "
                                           f"{free / 2**30:.2f} GiB free")
     started = ctx.progress_before(e) or bool(ctx.kinds("loss"))
+    tb = traceback_of(ctx, e)  # where it was raised: the traceback's frames and source lines above the OOM line
     if e.fields.get("phase") == "init" or not started and (
-            _INIT_CONTEXT.search(e.raw) or (mark is not None and mark.phase == "setup")):
+            _INIT_CONTEXT.search(e.raw) or (tb is not None and _INIT_CONTEXT.search(tb.raw))
+            or (mark is not None and mark.phase == "setup")):
         return "CUDA_OOM_INIT", "before the first training step, while building/sharding the model"
     if tried and cap:
         return "CUDA_OOM_CAPACITY", f"request {tried / 2**30:.2f} GiB on a {cap / 2**30:.2f} GiB device that is full"
