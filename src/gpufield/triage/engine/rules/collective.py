@@ -385,11 +385,11 @@ def teardown_rule(ctx: RuleContext) -> list[Finding]:
     chain = ("nccl_return", "pg_teardown")  # follow-ups of an error: cascade material, never a cause
     evs = [e for e in ctx.kinds(*kinds, *chain) if not ctx.is_cited(e)
            and (e.severity in ("error", "fatal") or e.kind in chain)]
-    # torchrun's failure entry of a rank whose own error an earlier rule already cited is that error's
-    # consequence (the entry's exit code 1 is the exception that rule read), not another unexplained failure
-    explained = {e.rank for e in ctx.events if e.rank is not None and ctx.is_cited(e) and e.severity in ("error", "fatal")
-                 and e.kind not in ("child_failed", "signal_death")}
-    evs = [e for e in evs if not (e.kind == "child_failed" and e.rank in explained)]
+    # torchrun's failure entry whose own traceback field ends with an error an earlier rule already cited (read
+    # from inside the entry) is that error's consequence, not another unexplained failure
+    inner = [e for e in ctx.events if ctx.is_cited(e) and e.kind != "child_failed"]
+    evs = [e for e in evs if not (e.kind == "child_failed" and any(
+        i.file == e.file and e.line < i.line <= e.line + e.raw.count("\n") for i in inner))]
     if not evs:
         return []
     return [finding(ctx, "UNKNOWN", "teardown", Tier.TEARDOWN, 0.2, evs, established=False,
