@@ -118,6 +118,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes", "matrix")),
     "pcie_acs": ("smi", "lspci -vvv 'ACSCtl: SrcValid+ ...' (ACS enabled on a PCIe port: P2P / GPUDirect redirected)",
                  ("src_valid", "req_redir", "cmplt_redir", "enabled")),
+    "gpu_topology": ("smi", "nvidia-smi topo -m matrix: the link type of each GPU pair (PIX/PXB = through PCIe "
+                     "switches, PHB/NODE/SYS = through the host bridge or CPUs, NV# = NVLink)", ("links", "gpus")),
     "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }

@@ -52,7 +52,9 @@ __all__ = [
 ]
 
 _LINE_PARSERS = (
-    KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
+    KernelParser(), NcclParser(), TorchParser(),
+    # a failure entry's traceback field ends with the rank's own exception line: offered to these
+    TorchrunParser(inner=(NcclParser(), TorchParser(), CudaParser(), PythonExceptionParser())), CudaParser(), TrainParser(),
     SmiParser(), SmiCsvParser(), LspciParser(), DcgmParser(), PythonExceptionParser(),
 )
 #: the default parser table, in evaluation order (journal JSON first: its lines hold the others' keywords)

@@ -11,7 +11,7 @@ import re
 import statistics
 from collections import Counter
 
-from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
 from gpufield.triage.events import Event
 
@@ -128,11 +128,27 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         running = any(ctx.progress_before(e) for e in evs[:1])
         roce = any(_ROCE.search(text(e)) for e in evs + ctx.kinds("nccl_bootstrap", "nccl_init", "nccl_warn"))
         facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
-                 "reporters": ",".join(reporters) or "-", "peer": peer_txt, "roce": "yes" if roce else "no"}
+                 "reporters": ",".join(reporters) or "-", "peer": peer_txt, "roce": "yes" if roce else "no",
+                 "gid": _gid_kind(evs)}
         status = facts["status"]
         out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs + extra, host=host, gpu=None, facts=facts,
                            note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
     return out
+
+
+# localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2    (NCCL's IB plugin prints the GIDs of the QP)
+_LOCAL_GID = re.compile(r"localGid\s*(?P<gid>[0-9a-fA-F:.<>\w-]+)")
+
+
+def _gid_kind(evs: list[Event]) -> str:
+    """What the GIDs NCCL printed are: ``ipv4_mapped`` (``::ffff:a.b.c.d``, the RoCE v2 IPv4 GID the
+    GID-index fix selects), ``link_local`` (``fe80:``, the default index 0 on RoCE), ``-`` when none."""
+    for e in evs:
+        m = _LOCAL_GID.search(e.raw)
+        if m:
+            g = m["gid"].lower()
+            return "ipv4_mapped" if g.startswith("::ffff:") else "link_local" if g.startswith("fe80") else "other"
+    return "-"
 
 
 PORT_DOWN_NEAR_S = 600.0  # a port-down this close to the completion errors is taken as their cause
@@ -201,6 +217,23 @@ def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
     return out
 
 
+def _switch_topology_only(ctx: RuleContext) -> list[Finding]:
+    """An ``nvidia-smi topo -m`` matrix with GPU pairs behind PCIe switches (PIX/PXB) as the *only* evidence
+    (no error line, no training progress): the one hypothesis a topology supports is P2P through those
+    switches, which PCIe ACS or the IOMMU (VT-d) break (nccl#667: all_reduce_perf hung on every PXB/PIX pair,
+    fixed by turning VT-d off). Not established: the topology names where P2P runs, not that it fails."""
+    topo = ctx.kinds("gpu_topology")
+    if not topo or ctx.kinds("loss") or any(e.severity in ("error", "fatal") for e in ctx.events):
+        return []
+    pairs = sorted({k for e in topo for k, v in (e.fields.get("links") or {}).items() if v in ("PIX", "PXB")})
+    if not pairs:
+        return []
+    return [finding(ctx, "P2P_BROKEN", "p2p_switch_topology", Tier.FABRIC, CONF_CASCADE_ONLY, topo, established=False,
+                    gpu=None, rank=None, facts={"pairs": ",".join(pairs)},
+                    note=f"Only a PCIe topology is in the input: GPU pairs {', '.join(pairs)} talk peer-to-peer through "
+                         "a PCIe switch (PIX/PXB), the path ACS or the IOMMU break; no failure line names it.")]
+
+
 def p2p_rule(ctx: RuleContext) -> list[Finding]:
     """p2pBandwidthLatencyTest matrices: P2P-enabled off-diagonal bandwidth far below P2P-disabled.
 
@@ -220,7 +253,7 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
         return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, CONF_INFERRED, unsupported,
                         note="CUDA/NCCL report that GPU peer-to-peer access is unavailable between devices.")]
     if not rows:
-        return []
+        return _switch_topology_only(ctx)
     on, off = [], []
     for e in rows:
         vals = e.fields.get("gb_per_s")
