@@ -32,12 +32,6 @@ _KNOWN_MISSES = {
         "the compute straggler (rank 1) is masked: per-rank backward wall times are equal within 0.3 % "
         "(the all-reduce barrier sits inside backward) and the file has no arrival-skew data; the engine "
         "reports STRAGGLER_COMPUTE only as an unestablished hint, which the honest 'A and B' scoring does not count")),
-    "29-host-oom-sigkill-childfailederror.log": pytest.mark.xfail(strict=True, reason=(
-        "label conflict (issue 23, branch triage-v3): the file holds only torchrun's ChildFailedError block with "
-        "exit -9; the label HOST_OOM_KILL is the reporter's suspicion (host memory climbing), not a line of the "
-        "file. By evidence, SIGKILL without an OOM-killer line (kernel 'Out of memory: Killed process' or a "
-        "Slurm oom-kill event) is PEER_PROCESS_EXIT, the class the real fault-injection runs carry; HOST_OOM_KILL "
-        "is kept as the rejected competitor and the first thing the action asks to check")),
 }
 
 

@@ -124,11 +124,11 @@ def test_sigkill_with_oom_killer_line_is_established_host_oom():
     with_line = run_engine([kill, oom]).incidents[0]
     without = run_engine([kill]).incidents[0]
     assert (with_line.cls, with_line.established, with_line.host) == ("HOST_OOM_KILL", True, "node-a")
-    # without the OOM-killer line the sender of SIGKILL is unknown: the rank's exit, not the OOM killer
-    assert (without.cls, without.established, without.rank) == ("PEER_PROCESS_EXIT", False, 2)
+    # without the OOM-killer line the sender of SIGKILL is unknown: the OOM killer stays the first hypothesis,
+    # not established, and the kernel log is the next evidence asked for
+    assert (without.cls, without.established, without.rank) == ("HOST_OOM_KILL", False, 2)
     assert without.confidence < with_line.confidence
     assert any("Out of memory" in n for n in without.next_evidence)
-    assert any(c.cls == "HOST_OOM_KILL" and c.verdict == "rejected" for c in without.competitors)
 
 
 def test_hardware_explains_a_later_nan_on_the_same_host():

@@ -55,9 +55,10 @@ def test_engine_blames_the_killed_rank(sigkill_log):
     assert _incident(sigkill_log).rank == 1
 
 
-def test_engine_names_a_process_exit_not_host_oom(sigkill_log):
-    # no OOM-killer line in a real torchrun run whose rank was SIGKILLed: the rank's exit, the OOM killer
-    # only a rejected competitor
+def test_engine_does_not_establish_host_oom_without_an_oom_killer_line(sigkill_log):
+    # a real torchrun run whose rank was SIGKILLed, no OOM-killer line: the engine names the host OOM killer
+    # only as the unestablished first hypothesis (the commonest sender in public reports, shared case 29) and
+    # blames the killed rank; the fault corpus labels these runs PEER_PROCESS_EXIT, a counted miss
     inc = _incident(sigkill_log)
-    assert (inc.cls, inc.established) == ("PEER_PROCESS_EXIT", False)
-    assert any(c.cls == "HOST_OOM_KILL" and c.verdict == "rejected" for c in inc.competitors)
+    assert (inc.cls, inc.established, inc.rank) == ("HOST_OOM_KILL", False, 1)
+    assert "Out of memory: Killed process" in inc.action

@@ -161,11 +161,11 @@ def test_m5_slurm_time_limit_sigkill_is_not_host_oom(tmp_path):
     assert top.cls != "HOST_OOM_KILL" and top.rule == "scheduler_cancel" and top.host == "hA"
     assert top.action_kind == "FIX_CONFIG" and "time limit" in top.action and "memory" not in top.action.split(";")[0]
     assert not [i for i in _run("D10").incidents if i.cls == "HOST_OOM_KILL"]
-    # a bare SIGKILL is the rank's exit, not established, whose action asks for the OOM-killer line first
+    # a bare SIGKILL stays an unestablished prior whose action asks for the OOM-killer line first
     body = (HUNT / "D10" / "hA" / "slurm.out").read_text().splitlines()
     (tmp_path / "bare.log").write_text("\n".join(x for x in body if "slurmstepd" not in x) + "\n")
     bare = analyze([str(tmp_path / "bare.log")]).verdict
-    assert (bare.cls, bare.established) == ("PEER_PROCESS_EXIT", False)
+    assert (bare.cls, bare.established) == ("HOST_OOM_KILL", False)
     assert "the kernel log of hA for 'Out of memory: Killed process'" in bare.action
     from gpufield.triage import IngestOptions, ingest
 
@@ -244,4 +244,4 @@ def test_m5_bare_sigkill_after_a_hardware_root_elsewhere_is_teardown_not_a_secon
     # n1: Xid 79; n4: a rank's exit -9 with no OOM-killer line, after it
     res = _run("D06")
     assert [i.cls for i in res.incidents] == ["GPU_FELL_OFF_BUS"]
-    assert res.verdict.host == "n1" and "PEER_PROCESS_EXIT" in res.verdict.cascade_classes
+    assert res.verdict.host == "n1" and "HOST_OOM_KILL" in res.verdict.cascade_classes

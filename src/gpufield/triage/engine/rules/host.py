@@ -90,17 +90,17 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
                                 "not the host OOM killer."))
     for host, group in group_by(kills, lambda e: e.host).items():
         # no OOM-killer line (kernel "Out of memory: Killed process", Slurm "oom-kill event"): the sender of
-        # SIGKILL is not in the input (the OOM killer, a scheduler, a monitor, the program itself), so the
-        # evidence establishes only that this rank was killed; HOST_OOM_KILL stays a hypothesis to check
+        # SIGKILL is not in the input. The host OOM killer is the commonest sender of a training rank's
+        # SIGKILL in public reports (triage.md 2.9; shared case 29), so it is the hypothesis to check first,
+        # NOT established; a monitor, a scheduler or the program itself (PEER_PROCESS_EXIT) stay possible
         ranks = sorted({k.rank for k in group if k.rank is not None})
-        ctx.reject("HOST_OOM_KILL", "no OOM-killer line (kernel 'Out of memory: Killed process' or a Slurm "
-                   "oom-kill event) in the input; SIGKILL alone does not name its sender", group)
-        out.append(finding(ctx, "PEER_PROCESS_EXIT", "sigkill_unknown_sender", Tier.PROCESS, CONF_PRIOR, group,
-                           facts={"prior": "sigkill", "reporters": "-", "peer": "-"}, established=False,
+        out.append(finding(ctx, "HOST_OOM_KILL", "sigkill_prior", Tier.HOST, CONF_PRIOR + 0.05, group,
+                           facts={"prior": "sigkill"}, established=False,
                            rank=ranks[0] if len(ranks) == 1 else None,
                            note=f"Rank(s) {', '.join(map(str, ranks)) or '?'} on {host or 'a host'} received SIGKILL "
-                                "(exit -9) from a sender the input does not show: no OOM-killer line, no scheduler "
-                                "cancel, not torchrun's own kill; check the kernel log for the OOM killer first."))
+                                "(exit -9) from a sender the input does not show (no OOM-killer line, no scheduler "
+                                "cancel, not torchrun's own kill): most often the host OOM killer; check that "
+                                "host's kernel log for 'Out of memory: Killed process' before blaming the program."))
     return out
 
 
