@@ -224,6 +224,21 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                     "each node and its container, NCCL_IB_HCA naming devices that exist), or fall back to sockets with "
                     "NCCL_IB_DISABLE=1 while it is fixed.")
         nxt = ("ibstat / ibv_devinfo on every node", "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET log of both nodes")
+    if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "internal_prior":  # a bare ncclInternalError at init
+        template = ("Check NCCL's network set-up on every host before rerunning: NCCL_SOCKET_IFNAME (and "
+                    "NCCL_IB_HCA) must name interfaces that exist on every host (ip -br link; hosts whose interface "
+                    "names differ need all the names, comma-separated), the hosts must reach each other on them, and "
+                    "every host must run the same NCCL version.")
+        nxt = ("NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET log of every host (the WARN line before the internal error)",
+               "ip -br link and ip -br addr on every host")
+    if cls == "NCCL_NETWORK_CONFIG" and values.get("fix") == "memlock":  # ibv_reg_mr* refused: pinned-memory limit
+        template = ("Raise the locked-memory limit (RLIMIT_MEMLOCK) that the ranks actually get: InfiniBand memory "
+                    "registration (ibv_reg_mr) was refused for lack of lockable memory, not because of the HCA or its "
+                    "port. Set memlock unlimited in /etc/security/limits.conf (and LimitMEMLOCK=infinity for slurmd / "
+                    "the MPI daemons), run containers with --ulimit memlock=-1, and check ulimit -l inside the launcher "
+                    "(mpirun/srun ... sh -c 'ulimit -l') on every node.")
+        nxt = ("ulimit -l as the job sees it on every node (mpirun/srun <args> sh -c 'ulimit -l')",
+               "dmesg of the node for mlx5 'reg mr failed' / MKEY limit lines if the limit is already unlimited")
     if cls == "RENDEZVOUS_UNREACHABLE" and values.get("fix") == "port":  # EADDRINUSE: the store port is taken
         template = ("Give each job its own rendezvous port (torchrun --master_port / MASTER_PORT, or "
                     "--rdzv-endpoint host:port): another job or process on this host already listens on it.")
