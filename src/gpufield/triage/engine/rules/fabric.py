@@ -213,7 +213,6 @@ def _bare_internal_error(ctx: RuleContext) -> list[Finding]:
     the peer connection), and remote errors surface as internal errors higher up the stack
     (NVIDIA/nccl#795). With no WARN, CUDA, peer or hardware line beside it, the network set-up is
     the first thing to check; the finding is unestablished and asks for the INIT,NET debug log.
-    It is not raised when the NCCL init lines put every rank on one host (no inter-host network).
     """
     internal = [e for e in ctx.kinds("nccl_internal_error")
                 if as_int(e.code) == 3 and not ctx.progress_before(e)]
@@ -225,11 +224,6 @@ def _bare_internal_error(ctx: RuleContext) -> list[Finding]:
         if e.kind == "python_exception" and _NCCLISH.search(text(e)):
             continue
         return []  # another error names (or may name) the cause
-    inits = ctx.kinds("nccl_init")
-    hosts = {e.host for e in inits if e.host}
-    nranks = {as_int(e.fields.get("nranks")) for e in inits}
-    if len(hosts) == 1 and len(nranks) == 1 and len({as_int(e.fields.get("rank")) for e in inits}) == next(iter(nranks)):
-        return []  # every rank on one host: no inter-host network to misconfigure
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_internal_prior", Tier.FABRIC, CONF_PRIOR, internal,
                     established=False, gpu=None, rank=None, facts={"fix": "internal_prior"},
                     note="ncclInternalError during NCCL set-up with no other error in the logs: most of NCCL's "
