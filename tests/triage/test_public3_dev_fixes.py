@@ -152,6 +152,9 @@ def test_bare_internal_error_prior_yields_to_a_named_cause(tmp_path):
 def test_store_errors_are_rendezvous_errors(tmp_path, line):
     evs = _events(tmp_path, line)
     assert [(e.source, e.kind) for e in evs] == [("torchrun", "rendezvous_error")]
+    top = _top(tmp_path, line)  # no endpoint in the line: the action asks for what each node was told to reach
+    assert (top.cls, top.action_kind) == ("RENDEZVOUS_UNREACHABLE", "FIX_CONFIG")
+    assert "MASTER_ADDR" in top.action and "<endpoint not named>" not in top.action
 
 
 # --- kernel OOM killer, pre-4.19 wordings ----------------------------------------------------------------------

@@ -239,6 +239,13 @@ def action_for(cls: str, values: dict[str, object], *, running: bool = True,
                     "(mpirun/srun ... sh -c 'ulimit -l') on every node.")
         nxt = ("ulimit -l as the job sees it on every node (mpirun/srun <args> sh -c 'ulimit -l')",
                "dmesg of the node for mlx5 'reg mr failed' / MKEY limit lines if the limit is already unlimited")
+    if cls == "RENDEZVOUS_UNREACHABLE" and values.get("fix") != "port" and values.get("endpoint") in (None, "", "-"):
+        # no endpoint in the logs (a bare DistStoreError: Socket Timeout): first what each node was told to reach
+        template = ("Check the rendezvous settings every node's launcher gets (MASTER_ADDR / MASTER_PORT or "
+                    "--rdzv-endpoint, --nnodes / WORLD_SIZE, NODE_RANK, the framework's multi-node variables), then "
+                    "that the address is reachable from every node (name resolution, firewall, port).")
+        nxt = ("MASTER_ADDR, MASTER_PORT, WORLD_SIZE and NODE_RANK as each node's launcher saw them",
+               "nc -vz <MASTER_ADDR> <MASTER_PORT> from every node")
     if cls == "RENDEZVOUS_UNREACHABLE" and values.get("fix") == "port":  # EADDRINUSE: the store port is taken
         template = ("Give each job its own rendezvous port (torchrun --master_port / MASTER_PORT, or "
                     "--rdzv-endpoint host:port): another job or process on this host already listens on it.")

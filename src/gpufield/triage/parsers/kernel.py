@@ -116,7 +116,7 @@ class KernelParser:
     source = "kernel"
     prefilter = (r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|[Oo]ut of [Mm]emory[^:]*: [Kk]ill process|"
                  r"mlx5_core \S+ \S+ Port: \d+ Link")
-    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "ill process", "mlx5_core")
+    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "Kill process", "kill process", "mlx5_core")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one kernel-log line (see module docstring for the formats)."""
