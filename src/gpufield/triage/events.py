@@ -55,7 +55,9 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message", "status")),
     "gpu_map": ("kernel", "NVRM: GPU at PCI:<bdf>: GPU-<uuid> join line", ()),
     "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source", "id_kind")),
-    "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup")),
+    "host_oom_kill": ("kernel", "OOM killer killed a process (``score``: the pre-4.19 'Kill process N (name) score S or "
+                      "sacrifice child' line that names the chosen task)",
+                      ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup", "score")),
     "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
     "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state", "nic_bdf")),
     # nccl

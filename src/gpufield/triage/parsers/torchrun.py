@@ -55,7 +55,10 @@ RDZV_RE = rx.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.
 SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit>ms|s) while trying to connect to "
                        r"(?:\((?P<h>[^,()\s]+), (?P<p>\d+)\)|\(?(?P<ep>[^)\s]+?)\)?)\.?\s*$")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
-STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
+# torch.distributed.DistStoreError: Socket Timeout  /  ...: Timed out after 1801 seconds waiting for clients. 1/3 clients
+# joined.  (c10d TCPStore client / server: the store at MASTER_ADDR:MASTER_PORT never answered, or ranks never joined it)
+STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|DistStoreError: .+|[Ss]ocket [Tt]imeout|"
+                      r"Connection to the C10d store has failed")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
 # slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***
 # slurmstepd: error: *** STEP 12345.0 ON hA CANCELLED AT 2026-08-11T03:00:05 ***          (scancel: no reason)
@@ -91,11 +94,11 @@ class TorchrunParser:
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
                  r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
-                 r"EADDRINUSE|Address already in use|^\s*[^\s:]+ FAILED\s*$")
+                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
                 "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
-                "Address already in use", " FAILED")
+                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED")
 
     def __init__(self, inner: Sequence[LogParser] = ()) -> None:
         """``inner``: parsers offered the exception line that ends an entry's ``traceback`` field (the

@@ -39,6 +39,12 @@ _NET_CONFIG = re.compile(
 # node and sockets on the other ("socketFinalizeAccept: wrong type": the peers chose different transports)
 _IB_SETUP = re.compile(r"NET/IB : Unable to open device|NET/IB : No device found|socketFinalizeAccept: wrong type|"
                        r"Failed to open libibverbs|Call to ibv_\w+ failed|ibv_modify_qp failed", re.IGNORECASE)
+# memory registration refused for lack of memory (misc/ibvwrap.cc: "Call to ibv_reg_mr_iova2 failed with error Cannot
+# allocate memory"; NCCL before 2.8 printed no error text: "Call to ibv_reg_mr failed"): the pinned-memory limit
+# RLIMIT_MEMLOCK of the process or container (NCCL troubleshooting: --ulimit memlock=-1), not the HCA or its port;
+# another errno (EINVAL, EFAULT: GPUDirect / peer-memory module) is not this
+_MEMLOCK = re.compile(r"ibv_reg_(?:dmabuf_)?mr\w*(?:\(\))? failed(?:\s*$|.*?(?:Cannot allocate memory|ENOMEM|errno:? ?12\b))",
+                      re.IGNORECASE | re.MULTILINE)
 _CONNECT_FAIL = re.compile(r"Connect to \S+ failed|Connection refused|Connection timed out|connect returned",
                            re.IGNORECASE)
 _NCCLISH = re.compile(r"NCCL|c10d|ProcessGroup|socket", re.IGNORECASE)  # a Python error about NCCL's network
@@ -192,11 +198,13 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
                              f"({bridges[0][0].where}) and then failed: peers on other hosts cannot reach that "
                              "address (set NCCL_SOCKET_IFNAME to the host NIC).")]
     if not evs:
-        return []
+        return _bare_internal_error(ctx)
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     facts, extra = {}, ""
     if any(_IB_SETUP.search(text(e)) for e in evs):
         facts = {"fix": "ib"}
+    if any(_MEMLOCK.search(text(e)) for e in evs):
+        facts = {"fix": "memlock"}
     if bridges and not shm_explicit:
         names = sorted({n for _, n in bridges})
         facts = {"ifnames": ",".join(names), "fix": "socket_ifname"}
@@ -204,6 +212,39 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
         evs += [e for e, _ in bridges if e not in evs]
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs, gpu=None, rank=None,
                     facts=facts, note="NCCL could not set up its network (interface, bind or route failure)." + extra)]
+
+
+# events that only wrap or accompany an NCCL error (its return chain, the exception and traceback that carry
+# it, topology INFO lines): they add no other cause
+_NCCL_WRAPPERS = frozenset({"nccl_internal_error", "nccl_return", "nccl_init", "nccl_bootstrap", "traceback",
+                            "child_failed", "pg_teardown", "loss", "step_time", "metric_sample"})
+
+
+def _bare_internal_error(ctx: RuleContext) -> list[Finding]:
+    """A prior, not a diagnosis: ``ncclInternalError`` at start-up and nothing else in the logs.
+
+    NCCL returns ncclInternalError for failed internal checks, and during communicator set-up most
+    of those checks are in its bootstrap, socket, proxy and net transports (``src/bootstrap.cc``,
+    ``misc/socket.cc``, ``proxy.cc``, ``transport/net*.cc``: interface names, address families,
+    the peer connection), and remote errors surface as internal errors higher up the stack
+    (NVIDIA/nccl#795). With no WARN, CUDA, peer or hardware line beside it, the network set-up is
+    the first thing to check; the finding is unestablished and asks for the INIT,NET debug log.
+    """
+    internal = [e for e in ctx.kinds("nccl_internal_error")
+                if as_int(e.code) == 3 and not ctx.progress_before(e)]
+    if not internal:
+        return []
+    for e in ctx.events:
+        if e.kind in _NCCL_WRAPPERS or e.severity not in ("error", "fatal"):
+            continue
+        if e.kind == "python_exception" and _NCCLISH.search(text(e)):
+            continue
+        return []  # another error names (or may name) the cause
+    return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_internal_prior", Tier.FABRIC, CONF_PRIOR, internal,
+                    established=False, gpu=None, rank=None, facts={"fix": "internal_prior"},
+                    note="ncclInternalError during NCCL set-up with no other error in the logs: most of NCCL's "
+                         "set-up checks that return it are in its bootstrap/socket/net code (interface names, "
+                         "address families, peer connections); a prior, not established.")]
 
 
 def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:

@@ -61,9 +61,13 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
     if ooms:
         for host, group in group_by(ooms, lambda e: e.host).items():
             related = [k for k in kills if k.host in (host, None)]
+            # a pre-4.19 kernel names the chosen task ("Kill process N ... score S") before the victim
+            # ("Killed process N ..."): count the victims, or the chosen tasks when no victim line is there
+            victims = [e for e in group if e.fields.get("score") is None] or group
+            n_kills = len({e.fields.get("pid", id(e)) for e in victims})
             out.append(finding(ctx, "HOST_OOM_KILL", "host_oom", Tier.HOST, 0.9 if host else 0.8, group + related,
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
-                                    f"({len(group)} kill(s)); ranks died with SIGKILL."))
+                                    f"({n_kills} kill(s)); ranks died with SIGKILL."))
         return out
     refused = [e for e in ctx.kinds("python_exception", "cuda_error") if _HOST_ALLOC.search(text(e))]
     if refused:
