@@ -150,6 +150,7 @@ class EmulateMode(TorchFunctionMode):
         self._given = table if isinstance(table, dict) or table is None else load_table(path=table)
         self.log: list[PathRecord] = []
         self._tables: dict = {}
+        self._choices: dict = {}
 
     def _table_for(self, dev: torch.device):
         if self._given is not None:
@@ -202,8 +203,12 @@ class EmulateMode(TorchFunctionMode):
             return self._native(func, args, kwargs, why)
         dims = self._dims(call)
         avail = _available(call.op, dev, call.A)
-        ch = choose(table, call.op, dims, policy=cfg.policy, tol=cfg.tol, max_distance_log2=cfg.max_distance_log2,
-                    available=avail)
+        key = (call.op, tuple(dims), avail, id(table))
+        ch = self._choices.get(key)
+        if ch is None:  # one choice per shape: the table lookup and the reason text are not redone per call
+            ch = choose(table, call.op, dims, policy=cfg.policy, tol=cfg.tol,
+                        max_distance_log2=cfg.max_distance_log2, available=avail)
+            self._choices[key] = ch
         entry_plan = (ch.entry or {}).get("paths", {}).get(ch.path, {}).get("plan") if ch.entry else None
         bound = None
         if cfg.error_bound:
@@ -249,14 +254,17 @@ def _entry_dims(entry):
     return [entry["M"], entry["K"], entry["N"]] if entry["op"] == "matmul" else list(entry["shape"])
 
 
+_GEMM_PATHS = frozenset({"native"} | {f"ozaki_int8_{L}" for L in range(2, 21)} | {f"ozaki_fp8_{L}" for L in range(2, 21)})
+_GEMM_PATHS_CUDA = _GEMM_PATHS | {"cublas_emu"}
+_FFT_PATHS = frozenset({"native", "emulated_fft"})
+_NATIVE = frozenset({"native"})
+
+
 def _available(op: str, dev: torch.device, x: torch.Tensor) -> frozenset:
     if op == "fftn":
         ok = 1 <= x.dim() <= 3 and all(n >= 1 and n & (n - 1) == 0 and n <= 1024 for n in x.shape)
-        return frozenset({"native", "emulated_fft"} if ok else {"native"})
-    paths = {"native"} | {f"ozaki_int8_{L}" for L in range(2, 21)} | {f"ozaki_fp8_{L}" for L in range(2, 21)}
-    if dev.type == "cuda":
-        paths.add("cublas_emu")
-    return frozenset(paths)
+        return _FFT_PATHS if ok else _NATIVE
+    return _GEMM_PATHS_CUDA if dev.type == "cuda" else _GEMM_PATHS
 
 
 def _plan(plan_fields: dict | None, dev: torch.device):

@@ -28,11 +28,12 @@ def spd_test_matrix(n: int, cond: float, *, seed: int = 0, device="cpu") -> torc
         float64 [n, n], symmetric to the last bit.
     """
     g = torch.Generator(device="cpu").manual_seed(seed)
-    Q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g))
-    lam = torch.logspace(0, float(torch.log10(torch.tensor(cond, dtype=torch.float64))), n, dtype=torch.float64)
+    G = torch.randn(n, n, dtype=torch.float64, generator=g).to(device)
+    Q, _ = torch.linalg.qr(G)  # on the device (cuSOLVER on a GPU)
+    lam = torch.logspace(0, float(torch.log10(torch.tensor(cond, dtype=torch.float64))), n, dtype=torch.float64,
+                         device=Q.device)
     A = (Q * lam) @ Q.T
-    A = (A + A.T) / 2
-    return A.to(device)
+    return (A + A.T) / 2
 
 
 def blocked_cholesky(A: torch.Tensor, nb: int = 256) -> torch.Tensor:

@@ -1,0 +1,61 @@
+"""Build the committed crossover table from a raw ``fp64_crossover_gpu.py`` output and print it as Markdown.
+
+    PYTHONPATH=src python3 benchmarks/fp64_crossover_table.py \\
+        --raw benchmarks/results/h200-run72/fp64-emulate/fp64_crossover.json --run h200-run72 \\
+        --date 2026-12-02 --command "PYTHONPATH=src python3 benchmarks/fp64_crossover_gpu.py --out DIR" \\
+        --write src/gpufield/fp64/data/crossover_h200.json
+
+Prints one Markdown row per measured shape: every path's median time and error, and the path each policy
+(:func:`gpufield.fp64.crossover.choose`: speed, accuracy, speed with tol 1e-12) takes there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpufield.fp64.crossover import build_table, choose
+
+
+def markdown(table: dict) -> list[str]:
+    """Markdown lines: per entry, each path's time/error and the chosen path per policy."""
+    out = ["| op | shape | path: median time / error | speed | accuracy | speed, tol 1e-12 |", "|---|---|---|---|---|---|"]
+    for e in table["entries"]:
+        dims = [e["M"], e["K"], e["N"]] if e["op"] == "matmul" else e["shape"]
+        cells = []
+        for p, r in sorted(e["paths"].items(), key=lambda kv: kv[1]["time_s"]):
+            err = r.get("err_norm", r.get("err_rel_l2"))
+            t = r["time_s"]
+            ts = f"{t * 1e3:.3g} ms" if t >= 1e-4 else f"{t * 1e6:.3g} us"
+            cells.append(f"{p} {ts} / {err:.1e}")
+        ch = [choose(table, e["op"], dims, policy="speed").path, choose(table, e["op"], dims, policy="accuracy").path,
+              choose(table, e["op"], dims, policy="speed", tol=1e-12).path]
+        shape = "x".join(map(str, dims))
+        out.append(f"| {e['op']} | {shape} | " + "; ".join(cells) + " | " + " | ".join(f"**{c}**" for c in ch) + " |")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--raw", required=True, type=Path)
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--date", required=True)
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--write", type=Path, default=None)
+    a = ap.parse_args(argv)
+    raw = json.loads(a.raw.read_text())
+    prov = {"run": a.run, "commit": (raw.get("env") or {}).get("commit"), "date": a.date, "command": a.command,
+            "raw": str(a.raw)}
+    table = build_table(raw, prov)
+    if a.write:
+        tmp = a.write.with_name(a.write.name + ".tmp")
+        tmp.write_text(json.dumps(table, indent=1) + "\n")
+        tmp.replace(a.write)
+    print("\n".join(markdown(table)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
