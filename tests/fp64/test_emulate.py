@@ -113,6 +113,23 @@ def test_dispatch_log_matches_table_and_numerics_within_bound():
         assert torch.equal(C1, C2) and torch.equal(C2, C3)
 
 
+def test_batched_and_vector_operands():
+    A3, B3 = _rand(3, 32, 32, seed=12), _rand(3, 32, 32, seed=13)
+    v = _rand(32, seed=14)
+    with emulate("accuracy", table=TABLE, allow_cpu=True, error_bound=True) as em:
+        C = torch.bmm(A3, B3)
+        Cb = A3 @ B3[0]  # broadcast batch
+        y = A3[0] @ v  # matrix-vector: [32, 32, 1], 5 binades from the 32^3 entry: native
+    assert [r.path for r in em.log] == ["ozaki_int8_15", "ozaki_int8_15", "native"]
+    assert C.shape == (3, 32, 32) and Cb.shape == (3, 32, 32) and y.shape == (32,)
+    bound = em.log[0].bound
+    for X, R in ((C, A3 @ B3), (Cb, A3 @ B3[0])):
+        nrm = torch.linalg.vector_norm(A3, dim=-1)[..., :, None] * torch.linalg.vector_norm(B3 if X is C else B3[0],
+                                                                                           dim=-2)[..., None, :]
+        assert float(((X - R).abs() / nrm).max()) <= bound + native_gemm_bound(32)
+    assert torch.equal(y, A3[0] @ v)
+
+
 def test_ozaki_path_matches_exact_product():
     """ozaki_int8_15 under emulate() vs the exact rational product: error within the logged bound."""
     A = _rand(32, 32, seed=3) * torch.exp(2 * _rand(32, 32, seed=4))  # wide exponent range
@@ -247,3 +264,16 @@ def test_build_table_and_device_key(tmp_path):
         load_crossover_table(path=p)
     assert device_key("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
     assert load_crossover_table("NVIDIA Imaginary X1") is None
+    p.write_text(json.dumps(TABLE))
+    A = _rand(32, 32, seed=11)
+    with emulate("accuracy", table=str(p), allow_cpu=True) as em:  # a table given as a file path
+        A @ A
+    assert em.log[0].path == "ozaki_int8_15"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA refusal")
+def test_cublas_emulation_refused_without_cuda():
+    from gpufield.fp64.cublas_emu import CublasUnavailable, cublas_emulated_gemm
+
+    with pytest.raises(CublasUnavailable, match="no CUDA"):
+        cublas_emulated_gemm(0)
