@@ -204,6 +204,12 @@ def test_fft_emulated_path_vs_numpy_within_bound():
     rel = np.linalg.norm(y.numpy() - ref) / np.linalg.norm(ref)
     assert em.log[0].bound == pytest.approx(emulated_fft_bound((8, 8, 8)))
     assert rel <= em.log[0].bound + 4e-16
+    # Inf in the input: the emulated FFT refuses it; the call falls back to native (torch's own result)
+    t[0, 0, 0] = complex("inf")
+    with emulate("accuracy", table=TABLE, allow_cpu=True) as em:
+        y = torch.fft.fftn(t)
+    assert em.log[0].path == "native" and em.log[0].reason.startswith("fallback: emulated_fft raised NumericsError")
+    assert torch.equal(torch.isnan(y), torch.isnan(torch.fft.fftn(t)))
 
 
 def test_blocked_cholesky_runs_unchanged_under_emulate():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.overrides import TorchFunctionMode
 
-from gpufield.errors import InputError
+from gpufield.errors import GpufieldError, InputError
 from gpufield.fp64.crossover import POLICIES, choose, load_table, path_bound
 
 _IN_PATH = contextvars.ContextVar("gpufield_fp64_in_emulated_path", default=False)
@@ -215,13 +215,23 @@ class EmulateMode(TorchFunctionMode):
             bd = {"K": dims[1]} if call.op == "matmul" else {"shape": dims, "plan": entry_plan}
             bound = path_bound(call.op, ch.path, bd)
         t0 = self._tick(dev) if cfg.measure_time else None
+        path, reason = ch.path, ch.reason
         token = _IN_PATH.set(True)
         try:
-            out = _execute(func, args, kwargs, call, ch.path, entry_plan)
+            try:
+                out = _execute(func, args, kwargs, call, path, entry_plan)
+            except (GpufieldError, RuntimeError) as e:  # e.g. Inf/NaN into the emulated FFT: as torch would
+                if path == "native":
+                    raise
+                reason = f"fallback: {path} raised {type(e).__name__}: {str(e)[:160]} (chosen by: {reason})"
+                path = "native"
+                bound = path_bound(call.op, "native", {"K": dims[1]} if call.op == "matmul" else {"shape": dims}) \
+                    if cfg.error_bound else None
+                out = func(*args, **kwargs)
         finally:
             _IN_PATH.reset(token)
         dt = self._tock(dev, t0) if cfg.measure_time else None
-        self._note(func, args, ch.path, ch.reason, entry_dims=_entry_dims(ch.entry), bound=bound, time_s=dt)
+        self._note(func, args, path, reason, entry_dims=_entry_dims(ch.entry), bound=bound, time_s=dt)
         return out
 
     def _native(self, func, args, kwargs, reason):
