@@ -283,3 +283,22 @@ def test_cublas_emulation_refused_without_cuda():
 
     with pytest.raises(CublasUnavailable, match="no CUDA"):
         cublas_emulated_gemm(0)
+
+
+def test_cli_crossover(tmp_path, capsys):
+    import json
+
+    from gpufield.cli import main
+
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps(TABLE))
+    assert main(["fp64", "crossover", "--table", str(p), "--op", "matmul", "--shape", "64,64,64", "--tol", "1e-9",
+                 "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["choices"]
+    assert [(c["policy"], c["path"]) for c in got] == [("speed", "ozaki_int8_15"), ("accuracy", "ozaki_int8_16"),
+                                                       ("speed", "ozaki_int8_12")]
+    assert got[2]["bound"] == pytest.approx(ozaki_fast_bound("int8", 12, 64))
+    assert main(["fp64", "crossover", "--table", str(p)]) == 0
+    assert "ozaki_int8_15" in capsys.readouterr().out
+    assert main(["fp64", "crossover", "--gpu", "NVIDIA Imaginary X1"]) == 2
+    assert main(["fp64", "crossover", "--table", str(p), "--op", "matmul", "--shape", "3,3"]) == 2
