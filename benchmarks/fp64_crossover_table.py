@@ -43,10 +43,11 @@ def main(argv=None) -> int:
     ap.add_argument("--run", required=True)
     ap.add_argument("--date", required=True)
     ap.add_argument("--command", required=True)
+    ap.add_argument("--commit", default=None, help="the commit the run measured (default: the raw output's env.commit)")
     ap.add_argument("--write", type=Path, default=None)
     a = ap.parse_args(argv)
     raw = json.loads(a.raw.read_text())
-    prov = {"run": a.run, "commit": (raw.get("env") or {}).get("commit"), "date": a.date, "command": a.command,
+    prov = {"run": a.run, "commit": a.commit or (raw.get("env") or {}).get("commit"), "date": a.date, "command": a.command,
             "raw": str(a.raw)}
     table = build_table(raw, prov)
     if a.write:

@@ -302,3 +302,18 @@ def test_cli_crossover(tmp_path, capsys):
     assert "ozaki_int8_15" in capsys.readouterr().out
     assert main(["fp64", "crossover", "--gpu", "NVIDIA Imaginary X1"]) == 2
     assert main(["fp64", "crossover", "--table", str(p), "--op", "matmul", "--shape", "3,3"]) == 2
+
+
+def test_committed_h200_table_is_the_run72_output():
+    """data/crossover_h200.json is build_table() of the committed raw run-72 output, nothing edited by hand."""
+    import json
+    from pathlib import Path
+
+    raw = Path(__file__).resolve().parents[2] / "benchmarks/results/h200-run72/fp64-emulate/fp64_crossover.json"
+    t = load_crossover_table("NVIDIA H200")
+    assert t is not None and t["provenance"]["run"] == "h200-run72"
+    rebuilt = build_table(json.loads(raw.read_text()), t["provenance"])
+    assert rebuilt["entries"] == t["entries"]
+    # the two questions the table answers at 256^3 on an H200
+    assert choose(t, "fftn", [256, 256, 256], policy="speed").path == "native"
+    assert choose(t, "fftn", [256, 256, 256], policy="accuracy").path == "emulated_fft"
