@@ -37,6 +37,32 @@ def markdown(table: dict) -> list[str]:
     return out
 
 
+def _cell(p, r):
+    t = r["time_s"]
+    ts = f"{t * 1e3:.3g} ms" if t >= 1e-4 else f"{t * 1e6:.3g} us"
+    return f"{ts} / {r.get('err_norm', r.get('err_rel_l2')):.1e}" + (f" ({p})" if p else "")
+
+
+def compact(table: dict, tol: float = 1e-14) -> list[str]:
+    """Markdown, one row per shape: native, the fastest and the most accurate emulated path, cuBLAS emulation,
+    and the path of each policy (speed; accuracy; speed with ``tol``)."""
+    out = [f"| op | shape | native | fastest emulated | most accurate emulated | cuBLAS emulation | speed | accuracy "
+           f"| speed, tol {tol:g} |", "|---|---|---|---|---|---|---|---|---|"]
+    for e in table["entries"]:
+        dims = [e["M"], e["K"], e["N"]] if e["op"] == "matmul" else e["shape"]
+        emu = {p: r for p, r in e["paths"].items() if p not in ("native", "cublas_emu")}
+        err = {p: r.get("err_norm", r.get("err_rel_l2")) for p, r in emu.items()}
+        fast = min(emu, key=lambda p: emu[p]["time_s"]) if emu else None
+        acc = min(emu, key=lambda p: (err[p], emu[p]["time_s"])) if emu else None
+        cb = e["paths"].get("cublas_emu")
+        ch = [choose(table, e["op"], dims, policy="speed").path, choose(table, e["op"], dims, policy="accuracy").path,
+              choose(table, e["op"], dims, policy="speed", tol=tol).path]
+        out.append(f"| {e['op']} | {'x'.join(map(str, dims))} | {_cell('', e['paths']['native'])} | "
+                   f"{_cell(fast, emu[fast]) if fast else '-'} | {_cell(acc, emu[acc]) if acc else '-'} | "
+                   f"{_cell('', cb) if cb else '-'} | " + " | ".join(f"**{c}**" for c in ch) + " |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--raw", required=True, type=Path)
@@ -45,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--command", required=True)
     ap.add_argument("--commit", default=None, help="the commit the run measured (default: the raw output's env.commit)")
     ap.add_argument("--write", type=Path, default=None)
+    ap.add_argument("--compact", action="store_true", help="one row per shape: native, best emulated, policies")
     a = ap.parse_args(argv)
     raw = json.loads(a.raw.read_text())
     prov = {"run": a.run, "commit": a.commit or (raw.get("env") or {}).get("commit"), "date": a.date, "command": a.command,
@@ -54,7 +81,7 @@ def main(argv=None) -> int:
         tmp = a.write.with_name(a.write.name + ".tmp")
         tmp.write_text(json.dumps(table, indent=1) + "\n")
         tmp.replace(a.write)
-    print("\n".join(markdown(table)))
+    print("\n".join(compact(table) if a.compact else markdown(table)))
     return 0
 
 
