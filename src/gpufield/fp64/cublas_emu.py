@@ -7,7 +7,8 @@ to the next product, and the process-wide ``CUBLAS_EMULATE_DOUBLE_PRECISION`` / 
 variables are read when cuBLAS starts, not per call. :class:`CublasEmulatedGemm` instead holds a cuBLAS handle
 of its own in the libcublas that torch loaded, sets ``CUBLAS_FP64_EMULATED_FIXEDPOINT_MATH`` and the ``EAGER``
 strategy on it (on Hopper the default strategy keeps native DGEMM), and calls ``cublasDgemm_v2`` on torch's
-current stream with torch-allocated memory. Enum values from cuBLAS 13 ``cublas_api.h``.
+current stream with torch-allocated memory. One handle and workspace per device: a call on another stream than
+the previous call's first waits for that stream (the workspace is never used by two streams at once). Enum values from cuBLAS 13 ``cublas_api.h``.
 
 Shape legend: M rows of A, K inner, N columns of B.
 """
@@ -100,6 +101,7 @@ class CublasEmulatedGemm:
             mode = ctypes.c_int(-1)
             _check(lib.cublasGetMathMode(h, ctypes.byref(mode)), "cublasGetMathMode")
             self.math_mode = mode.value
+        self._last_stream = None
         self._alpha = ctypes.c_double(1.0)
         self._beta = ctypes.c_double(0.0)
         lib.cublasDgemm_v2.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
@@ -139,7 +141,11 @@ class CublasEmulatedGemm:
         a = A_MK.contiguous()
         b = B_KN.contiguous()
         with _LOCK, torch.cuda.device(self.device):
-            stream = torch.cuda.current_stream(self.device).cuda_stream
+            cur = torch.cuda.current_stream(self.device)
+            if self._last_stream is not None and self._last_stream != cur:
+                cur.wait_stream(self._last_stream)  # one handle, one workspace: uses on two streams never overlap
+            self._last_stream = cur
+            stream = cur.cuda_stream
             _check(self.lib.cublasSetStream_v2(self.handle, ctypes.c_void_p(stream)), "cublasSetStream_v2")
             # row-major C = A B is column-major C^T = B^T A^T: (N x K)(K x M)
             _check(self.lib.cublasDgemm_v2(self.handle, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, ctypes.byref(self._alpha),
