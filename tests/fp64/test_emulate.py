@@ -317,3 +317,17 @@ def test_committed_h200_table_is_the_run72_output():
     # the two questions the table answers at 256^3 on an H200
     assert choose(t, "fftn", [256, 256, 256], policy="speed").path == "native"
     assert choose(t, "fftn", [256, 256, 256], policy="accuracy").path == "emulated_fft"
+
+
+def test_cublas_emulation_can_be_left_out():
+    from gpufield.fp64.emulation import _available
+
+    x = torch.empty(0)
+    cuda0 = torch.device("cuda", 0)  # only the device type is read; nothing is allocated there
+    assert "cublas_emu" in _available("matmul", cuda0, x, True)
+    assert "cublas_emu" not in _available("matmul", cuda0, x, False)
+    assert "cublas_emu" not in _available("matmul", torch.device("cpu"), x, True)
+    t = load_crossover_table("NVIDIA H200")
+    assert choose(t, "matmul", [256, 256, 256], policy="accuracy").path == "cublas_emu"  # run 72: 0.43 ms
+    no_cb = _available("matmul", cuda0, x, False)
+    assert choose(t, "matmul", [256, 256, 256], policy="accuracy", available=no_cb).path == "ozaki_int8_15"

@@ -29,6 +29,7 @@ _IN_PATH = contextvars.ContextVar("gpufield_fp64_in_emulated_path", default=Fals
 MATMUL_FUNCS = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm,
                 torch.Tensor.mm, torch.bmm, torch.Tensor.bmm}
 FFT_FUNCS = {torch.fft.fftn}
+_HANDLED = frozenset(MATMUL_FUNCS | FFT_FUNCS)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,6 +46,8 @@ class EmulateConfig:
             checks: the Ozaki-II and FFT torch paths run there, slowly).
         max_distance_log2: table entries farther than this from a call's shape (summed |log2| over dims)
             are not used (native).
+        cublas_emulation: let the policy choose cuBLAS's own FP64 emulation (``cublas_emu``, reached by ctypes
+            on a cuBLAS handle of gpufield's own, not through torch); False = Ozaki-II and native only.
     """
 
     policy: str = "speed"
@@ -53,6 +56,7 @@ class EmulateConfig:
     measure_time: bool = False
     allow_cpu: bool = False
     max_distance_log2: float = 3.0
+    cublas_emulation: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -165,7 +169,7 @@ class EmulateMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _IN_PATH.get():
+        if func not in _HANDLED or _IN_PATH.get():  # every other torch call in the block: straight through
             return func(*args, **kwargs)
         call, why_not = _as_call(func, args, kwargs)
         if call is None:
@@ -202,7 +206,7 @@ class EmulateMode(TorchFunctionMode):
         if table is None:
             return self._native(func, args, kwargs, why)
         dims = self._dims(call)
-        avail = _available(call.op, dev, call.A)
+        avail = _available(call.op, dev, call.A, cfg.cublas_emulation)
         key = (call.op, tuple(dims), avail, id(table))
         ch = self._choices.get(key)
         if ch is None:  # one choice per shape: the table lookup and the reason text are not redone per call
@@ -270,11 +274,11 @@ _FFT_PATHS = frozenset({"native", "emulated_fft"})
 _NATIVE = frozenset({"native"})
 
 
-def _available(op: str, dev: torch.device, x: torch.Tensor) -> frozenset:
+def _available(op: str, dev: torch.device, x: torch.Tensor, cublas: bool = True) -> frozenset:
     if op == "fftn":
         ok = 1 <= x.dim() <= 3 and all(n >= 1 and n & (n - 1) == 0 and n <= 1024 for n in x.shape)
         return _FFT_PATHS if ok else _NATIVE
-    return _GEMM_PATHS_CUDA if dev.type == "cuda" else _GEMM_PATHS
+    return _GEMM_PATHS_CUDA if dev.type == "cuda" and cublas else _GEMM_PATHS
 
 
 def _plan(plan_fields: dict | None, dev: torch.device):
@@ -324,7 +328,7 @@ def _execute(func, args, kwargs, call: _Call, path: str, plan_fields):
 
 def emulate(policy: str = "speed", *, tol: float | None = None, error_bound: bool = False,
             measure_time: bool = False, table=None, allow_cpu: bool = False,
-            max_distance_log2: float = 3.0) -> EmulateMode:
+            max_distance_log2: float = 3.0, cublas_emulation: bool = True) -> EmulateMode:
     """Run float64 matrix products and FFTs in the enclosed code on the path the GPU's crossover table chooses.
 
     Handled: ``torch.matmul``, ``Tensor.matmul`` / ``@`` (both sides), ``torch.mm``, ``torch.bmm`` on two float64
@@ -350,6 +354,7 @@ def emulate(policy: str = "speed", *, tol: float | None = None, error_bound: boo
             table of each GPU.
         allow_cpu: run chosen emulated paths on CPU tensors as well (needs ``table``).
         max_distance_log2: farthest table entry used, in summed |log2| over the dims.
+        cublas_emulation: whether cuBLAS's own FP64 emulation may be chosen (see :class:`EmulateConfig`).
 
     Returns:
         The :class:`EmulateMode` (a context manager; ``.log`` holds the :class:`PathRecord` list).
@@ -358,7 +363,7 @@ def emulate(policy: str = "speed", *, tol: float | None = None, error_bound: boo
         InputError: a bad policy, tol or table.
     """
     cfg = EmulateConfig(policy=policy, tol=tol, error_bound=error_bound, measure_time=measure_time,
-                        allow_cpu=allow_cpu, max_distance_log2=max_distance_log2)
+                        allow_cpu=allow_cpu, max_distance_log2=max_distance_log2, cublas_emulation=cublas_emulation)
     if allow_cpu and table is None:
         raise InputError("allow_cpu=True needs a table (there is no crossover table of a CPU)")
     return EmulateMode(cfg, table)
