@@ -19,9 +19,11 @@ Bounds, in the same measures (``u`` = 2^-53, finite inputs, outputs in the norma
   product of the truncated operands is exact and rounded once, so, with ||x||_1 <= sqrt(K) ||x||_2,
   |C^ - C|_ij / (||a_i|| ||b_j||) <= (1 + u)(2 sqrt(K) c 2^-H + K c^2 2^-2H) + u;
 * emulated FFT (:func:`emulated_fft_bound`): per stage of length n (input rows truncated to b_x bits below
-  the row maximum, twiddles rounded to b_w bits, exact CRT, one rounding) the relative L2 error is at most
-  e = sqrt(2 n) 2^(1 - b_x) + sqrt(n) 2^(-b_w - 1/2) + u (1 + ...); stage matrices have 2-norm sqrt(n) and
-  multiply norms by exactly sqrt(n), so S stages give (1 + e)^S - 1;
+  the row maximum: |dx_k| <= sqrt(2) 2^(1 - b_x) max|x|; twiddles rounded to b_w bits: |dW_kj| <= 2^(-b_w - 1/2);
+  exact CRT; one rounding, u per component) the computed output is within (1 + e)(1 + u) - 1 of the exact
+  stage output in relative L2, e = sqrt(2 n) 2^(1 - b_x) + sqrt(n) 2^(-b_w - 1/2) (the stage matrices, twiddled
+  or not, have 2-norm sqrt(n) and multiply the norm of every row by exactly sqrt(n)); S stages give the product
+  of the S factors minus 1;
 * cuFFT (:func:`native_fft_bound`): a model bound only (cuFFT's algorithm is not public): Higham's radix-2
   bound log2(N) eta / (1 - log2(N) eta), eta = u + gamma_4 (sqrt(2) + u) (ibid., Theorem 24.2);
 * cuBLAS emulation: no a-priori bound is known here (None); only its measured error.
