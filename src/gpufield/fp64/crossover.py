@@ -21,7 +21,8 @@ Bounds, in the same measures (``u`` = 2^-53, finite inputs, outputs in the norma
 * emulated FFT (:func:`emulated_fft_bound`): per stage of length n (input rows truncated to b_x bits below
   the row maximum: |dx_k| <= sqrt(2) 2^(1 - b_x) max|x|; twiddles rounded to b_w bits: |dW_kj| <= 2^(-b_w - 1/2);
   exact CRT; one rounding, u per component) the computed output is within (1 + e)(1 + u) - 1 of the exact
-  stage output in relative L2, e = sqrt(2 n) 2^(1 - b_x) + sqrt(n) 2^(-b_w - 1/2) (the stage matrices, twiddled
+  stage output in relative L2, e = e1 + e2 + e1 e2 with e1 = sqrt(2 n) 2^(1 - b_x), e2 = sqrt(n) 2^(-b_w - 1/2)
+  (the stage matrices, twiddled
   or not, have 2-norm sqrt(n) and multiply the norm of every row by exactly sqrt(n)); S stages give the product
   of the S factors minus 1;
 * cuFFT (:func:`native_fft_bound`): a model bound only (cuFFT's algorithm is not public): Higham's radix-2
@@ -114,7 +115,9 @@ def emulated_fft_bound(shape: tuple[int, ...], input_bits: int = 58, twiddle_bit
     """
     log_total = 0.0  # log of the product of the stage factors (summed in logs: 1 + 2^-53 rounds to 1)
     for n in _stages(tuple(shape)):
-        e = math.sqrt(2 * n) * 2.0**(1 - input_bits) + math.sqrt(n) * 2.0**(-twiddle_bits - 0.5)
+        e1 = math.sqrt(2 * n) * 2.0**(1 - input_bits)  # input truncation
+        e2 = math.sqrt(n) * 2.0**(-twiddle_bits - 0.5)  # twiddle rounding
+        e = e1 + e2 + e1 * e2
         log_total += math.log1p(e + U + e * U)  # (1 + e)(1 + u): the rounded output vs the exact stage output
     return math.expm1(log_total)
 
