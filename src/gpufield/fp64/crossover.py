@@ -22,9 +22,8 @@ Bounds, in the same measures (``u`` = 2^-53, finite inputs, outputs in the norma
   the row maximum: |dx_k| <= sqrt(2) 2^(1 - b_x) max|x|; twiddles rounded to b_w bits: |dW_kj| <= 2^(-b_w - 1/2);
   exact CRT; one rounding, u per component) the computed output is within (1 + e)(1 + u) - 1 of the exact
   stage output in relative L2, e = e1 + e2 + e1 e2 with e1 = sqrt(2 n) 2^(1 - b_x), e2 = sqrt(n) 2^(-b_w - 1/2)
-  (the stage matrices, twiddled
-  or not, have 2-norm sqrt(n) and multiply the norm of every row by exactly sqrt(n)); S stages give the product
-  of the S factors minus 1;
+  (the stage matrices, twiddled or not, have 2-norm sqrt(n) and multiply the norm of every row by exactly
+  sqrt(n)); S stages give the product of the S factors minus 1;
 * cuFFT (:func:`native_fft_bound`): a model bound only (cuFFT's algorithm is not public): Higham's radix-2
   bound log2(N) eta / (1 - log2(N) eta), eta = u + gamma_4 (sqrt(2) + u) (ibid., Theorem 24.2);
 * cuBLAS emulation: no a-priori bound is known here (None); only its measured error.
