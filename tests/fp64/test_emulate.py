@@ -331,3 +331,22 @@ def test_cublas_emulation_can_be_left_out():
     assert choose(t, "matmul", [256, 256, 256], policy="accuracy").path == "cublas_emu"  # run 72: 0.43 ms
     no_cb = _available("matmul", cuda0, x, False)
     assert choose(t, "matmul", [256, 256, 256], policy="accuracy", available=no_cb).path == "ozaki_int8_15"
+
+
+def test_a_priori_bounds_hold_for_every_h200_measurement():
+    """Run 72's measured errors (sampled, on the H200) never exceed the a-priori bounds of their path."""
+    from gpufield.fp64.crossover import path_bound
+
+    t = load_crossover_table("NVIDIA H200")
+    checked = 0
+    for e in t["entries"]:
+        for p, r in e["paths"].items():
+            dims = {"K": e["K"]} if e["op"] == "matmul" else {"shape": e["shape"], "plan": r.get("plan")}
+            b = path_bound(e["op"], p, dims)
+            if b is None:
+                assert p == "cublas_emu"
+                continue
+            err = r.get("err_norm", r.get("err_rel_l2"))
+            assert err <= b, (e["op"], e.get("shape") or [e["M"], e["K"], e["N"]], p, err, b)
+            checked += 1
+    assert checked >= 80
