@@ -349,4 +349,4 @@ def test_a_priori_bounds_hold_for_every_h200_measurement():
             err = r.get("err_norm", r.get("err_rel_l2"))
             assert err <= b, (e["op"], e.get("shape") or [e["M"], e["K"], e["N"]], p, err, b)
             checked += 1
-    assert checked >= 80
+    assert checked == 77  # every native, Ozaki-II and FFT measurement of run 72
