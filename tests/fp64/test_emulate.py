@@ -301,6 +301,9 @@ def test_cli_crossover(tmp_path, capsys):
     assert main(["fp64", "crossover", "--table", str(p)]) == 0
     assert "ozaki_int8_15" in capsys.readouterr().out
     assert main(["fp64", "crossover", "--gpu", "NVIDIA Imaginary X1"]) == 2
+    assert "h200" in capsys.readouterr().err  # the message lists the committed tables
+    if not torch.cuda.is_available():
+        assert main(["fp64", "crossover"]) == 2  # no GPU here and no --gpu
     assert main(["fp64", "crossover", "--table", str(p), "--op", "matmul", "--shape", "3,3"]) == 2
 
 

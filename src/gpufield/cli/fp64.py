@@ -209,7 +209,8 @@ SLOW_CPU_S = 60.0
 
 @app.command("crossover")
 def crossover_cmd(
-    gpu: Annotated[str, typer.Option(help="GPU name or table key (e.g. 'NVIDIA H200' or h200)")] = "h200",
+    gpu: Annotated[str | None, typer.Option(help="GPU name or table key (e.g. 'NVIDIA H200' or h200); default: "
+                                            "this machine's GPU")] = None,
     table: Annotated[str | None, typer.Option(help="a crossover table JSON instead of the committed one")] = None,
     op: Annotated[str | None, typer.Option(help="matmul | fftn: with --shape, which path a call takes")] = None,
     shape: Annotated[str | None, typer.Option(help="matmul: M,K,N; fftn: the sides, e.g. 256,256,256")] = None,
@@ -220,12 +221,18 @@ def crossover_cmd(
     every path's median time and error per shape and the path ``gpufield.fp64.emulate()`` takes under each
     policy; with --op and --shape, the path, the table entry and the reason for one call."""
     from gpufield.errors import InputError
-    from gpufield.fp64.crossover import choose, load_table, path_bound
+    from gpufield.fp64.crossover import choose, committed_keys, load_table, path_bound
 
+    if table is None and gpu is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"no GPU here: give --gpu (committed tables: {', '.join(committed_keys())}) or --table")
+        gpu = torch.cuda.get_device_name()
     t = load_table(path=table) if table else load_table(gpu)
     if t is None:
-        raise InputError(f"no committed crossover table for {gpu!r} (measure one with "
-                         "benchmarks/fp64_crossover_gpu.py, or pass --table)")
+        raise InputError(f"no committed crossover table for {gpu!r} (committed: {', '.join(committed_keys())}; "
+                         "measure one with benchmarks/fp64_crossover_gpu.py, or pass --table)")
     if (op is None) != (shape is None):
         raise typer.BadParameter("give --op and --shape together", param_hint="'--op'")
     if op is not None:

@@ -294,6 +294,13 @@ def _packaged(key: str) -> dict | None:
     return validate_table(json.loads(ref.read_text()), str(ref))
 
 
+def committed_keys() -> list[str]:
+    """Keys of the committed tables (``data/crossover_<key>.json``), sorted."""
+    d = resources.files("gpufield.fp64") / "data"
+    return sorted(f.name[len("crossover_"):-len(".json")] for f in d.iterdir()
+                  if f.name.startswith("crossover_") and f.name.endswith(".json"))
+
+
 def load_table(device_name: str | None = None, path: str | Path | None = None) -> dict | None:
     """The crossover table of a GPU: from ``path``, or the committed ``data/crossover_<key>.json``.
 
