@@ -111,6 +111,12 @@ def test_dispatch_log_matches_table_and_numerics_within_bound():
             err = float(np.max(np.abs(C.numpy().astype(np.longdouble) - ref) / nrm))
             assert err <= r.bound
         assert torch.equal(C1, C2) and torch.equal(C2, C3)
+    R = _rand(64, 16, seed=15)  # the reflected product logs its operands in product order
+    with emulate("speed", table=TABLE, allow_cpu=True) as em:
+        D = R.__rmatmul__(A)  # = A @ R: [64, 64] @ [64, 16]
+    assert em.log[0].func == "@ (reflected)" and em.log[0].shapes == [[64, 64], [64, 16]]
+    assert em.log[0].path == "ozaki_int8_15" and em.log[0].entry_dims == [64, 64, 64]  # 2 binades from [64, 64, 16]
+    assert float((D - A @ R).abs().max()) < 1e-13
 
 
 def test_batched_and_vector_operands():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -101,7 +101,6 @@ class _Call:
     op: str
     A: torch.Tensor
     B: torch.Tensor | None = None
-    squeeze: tuple = field(default_factory=tuple)
 
 
 _NAMES = {torch.matmul: "torch.matmul", torch.Tensor.matmul: "Tensor.matmul", torch.Tensor.__matmul__: "@",
@@ -178,8 +177,9 @@ class EmulateMode(TorchFunctionMode):
             return func(*args, **kwargs)
         return self._run(func, args, kwargs, call)
 
-    def _note(self, func, args, path, reason, **kw) -> None:
-        ts = [a for a in args if isinstance(a, torch.Tensor)]
+    def _note(self, func, args, path, reason, call: _Call | None = None, **kw) -> None:
+        ts = [t for t in (call.A, call.B) if t is not None] if call is not None else \
+            [a for a in args if isinstance(a, torch.Tensor)]  # A, B in product order (also for __rmatmul__)
         self.log.append(PathRecord(op="fftn" if func in FFT_FUNCS else "matmul", func=_fname(func),
                                    shapes=[list(t.shape) for t in ts], dtype=str(ts[0].dtype) if ts else "?",
                                    device=str(ts[0].device) if ts else "?", path=path, reason=reason, **kw))
@@ -197,14 +197,15 @@ class EmulateMode(TorchFunctionMode):
         A, B = call.A, call.B
         dev = A.device
         if B is not None and B.device != dev:
-            return self._native(func, args, kwargs, "operands on different devices")
+            return self._native(func, args, kwargs, "operands on different devices", call)
         if torch.is_grad_enabled() and (A.requires_grad or (B is not None and B.requires_grad)):
-            return self._native(func, args, kwargs, "autograd: operands require grad (emulated paths have no backward)")
+            return self._native(func, args, kwargs, "autograd: operands require grad (emulated paths have no backward)",
+                                call)
         if dev.type != "cuda" and not cfg.allow_cpu:
-            return self._native(func, args, kwargs, f"{dev.type} tensor (allow_cpu=False)")
+            return self._native(func, args, kwargs, f"{dev.type} tensor (allow_cpu=False)", call)
         table, why = self._table_for(dev)
         if table is None:
-            return self._native(func, args, kwargs, why)
+            return self._native(func, args, kwargs, why, call)
         dims = self._dims(call)
         avail = _available(call.op, dev, call.A, cfg.cublas_emulation)
         key = (call.op, tuple(dims), avail, id(table))
@@ -235,10 +236,10 @@ class EmulateMode(TorchFunctionMode):
         finally:
             _IN_PATH.reset(token)
         dt = self._tock(dev, t0) if cfg.measure_time else None
-        self._note(func, args, path, reason, entry_dims=_entry_dims(ch.entry), bound=bound, time_s=dt)
+        self._note(func, args, path, reason, call, entry_dims=_entry_dims(ch.entry), bound=bound, time_s=dt)
         return out
 
-    def _native(self, func, args, kwargs, reason):
+    def _native(self, func, args, kwargs, reason, call: _Call | None = None):
         t0 = self._tick(args[0].device) if self.config.measure_time else None
         token = _IN_PATH.set(True)
         try:
@@ -246,7 +247,7 @@ class EmulateMode(TorchFunctionMode):
         finally:
             _IN_PATH.reset(token)
         dt = self._tock(args[0].device, t0) if self.config.measure_time else None
-        self._note(func, args, "native", reason, time_s=dt)
+        self._note(func, args, "native", reason, call, time_s=dt)
         return out
 
     @staticmethod
