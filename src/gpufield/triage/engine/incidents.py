@@ -226,8 +226,9 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         hosts = {e.host for e in tl.events if e.rank == rank and e.host}
         host = next(iter(hosts)) if len(hosts) == 1 else None
     values: dict[str, object] = {"host": host, "gpu": gpu, "rank": rank, **root.facts}
-    if root.host is None and root.root.file:
-        # no hostname in the line, its file or its folder: say which file's host is meant
+    if host is None and root.root.file:
+        # no hostname in the line, its file or its folder, nor found by the blame stage: say which file's host
+        # is meant (a host the blame stage found, e.g. in `srun: error: <host>: task 0: Out Of Memory`, is kept)
         values["host"] = f"<the host that wrote {_short(root.root.file)}: not named in the logs>"
     kind, action, nxt = action_for(root.cls, values, running=running,
                                    exception=root.rule == "python_exception")

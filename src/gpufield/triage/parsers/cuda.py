@@ -33,7 +33,9 @@ OOM_ALLOC_RE = rx.compile(r"Of the allocated memory " + _N.format("a") + r" is a
 OOM0_RE = rx.compile(r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation")
 # RuntimeError: CUDA error: an illegal memory access was encountered
 # RuntimeError: CUDA error: uncorrectable ECC error encountered
-CUDA_ERR_RE = rx.compile(r"(?:CUDA error|CUDA failure|Cuda failure|cudaError\w*)[:]? ?'?(?P<msg>[^'\n]*?)'?\s*$")
+# darknet (src/dark_cuda.c check_error): "CUDA Error: uncorrectable ECC error encountered" and, for an error left by
+# an earlier call, "CUDA Error Prev: ..." (capital E: the cudaGetErrorString text after it is the same)
+CUDA_ERR_RE = rx.compile(r"(?:CUDA [Ee]rror(?: Prev)?|CUDA failure|Cuda failure|cudaError\w*)[:]? ?'?(?P<msg>[^'\n]*?)'?\s*$")
 # Test CUDA failure common.cu:1007 'CUDA-capable device(s) is/are busy or unavailable'     (nccl-tests)
 # Failed to allocate device vector A (error code unknown error)!                          (CUDA samples)
 ERROR_CODE_RE = rx.compile(r"\(error code (?P<msg>[^)]+)\)")
@@ -83,7 +85,7 @@ class CudaParser:
 
     name = "cuda"
     source = "cuda"
-    prefilter = (r"CUDA out of memory|CUDA error|CUDA failure|Cuda failure|cudaError|CUDA-capable device|"
+    prefilter = (r"CUDA out of memory|CUDA [Ee]rror|CUDA failure|Cuda failure|cudaError|CUDA-capable device|"
                  r"illegal memory access|CUDA_ERROR_|\(error code |DataLoader worker \(pid \d+\) is killed")
     keywords = ("CUDA", "Cuda failure", "cudaError", "illegal memory access", "(error code ", "DataLoader worker")
 

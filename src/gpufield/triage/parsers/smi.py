@@ -21,6 +21,10 @@ from gpufield.triage.protocols import LineContext
 # GPU 00000000:18:00.0
 SMI_GPU_RE = rx.compile(r"^GPU (?P<bdf>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 #         Idle                              : Active
+# a top-level ``nvidia-smi -q`` section quoted without its ``GPU <bus id>`` header (users paste the one block that
+# matters, e.g. leptonai/gpud#80: "    Remapped Rows" then its indented counters)
+SMI_SECTION_RE = rx.compile(r"^ {4}(?P<sec>Remapped Rows|ECC Errors|Retired Pages|Clocks Event Reasons|"
+                            r"Clocks Throttle Reasons)\s*$")
 SMI_KV_RE = rx.compile(r"^(?P<ind> *)(?P<key>\S[^:]*?)\s*: ?(?P<val>.*?)\s*$")
 SMI_HEAD_RE = rx.compile(r"^(?P<ind> *)(?P<key>\S.*?)\s*$")
 _ACTIVE = {"Active": True, "Not Active": False}
@@ -52,8 +56,9 @@ class SmiParser:
     source = "smi"
     prefilter = (r"^GPU 0[0-9A-Fa-f]{3,7}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$|P2P=(?:En|Dis)abled [BL]|"
                  r"Access Peer Device|Unable to determine the device handle|NVMLError_|NVML_ERROR_GPU_IS_LOST|GPU is lost|"
-                 r"^\s*GPU0\s.*CPU Affinity")
-    keywords = ("GPU 0", "P2P=", "Access Peer Device", "device handle", "NVML", "GPU is lost", "CPU Affinity")
+                 r"^\s*GPU0\s.*CPU Affinity|^ {4}(?:Remapped Rows|ECC Errors|Retired Pages|Clocks (?:Event|Throttle) Reasons)\s*$")
+    keywords = ("GPU 0", "P2P=", "Access Peer Device", "device handle", "NVML", "GPU is lost", "CPU Affinity",
+                "Remapped Rows", "ECC Errors", "Retired Pages", "Clocks Event Reasons", "Clocks Throttle Reasons")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Single-line records: p2p access, NVML lost-GPU errors (sections go through records)."""
@@ -71,7 +76,8 @@ class SmiParser:
 
     def opens_record(self, line: str) -> bool:
         """A ``GPU <bus id>`` section header, a p2p matrix title or an ``nvidia-smi topo -m`` header."""
-        return bool(SMI_GPU_RE.match(line) or P2P_HEAD_RE.search(line) or TOPO_HEAD_RE.match(line))
+        return bool(SMI_GPU_RE.match(line) or P2P_HEAD_RE.search(line) or TOPO_HEAD_RE.match(line)
+                    or SMI_SECTION_RE.match(line))
 
     def continues_record(self, lines: Sequence[str], line: str) -> bool:
         """Indented lines of a GPU section; column header and rows of a matrix."""
@@ -79,6 +85,8 @@ class SmiParser:
             return bool(TOPO_ROW_RE.match(line))
         if SMI_GPU_RE.match(lines[0]):
             return line.startswith(" ") and bool(line.strip())
+        if SMI_SECTION_RE.match(lines[0]):  # the section's own, deeper-indented lines
+            return line.startswith("     ") and bool(line.strip())
         if len(lines) == 1:
             return bool(P2P_COLS_RE.match(line))
         return bool(P2P_ROW_RE.match(line))
@@ -89,6 +97,8 @@ class SmiParser:
             return _topo_matrix(lines, ctx)
         if SMI_GPU_RE.match(lines[0]):
             return _gpu_section(lines, ctx)
+        if SMI_SECTION_RE.match(lines[0]):
+            return _gpu_section(lines, ctx, start=0)
         return _p2p_matrix(lines, ctx)
 
 
@@ -121,15 +131,17 @@ def _topo_matrix(lines: Sequence[str], ctx: LineContext) -> list[Event]:
                   fields={"links": links, "gpus": gpus})]
 
 
-def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
-    bdf = SMI_GPU_RE.match(lines[0])["bdf"]
+def _gpu_section(lines: Sequence[str], ctx: LineContext, start: int = 1) -> list[Event]:
+    """Events of one GPU section; ``start=0``: a headless section (no ``GPU <bus id>`` line, GPU unknown)."""
+    head = SMI_GPU_RE.match(lines[0])
+    bdf = head["bdf"] if head else None
     pre = prefix_of(lines[0], ctx)
     uuid = index = None
     path: list[tuple[int, str]] = []
     out: list[Event] = []
     remap: dict = {}
     remap_line = 0
-    for i, x in enumerate(lines[1:], 1):
+    for i, x in enumerate(lines[start:], start):
         kv = SMI_KV_RE.match(x)
         if kv is None or (kv["val"] == "" and ":" not in x):
             h = SMI_HEAD_RE.match(x)
@@ -183,7 +195,7 @@ def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:
     if remap:
         lctx = at_line(ctx, remap_line)
         bad = remap.get("failure") or remap.get("pending")
-        out.append(event("smi", "row_remap", lctx, "\n".join(lines[remap_line - 1:remap_line + 4]), pre,
+        out.append(event("smi", "row_remap", lctx, "\n".join(lines[max(remap_line - 1, 0):remap_line + 4]), pre,
                          bdf=bdf, uuid=uuid, gpu_index=index, severity="error" if bad else "info", fields=remap))
     return [e if e.gpu_uuid and e.gpu_index is not None else _with(e, uuid, index) for e in out]
 

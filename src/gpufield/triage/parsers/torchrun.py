@@ -67,13 +67,19 @@ SLURM_CANCEL_RE = rx.compile(r"\*\*\* (?P<what>JOB|STEP) (?P<id>[\w.+]+) ON (?P<
                              r"(?: DUE TO (?P<reason>[A-Z][A-Z_ ]*[A-Z]))?(?: \([^)]*\))? \*\*\*")
 # slurmstepd: error: Detected 1 oom-kill event(s) in StepId=37205392.0. Some of your processes may have been killed by the cgroup out-of-memory handler.
 # (older Slurm: "Detected 1 oom-kill event(s) in step 1234.batch cgroup."; src/plugins/task/cgroup, the step's memory cgroup)
-SLURM_OOM_RE = rx.compile(r"Detected (?P<n>\d+) oom[-_]kill event\(s\) in (?:StepId=|step )(?P<step>[\w.+]*\w)")
+# newer Slurm: "Detected 1 oom_kill event in StepId=43622791.67. Some of the step tasks have been OOM Killed."
+# (singular/plural "event"/"events", no "(s)")
+SLURM_OOM_RE = rx.compile(r"Detected (?P<n>\d+) oom[-_]kill events?(?:\(s\))? in (?:StepId=|step )(?P<step>[\w.+]*\w)")
 # srun: error: node17: task 0: Out Of Memory          (srun's per-task exit report; "tasks 0-3: Out Of Memory")
 SRUN_OOM_RE = rx.compile(r"srun: error: (?P<host>[^\s:]+): tasks? (?P<tasks>[\d,\-\[\]]+): Out Of Memory")
 # c10d TCPStore server bind failure (torch/csrc/distributed/c10d/socket.cpp, libuv backend):
 # "The server socket has failed to listen on any local network address. useIpv6: 0, code: -98, name: EADDRINUSE, ..."
 # older: "RuntimeError: Address already in use" / "The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use)."
 BIND_RE = rx.compile(r"server socket has failed to (?:listen|bind)|EADDRINUSE|Address already in use")
+# bash's report of a child killed by SIGKILL (jobs.c: the strsignal(9) text "Killed" after the pid):
+#   cli_demo.sh: line 5: 12989 Killed
+#   /var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py ...
+BASH_KILLED_RE = rx.compile(r"^\s*(?P<script>\S+): line (?P<line>\d+): +(?P<pid>\d+) Killed(?:\s+(?P<cmd>\S.*?))?\s*$")
 RESTART_RE = rx.compile(r"Worker group FAILED\. (?P<left>\d+)/(?P<max>\d+) attempts left; will restart")
 
 
@@ -94,11 +100,11 @@ class TorchrunParser:
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
                  r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
-                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$")
+                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$|: line \d+: +\d+ Killed")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
                 "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
-                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED")
+                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED", " Killed")
 
     def __init__(self, inner: Sequence[LogParser] = ()) -> None:
         """``inner``: parsers offered the exception line that ends an entry's ``traceback`` field (the
@@ -116,6 +122,11 @@ class TorchrunParser:
                          pid=int(m["pid"]),
                          fields={"exitcode": code, "signal": sig, "signal_name": name,
                                  "local_rank": int(m["lr"]), "binary": m["bin"]})
+        m = BASH_KILLED_RE.search(line)
+        if m:  # the shell saw its child die of SIGKILL; who sent it the line does not say
+            return event("torchrun", "signal_death", ctx, line, pre, code=-9, severity="error", pid=int(m["pid"]),
+                         fields={"signal": 9, "signal_name": "SIGKILL", "reporter": "bash", "command": m["cmd"],
+                                 "message": line[m.start("pid"):].strip()})
         m = SIGNAL_RE.search(line)
         if m:
             return event("torchrun", "signal_death", ctx, line, pre, code=-int(m["n"]), severity="error",

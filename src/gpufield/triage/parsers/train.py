@@ -38,6 +38,14 @@ LOSS_RE = rx.compile(r"\b(?P<metric>(?:\w+_)?loss)\b['\"]?\s*[:=]?\s*(?P<val>[-+
 # Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.   (DeepSpeed
 # runtime/fp16/loss_scaler.py DynamicLossScaler, raised when the scale would go below min_scale)
 SCALE_MIN_RE = rx.compile(r"Current loss scale already at minimum")
+# Megatron-LM's NaN guard on the gradient norm raises and stops the run (it is not a printed metric):
+#   AssertionError: Rank 11: found NaN in local grad norm in backward pass before data-parallel communication
+#     collective. Device: 3, node: set-zw04-kubernetes-pc133.mt        (core/distributed/param_and_grad_buffer.py)
+#   AssertionError: Rank 3: found NaN in local grad norm in backwards pass. Device: 3, node: <host>  (older optimizer)
+#   Rank 7, node ed04b71d5c00, device 7, iteration -1: Unexpected result nan (message='found NaN in local grad norm
+#     for bucket #0 in backward pass ...                                (rerun_state_machine, Megatron-Core >= 0.9)
+NAN_CHECK_RE = rx.compile(r"found (?P<val>NaN|Inf|nan|inf) in local grad norm")
+NAN_CHECK_WHO_RE = rx.compile(r"\bRank (?P<rank>\d+)[:,]|[Dd]evice:? (?P<dev>\d+)|\bnode:? (?P<node>[\w.-]*\w)")
 RESTART_RE = rx.compile(r"rescheduled on the same (?:GPU|node)|[Rr]estarting (?:the )?(?:job|training|run)\b|[Rr]esuming from (?:the )?same checkpoint")
 # INPUT_STRAGGLER: Rank r2 input wait was 199.7ms vs median rank r0 at 10.4ms.
 # COMPUTE_BOUND: Model compute took 346.4ms of a 362.1ms average step.
@@ -55,11 +63,11 @@ class TrainParser:
     name = "train"
     source = "train"
     prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
-                 r"skipped=[1-9]|Current loss scale already at minimum|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
+                 r"skipped=[1-9]|in local grad norm|Current loss scale already at minimum|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
                  r"same checkpoint|_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*: |^rank,\w+_ms\s*$")
     keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow",
                 *(f"skipped={d}" for d in range(1, 10)),
-                "Current loss scale already at minimum", "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
+                "in local grad norm", "Current loss scale already at minimum", "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
                 "rank,")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
@@ -75,6 +83,15 @@ class TrainParser:
         if SCALE_MIN_RE.search(line):
             return event("train", "loss_scale_overflow", ctx, line, prefix_of(line, ctx), severity="error",
                          fields={"at_minimum": True, "step": _step(line)})
+        m = NAN_CHECK_RE.search(line)
+        if m:  # a framework's non-finite check that raised: fatal, unlike a printed NaN grad-norm
+            who: dict[str, str] = {}
+            for w in NAN_CHECK_WHO_RE.finditer(line):
+                who.update({k: v for k, v in w.groupdict().items() if v and k not in who})
+            return event("train", "nan_loss", ctx, line, prefix_of(line, ctx), severity="error", code=m["val"],
+                         rank=to_int(who.get("rank")), host=who.get("node"), gpu_index=to_int(who.get("dev")),
+                         fields={"value": m["val"], "metric": "grad_norm", "is_loss": False, "fatal": True,
+                                 "step": _step(line), "check": "local grad norm"})
         m = SKIPPED_RE.search(line)
         if m:
             return event("train", "skipped_step", ctx, line, prefix_of(line, ctx), severity="warning",

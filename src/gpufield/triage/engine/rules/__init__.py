@@ -19,7 +19,7 @@ RULES: tuple[Rule, ...] = (
                         "GPU_RESET_REQUIRED", "CUDA_ILLEGAL_ADDRESS"), Tier.HARDWARE, hardware.dcgm_xid_rule),
     FnRule("sxid", ("NVLINK_FAULT",), Tier.HARDWARE, hardware.sxid_rule),
     FnRule("cuda_hw_error", ("ECC_UNCORRECTABLE", "NVLINK_FAULT"), Tier.HARDWARE, hardware.cuda_hw_error_rule),
-    FnRule("smi_memory", ("HBM_DEGRADATION", "ECC_UNCORRECTABLE"), Tier.HARDWARE, hardware.smi_memory_rule),
+    FnRule("smi_memory", ("HBM_DEGRADATION", "ECC_UNCORRECTABLE", "GPU_RESET_REQUIRED"), Tier.HARDWARE, hardware.smi_memory_rule),
     FnRule("pcie_aer", ("GPU_LOST_PCIE",), Tier.HARDWARE, hardware.pcie_rule),
     # tier 1: fabric
     FnRule("ib_completion", ("IB_TRANSPORT_RETRY_EXCEEDED", "IB_LOCAL_PROTECTION_ERROR"), Tier.FABRIC,

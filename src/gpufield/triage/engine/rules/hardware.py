@@ -346,13 +346,22 @@ def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
 
 
 def smi_memory_rule(ctx: RuleContext) -> list[Finding]:
-    """nvidia-smi / NVML memory state: row-remap failure (RMA), volatile uncorrectable ECC counts."""
+    """nvidia-smi / NVML memory state: row-remap failure (RMA), a pending remap (reset required), volatile
+    uncorrectable ECC counts."""
     out = []
     for e in ctx.kinds("row_remap"):
         fail = str(e.fields.get("failure", "")).lower() in ("yes", "true", "1")
         if fail:
             out.append(finding(ctx, "HBM_DEGRADATION", "smi_memory", Tier.HARDWARE, entity_conf(e.host, gpu_of(e)),
                                [e], note="Row-remap failure reported: the RMA criterion for HBM."))
+        elif e.fields.get("pending") is True:
+            # NVIDIA A100/H100 GPU memory error management: a remap recorded after an uncorrectable error is
+            # "Pending" until the next GPU reset, which activates it (no failure: no RMA yet)
+            n = as_int(e.fields.get("uncorrectable"))
+            out.append(finding(ctx, "GPU_RESET_REQUIRED", "smi_memory", Tier.HARDWARE,
+                               entity_conf(e.host, gpu_of(e)), [e],
+                               note="Row remapping pending" + (f" after {n} uncorrectable-error row(s)" if n else "")
+                               + ": the GPU needs a reset (or reboot) for the remap to take effect."))
     for e in ctx.kinds("ecc_counter"):
         counter = str(e.fields.get("counter", "")).lower()
         value = as_int(e.fields.get("value")) or 0

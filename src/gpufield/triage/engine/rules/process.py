@@ -153,10 +153,13 @@ def nan_rule(ctx: RuleContext) -> list[Finding]:
     A NaN/Inf gradient norm with a finite loss is what mixed-precision loops print when a step's
     gradients overflow and the step is skipped (FSDP2 loops print ``'grad_norm': nan`` on every
     step line); the run may be perfectly healthy, so it is never the root of an incident
-    (issue 23). Notes whether the loss went NaN right after the first optimizer step.
+    (issue 23). A framework's NaN guard that raised (Megatron's ``found NaN in local grad norm``
+    assertion) is fatal and counts as a loss NaN. Notes whether the loss went NaN right after the
+    first optimizer step.
     """
     evs = ctx.kinds("nan_loss")
-    loss = [e for e in evs if e.fields.get("is_loss", "loss" in str(e.fields.get("metric", "loss")).lower())]
+    loss = [e for e in evs if e.fields.get("is_loss", "loss" in str(e.fields.get("metric", "loss")).lower())
+            or e.fields.get("fatal")]
     other = [e for e in evs if e not in loss]
     if other:
         metrics = sorted({str(e.fields.get("metric")) for e in other})
@@ -170,6 +173,10 @@ def nan_rule(ctx: RuleContext) -> list[Finding]:
     early = step is not None and step <= 2
     note = (f"Loss became NaN/Inf at step {step}" if step is not None else "Loss became NaN/Inf") + (
         " right after the first optimizer step: numerics/configuration, not hardware." if early else ".")
+    if all(e.fields.get("fatal") for e in loss):  # only a framework's NaN guard fired: it stopped the run
+        note = (f"The framework's non-finite check stopped training: {loss[0].fields.get('check', 'a metric')} "
+                f"was {loss[0].fields.get('value')} (bad samples, lr or precision; not hardware unless it follows "
+                "one GPU).")
     facts = {"step": str(step) if step is not None else "-"}
     if any(_FP16.search(e.raw) for e in ctx.events):
         facts["precision"] = "fp16"
