@@ -29,6 +29,7 @@ FIXED = {
     "p019": "https://github.com/alibaba/Pai-Megatron-Patch/issues/60",
     "p020": "https://github.com/alibaba/Pai-Megatron-Patch/issues/366",
     "p027": "https://github.com/AlexeyAB/darknet/issues/3496",
+    "p031": "https://github.com/NVIDIA/nccl/issues/2013",
 }
 
 
@@ -187,3 +188,25 @@ def test_pending_remap_needs_a_gpu_reset(tmp_path):
     top = _top(tmp_path, PENDING)
     assert (top.cls, top.action_kind) == ("GPU_RESET_REQUIRED", "RESET_GPU")
     assert "4 uncorrectable" in top.note
+
+
+# --- ibv_modify_qp cannot bring the queue pair to RTR: the NICs do not reach each other ----------------------
+
+
+@pytest.mark.parametrize("line", [
+    # https://github.com/NVIDIA/nccl-tests/issues/185
+    "dgxh100-3:225140:225355 [0] misc/ibvwrap.cc:187 NCCL WARN Call to ibv_modify_qp failed with error Network is "
+    "unreachable",
+    # https://github.com/NVIDIA/nccl-tests/issues/227 (title)
+    "Test fail caused by ibvwrap.c:160 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out.",
+])
+def test_qp_connect_failure_gets_the_fabric_reachability_action(tmp_path, line):
+    top = _top(tmp_path, line)
+    assert (top.cls, top.action_kind) == ("NCCL_NETWORK_CONFIG", "FIX_CONFIG")
+    assert "NCCL_IB_GID_INDEX" in top.action and "NCCL_CROSS_NIC" in top.action
+
+
+def test_other_ibv_failures_keep_their_own_action(tmp_path):
+    # https://github.com/NVIDIA/nccl-tests/issues/206 (title; public3 dev row r026): memory registration refused
+    top = _top(tmp_path, "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory")
+    assert top.cls == "NCCL_NETWORK_CONFIG" and "NCCL_CROSS_NIC" not in top.action and "memlock" in top.action.lower()

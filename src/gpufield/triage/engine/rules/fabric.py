@@ -39,6 +39,12 @@ _NET_CONFIG = re.compile(
 # node and sockets on the other ("socketFinalizeAccept: wrong type": the peers chose different transports)
 _IB_SETUP = re.compile(r"NET/IB : Unable to open device|NET/IB : No device found|socketFinalizeAccept: wrong type|"
                        r"Failed to open libibverbs|Call to ibv_\w+ failed|ibv_modify_qp failed", re.IGNORECASE)
+# queue-pair connection failed (misc/ibvwrap.cc, INIT -> RTR): "Call to ibv_modify_qp failed with 110 Connection timed
+# out, on dev mlx_x:1, curr state INIT, next state RTR, local GID index 3, ..." / "... with error Network is
+# unreachable": the HCAs opened fine but cannot reach each other on the fabric (GID index / routing; on rail-optimized
+# fabrics NICs of different rails: NVIDIA/nccl#2013, NCCL_CROSS_NIC=0)
+_QP_CONNECT = re.compile(r"ibv_modify_qp failed with (?:error )?(?:\d+ )?(?:Connection timed out|Network is unreachable)",
+                         re.IGNORECASE)
 # memory registration refused for lack of memory (misc/ibvwrap.cc: "Call to ibv_reg_mr_iova2 failed with error Cannot
 # allocate memory"; NCCL before 2.8 printed no error text: "Call to ibv_reg_mr failed"): the pinned-memory limit
 # RLIMIT_MEMLOCK of the process or container (NCCL troubleshooting: --ulimit memlock=-1), not the HCA or its port;
@@ -203,6 +209,8 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
     facts, extra = {}, ""
     if any(_IB_SETUP.search(text(e)) for e in evs):
         facts = {"fix": "ib"}
+    if any(_QP_CONNECT.search(text(e)) for e in evs):
+        facts = {"fix": "qp_connect"}
     if any(_MEMLOCK.search(text(e)) for e in evs):
         facts = {"fix": "memlock"}
     if bridges and not shm_explicit:
