@@ -1,8 +1,8 @@
 """`gpufield triage`: command-line layer over :mod:`gpufield.triage`.
 
 ``gpufield triage [PATHS...]`` is shorthand for ``gpufield triage analyze [PATHS...]``; ``-`` is
-standard input; bare ``gpufield triage`` reads standard input when something is piped into it and
-triages the bundled example incident only when standard input is a terminal (or ``/dev/null``).
+standard input; bare ``gpufield triage`` reads standard input unless it is a terminal (``</dev/null``
+is read too: no input, exit 2) and triages the bundled example incident only on a terminal.
 A first argument that names a
 subcommand (``analyze``, ``eval``) is the subcommand: write ``./eval`` to triage a file called
 ``eval``.
@@ -39,8 +39,8 @@ app = typer.Typer(
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     help="Find the root incident behind a failed multi-node job and recommend an action.\n\n"
     "gpufield triage [PATHS...] [--json] [--html FILE] [--db FILE] [--quiet] [--force] is shorthand for "
-    "'gpufield triage analyze'; with no PATHS it reads piped standard input, else triages the bundled example "
-    "incident.",
+    "'gpufield triage analyze'; with no PATHS it reads standard input (piped or redirected), and triages the "
+    "bundled example incident only when standard input is a terminal.",
 )
 
 
@@ -53,7 +53,7 @@ def _tolerance(value: float, param: typer.CallbackParam) -> float:
 
 @app.callback()
 def _default(ctx: typer.Context) -> None:
-    """Triage logs (default: stdin when piped, else the bundled example); see ``analyze`` and ``eval``."""
+    """Triage logs (default: standard input, or the bundled example on a terminal); see ``analyze`` and ``eval``."""
     if ctx.invoked_subcommand is None:
         _run([], json_out=False, html=None, db=None, quiet=False, force=False, skew_tolerance_s=30.0)
 
@@ -80,8 +80,8 @@ def analyze_cmd(
 ) -> None:
     """Triage logs of a failed job and print the verdict.
 
-    With no PATHS, standard input is read when something is piped or redirected into it, else the
-    bundled example incident is triaged.
+    With no PATHS, standard input is read when it is not a terminal (piped or redirected, also
+    ``</dev/null``, which is no input: exit 2); on a terminal the bundled example incident is triaged.
 
     Example:
         gpufield triage /var/log/job-1234/ --html report.html

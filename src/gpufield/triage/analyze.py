@@ -128,6 +128,9 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
     labels = labels or {}
     warnings = [str(replace(w, path=labels.get(w.path, w.path))) for w in st.warnings]
     if st.nothing_read:
+        if labels and set(labels) >= {f.path for f in st.files} and st.bytes == 0 and st.files:
+            raise LogFormatError("no input: standard input is empty (nothing was piped or redirected into it); name "
+                                 "log files or directories, or pipe a log in (journalctl -k | gpufield triage)")
         raise LogFormatError(f"nothing could be read from the given logs: {'; '.join(warnings) or 'no input paths given'}")
     if miner is not None:
         miner.finish()
