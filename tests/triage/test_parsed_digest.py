@@ -81,7 +81,8 @@ def _h(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=True).encode()).hexdigest()[:20]
 
 
-def layers(paths: list[Path], *, block_bytes: int = 8 << 20, root: Path = ROOT) -> dict[str, str]:
+def layers(paths: list[Path], *, block_bytes: int = 8 << 20, root: Path = ROOT, workers: int = 1,
+           stats_out: list | None = None) -> dict[str, str]:
     """Digest per layer of one read of ``paths`` (file names relative to ``root``, so digests do not
     depend on where the checkout lives)."""
     events: list = []
@@ -99,9 +100,12 @@ def layers(paths: list[Path], *, block_bytes: int = 8 << 20, root: Path = ROOT) 
         miner.note_event(e)
 
     res = ingest([str(p) for p in paths], on_block=on_block, sink=sink,
-                 options=IngestOptions(year=YEAR, with_loss=True, loss_every=LOSS_EVERY, block_bytes=block_bytes))
+                 options=IngestOptions(year=YEAR, with_loss=True, loss_every=LOSS_EVERY, block_bytes=block_bytes,
+                                       workers=workers))
     miner.finish()
     st = res.stats
+    if stats_out is not None:
+        stats_out.append(st)
     prefixes = (str(root) + "/", str(ROOT.parent) + "/")  # the checkout, then ../shared
 
     def rel(obj):
@@ -190,3 +194,36 @@ if __name__ == "__main__":
                                    "commit": rev, "digests": digests}, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     for k, v in sorted(digests.items()):
         print(k, " ".join(f"{layer}={h}" for layer, h in v.items()))
+
+
+def test_two_processes_give_the_same_layers(shared_dir, tmp_path, monkeypatch):
+    # IngestOptions(workers=2): the helper process parses most stretches of the file; every layer
+    # (events in order, step times, marks, mined templates, warnings) must equal the one-process read
+    from gpufield.triage import _split
+
+    log = dense_log(tmp_path / "dense.log")
+    bb = 64 << 10  # ~60 read blocks: many stretches, records and step lines across their boundaries
+    monkeypatch.setattr(_split, "MIN_BYTES", 1 << 20)
+    one = layers([log], block_bytes=bb, root=tmp_path)
+    got: list = []
+    two = layers([log], block_bytes=bb, root=tmp_path, workers=2, stats_out=got)
+    assert two == one
+    fs = got[0].files[0]
+    assert fs.helper_blocks >= 20, (fs.helper_blocks, fs.helper_stop)  # the helper did parse most of it
+
+
+def test_two_processes_fall_back_exactly_when_a_record_spans_a_stretch(tmp_path, monkeypatch):
+    # a torchrun ChildFailedError block is a multi-line record; placed across every stretch boundary it
+    # makes this process read on alone from there, with the same events
+    from gpufield.triage import _split
+
+    bb = 16 << 10
+    text = (HERE / "data" / "torchrun_blocks.log").read_text()
+    f = tmp_path / "records.log"
+    f.write_text(text * (400_000 // len(text) + 1))  # records all through the file
+    monkeypatch.setattr(_split, "MIN_BYTES", 1 << 16)
+    one = layers([f], block_bytes=bb, root=tmp_path)
+    got: list = []
+    two = layers([f], block_bytes=bb, root=tmp_path, workers=2, stats_out=got)
+    assert two == one
+    assert got[0].files[0].helper_stop == "a record open at the stretch boundary"

@@ -77,6 +77,8 @@ def analyze_cmd(
     telemetry: Annotated[list[str] | None, typer.Option("--telemetry", metavar="FILE", help="GPU telemetry to plot "
                                                         "and store: nvidia-smi --query-gpu CSV or Prometheus / "
                                                         "dcgm-exporter text (repeatable)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, max=2, help="processes parsing one large plain "
+                                                "log (default: 2 on a machine with 2+ CPUs; same result)")] = None,
 ) -> None:
     """Triage logs of a failed job and print the verdict.
 
@@ -89,7 +91,7 @@ def analyze_cmd(
         journalctl -k -o json | gpufield triage -
     """
     _run(paths or [], json_out=json_out, html=html, db=db, quiet=quiet, force=force, skew_tolerance_s=skew_tolerance_s,
-         allow_missing=allow_missing, run_id=run_id, telemetry=telemetry or [])
+         allow_missing=allow_missing, run_id=run_id, telemetry=telemetry or [], workers=workers)
 
 
 #: inputs larger than this (bytes on disk) get a progress bar when stderr is a terminal
@@ -98,7 +100,7 @@ PROGRESS_MIN_BYTES = 4 << 20
 
 def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, quiet: bool, force: bool,
          skew_tolerance_s: float, allow_missing: bool = False, run_id: str | None = None,
-         telemetry: list[str] | None = None) -> None:
+         telemetry: list[str] | None = None, workers: int | None = None) -> None:
     from gpufield.triage import analyze, check_writable, dumps, one_line, render, write_html
     from gpufield.triage.inputs import STDIN, stdin_has_input
 
@@ -122,7 +124,8 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         for t in telemetry:
             samples.extend(read_telemetry(t))
     with _progress(paths, quiet or json_out) as progress:
-        result = analyze(paths, skew_tolerance_s=skew_tolerance_s, allow_missing=allow_missing, progress=progress)
+        result = analyze(paths, skew_tolerance_s=skew_tolerance_s, allow_missing=allow_missing, progress=progress,
+                         workers=workers)
     for w in result.stats.get("warnings", [])[:20]:
         print(f"gpufield: warning: {w}", file=sys.stderr)
     if html:
