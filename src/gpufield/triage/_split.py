@@ -37,7 +37,7 @@ __all__ = ["MIN_BYTES", "OWN_READS", "HELPER_READS", "eligible", "scan_split"]
 #: smallest file (bytes on disk) read by two processes
 MIN_BYTES = 64 << 20
 #: reads (blocks) this process parses per stretch
-OWN_READS = 2
+OWN_READS = 3
 #: reads the helper parses per stretch (this process also runs the hooks and the reducer on them)
 HELPER_READS = 6
 
@@ -235,16 +235,25 @@ def scan_split(stream, path: str, table, year: int, opts, counters: ScanCounters
                 res = helper.result()
             except Exception:  # noqa: BLE001 - a helper that died: this process goes on alone
                 res = {"ok": False}
-            if not (res["ok"] and res["clean"] and state.pending is None and res["assumed"] ==
-                    (state.carry, state.base, state.thin.chunks, state.thin.first_done)):
-                counters.helper_stop = (res.get("error") or ("helper could not derive its start" if not res["ok"] else
-                                        "a warning in the helper's stretch" if not res["clean"] else
-                                        "a record open at the stretch boundary" if state.pending is not None else
-                                        "state mismatch"))
+            if "error" in res:  # the helper failed (a bug; it says why): this process goes on alone
+                counters.helper_stop = res["error"]
                 yield from own()
                 return
+            if not (res["ok"] and res["clean"] and state.pending is None and res["assumed"] ==
+                    (state.carry, state.base, state.thin.chunks, state.thin.first_done)):
+                # this stretch cannot be taken (a record open across its start, a warning in it, ...):
+                # this process parses it too, then hands the helper the next one from the exact state
+                counters.helper_stop = ("helper could not derive its start" if not res["ok"] else
+                                        "a warning in the helper's stretch" if not res["clean"] else
+                                        "a record open at the stretch boundary" if state.pending is not None else
+                                        "state mismatch")
+                counters.helper_redone += 1
+                yield from own(stop_after_reads=own_end + HELPER_READS)
+                if not state.stopped:
+                    return
+                continue
             carry, base, reads, chunks, first_done, pending, stopped = res["end"]
-            if stopped and pending is None:  # the helper's next stretch starts now, while this one is used
+            if stopped:  # the helper's next stretch starts now, while this one is used
                 submit(_Start(reads, carry, base, chunks, first_done))
             events, i, block = res["events"], 0, 0
             for _ in own(stop_after_reads=own_end + HELPER_READS, parse=False):

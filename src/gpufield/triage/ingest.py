@@ -125,7 +125,8 @@ class FileStats:
         truncated_lines: lines longer than ``parsers._regex.MAX_LINE_CHARS`` bytes, matched on
             their head only.
         helper_blocks: read blocks parsed by a helper process (``IngestOptions.workers``);
-            ``helper_stop``: why the helper stopped before the end of the file (None: it did not).
+            ``helper_stop``: why a helper stretch was last refused (or the helper stopped);
+            ``helper_redone``: helper stretches refused and parsed by this process again.
     """
 
     path: str
@@ -139,6 +140,7 @@ class FileStats:
     truncated_lines: int = 0
     helper_blocks: int = 0
     helper_stop: str | None = None
+    helper_redone: int = 0
 
 
 @dataclass(slots=True)
@@ -396,7 +398,7 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
         fs.truncated_lines = counters.truncated_lines
-        fs.helper_blocks, fs.helper_stop = counters.helper_blocks, counters.helper_stop
+        fs.helper_blocks, fs.helper_stop, fs.helper_redone = counters.helper_blocks, counters.helper_stop, counters.helper_redone
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
     st.files_read += 1
     if counters.events == 0:

@@ -256,6 +256,7 @@ class StepTimes:
 #: alternatives of :data:`_BLOCK_PATTERN`, then blanks and an optional ``:``/``=`` (``\\s`` also
 #: matches the newline); such lines are checked against the whole block, as the RE2 search does
 _RUNS_ON = r"(?:time|step|iter|iteration)[\t\f\r ]*[:=]?[\t\f\r ]*\n"
+_RUNS_ON_SCAN: rx.ByteScanner | None = None
 
 
 def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
@@ -263,8 +264,8 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     included) where a match of :data:`_BLOCK_PATTERN` starts: the lines the block search of
     :meth:`StepTimes.on_block` stops at, found in C (pyarrow's RE2 kernel, one pass per line; the
     block is not copied). A match that starts on a line and runs on into the next one through
-    ``\\s`` is missed by a per-line pass, so lines ending as in :data:`_RUNS_ON` are decided by
-    ``scan`` over the block itself.
+    ``\\s`` is missed by a per-line pass, so lines ending as in :data:`_RUNS_ON` (found by one RE2
+    search of the block) are decided by ``scan`` over the block itself.
 
     Returns:
         int64 array of row indices, ascending.
@@ -276,13 +277,21 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     offsets = np.ascontiguousarray(starts[lo: n + 1], dtype=np.int32)
     lines = pa.Array.from_buffers(pa.binary(), n - lo, [None, pa.py_buffer(offsets), pa.py_buffer(block)])
     hit = pc.match_substring_regex(lines, pattern=_BLOCK_PATTERN).to_numpy(zero_copy_only=False)
-    maybe = pc.match_substring_regex(lines, pattern=_RUNS_ON).to_numpy(zero_copy_only=False) & ~hit
-    end = int(starts[n])
-    for i in np.flatnonzero(maybe).tolist():
-        ls = int(offsets[i])
-        found = scan.find(block, ls, end)
-        if 0 <= found < int(offsets[i + 1]):
-            hit[i] = True
+    global _RUNS_ON_SCAN
+    if _RUNS_ON_SCAN is None:
+        _RUNS_ON_SCAN = rx.ByteScanner(_RUNS_ON)
+    ls0, end = int(offsets[0]), int(starts[n])
+    pos = ls0
+    while pos < end:  # the (rare) lines that may run on, found by one RE2 search over the block each
+        at = _RUNS_ON_SCAN.find(block, pos, end)
+        if at < 0:
+            break
+        le = block.find(b"\n", at) + 1  # the match ends with that newline
+        i = int(np.searchsorted(offsets, at, side="right")) - 1
+        if not hit[i]:
+            found = scan.find(block, int(offsets[i]), end)
+            hit[i] = 0 <= found < int(offsets[i + 1])
+        pos = le
     return np.flatnonzero(hit).astype(np.int64) + lo
 
 

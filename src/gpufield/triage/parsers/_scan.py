@@ -83,7 +83,8 @@ class ScanCounters:
     bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
     truncated_lines: int = 0  # lines longer than MATCH_BYTES: only their head was matched
     helper_blocks: int = 0  # blocks whose events a helper process parsed (``gpufield.triage._split``)
-    helper_stop: str | None = None  # why the helper stopped before the end of the file, if it did
+    helper_stop: str | None = None  # why the helper's last refused stretch was refused (or why it stopped)
+    helper_redone: int = 0  # helper stretches refused and parsed here again
 
     def count(self, ev: Event) -> None:
         """Count one emitted event; warn (``line: message``) when its timestamp was unreadable."""
