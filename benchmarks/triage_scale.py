@@ -117,9 +117,13 @@ def main() -> None:
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="also run the CLI of another checkout's src/ (e.g. main, from 'git archive <rev> src') on "
                          "each file, alternating with this one, and check that both print the same JSON (timings aside)")
+    ap.add_argument("--one-worker-too", action="store_true",
+                    help="also run this code with --workers 1 (one process; the default uses 2 on 2+ CPUs)")
     a = ap.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="triage-scale-"))
-    codes = [("this", str(REPO / "src"))] + ([("baseline", str(Path(a.baseline_src).resolve()))] if a.baseline_src else [])
+    src = str(REPO / "src")
+    codes = [("this", src, [])] + ([("this-1-worker", src, ["--workers", "1"])] if a.one_worker_too else []) \
+        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else [])
     rows = []
     try:
         for mb in a.sizes_mb:
@@ -127,9 +131,10 @@ def main() -> None:
             info = build(f, mb)
             gw, _, _, gout = timed(["grep", "-c", "-E", GREP, str(f)])
             outs = {}
-            for code, src in codes[::-1] if mb % 2 else codes:  # alternate which code runs first
-                env = {**os.environ, "PYTHONPATH": src}
-                w, cpu, rss, out = timed([sys.executable, "-m", "gpufield", "triage", str(f), "--json"], env)
+            for code, path, extra in codes[::-1] if mb % 2 else codes:  # alternate which code runs first
+                env = {**os.environ, "PYTHONPATH": path}
+                # CPU seconds from os.wait4 include the helper process (reaped by the CLI)
+                w, cpu, rss, out = timed([sys.executable, "-m", "gpufield", "triage", str(f), "--json", *extra], env)
                 try:
                     d = json.loads(out)
                 except ValueError:
@@ -146,8 +151,9 @@ def main() -> None:
                              "classes": sorted({i.get("cls") or i.get("class") for i in inc}, key=str),
                              "load": os.getloadavg()[0]})
                 print(json.dumps(rows[-1]), flush=True)
-            if len(outs) == 2:
-                print(json.dumps({"size_mb": mb, "same_json_as_baseline": outs["this"] == outs["baseline"]}), flush=True)
+            if len(outs) > 1:
+                print(json.dumps({"size_mb": mb, "same_json_all_codes": all(o == outs["this"] for o in outs.values())}),
+                      flush=True)
             f.unlink()
     finally:
         if a.dir is None:
