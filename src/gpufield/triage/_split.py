@@ -20,8 +20,10 @@ stretch. Events, their order, the hooks' calls and the counters are those of the
   still open across the stretch boundary, a block without a newline), makes this process scan the
   rest of the file itself, from its exact state.
 
-Memory stays bounded: the helper returns one stretch of events at a time (64 MiB of log).
-Compressed files, standard input, pipes and small files are scanned by one process.
+Memory stays bounded: the helper returns one stretch of events at a time (48 MiB of log).
+Compressed files, standard input, pipes and files under :data:`MIN_BYTES` are scanned by one
+process (on a 100 MB file the helper's start-up and its one stretch cost more wall time than they
+saved: benchmarks/triage_RESULTS.md).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from gpufield.triage.parsers._scan import CHUNK_LINES, ScanCounters, ScanState, 
 __all__ = ["MIN_BYTES", "OWN_READS", "HELPER_READS", "eligible", "scan_split"]
 
 #: smallest file (bytes on disk) read by two processes
-MIN_BYTES = 64 << 20
+MIN_BYTES = 192 << 20
 #: reads (blocks) this process parses per stretch
 OWN_READS = 3
 #: reads the helper parses per stretch (this process also runs the hooks and the reducer on them)
