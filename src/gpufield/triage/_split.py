@@ -167,10 +167,16 @@ class _Helper:
 
 
 def _serve() -> None:
-    """The helper's loop: one :func:`_tail` per pickled task on standard input, until EOF."""
+    """The helper's loop: one :func:`_tail` per pickled task on standard input, until EOF.
+
+    Ctrl-C is left to the parent (which kills the helper); a parent gone (closed pipe) ends it quietly.
+    """
     import copyreg
     import pickle
+    import signal
     import sys
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     from gpufield.triage.events import Event
 
@@ -188,8 +194,11 @@ def _serve() -> None:
             res = _tail(*task)
         except Exception as e:  # noqa: BLE001 - reported to the caller, which goes on alone
             res = {"ok": False, "error": repr(e)}
-        pickle.dump(res, out, protocol=pickle.HIGHEST_PROTOCOL)
-        out.flush()
+        try:
+            pickle.dump(res, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+        except BrokenPipeError:  # the parent stopped reading (done, interrupted or killed)
+            return
 
 
 def scan_split(stream, path: str, table, year: int, opts, counters: ScanCounters, not_after_ns: int | None,
