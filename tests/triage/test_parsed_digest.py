@@ -106,12 +106,17 @@ def layers(paths: list[Path], *, block_bytes: int = 8 << 20, root: Path = ROOT, 
     st = res.stats
     if stats_out is not None:
         stats_out.append(st)
-    prefixes = (str(root) + "/", str(ROOT.parent) + "/")  # the checkout, then ../shared
+    # only the inputs' own locations: the checkout's tests/ folder (corpus rows, temporary dense logs live under
+    # root) and ../shared. Log text holds other absolute paths (the fault runs' tracebacks name the venv and
+    # worktree they ran in) that must stay as the file has them, wherever the checkout lives
+    prefixes = tuple(str(root) + "/" + d + "/" for d in ("tests",)) + (str(ROOT.parent / "shared") + "/",)
+    if root != ROOT:  # a temporary folder holding generated inputs (the dense log)
+        prefixes += (str(root) + "/",)
 
     def rel(obj):
         text = json.dumps(obj)
         for prefix in prefixes:
-            text = text.replace(prefix, "")
+            text = text.replace(prefix, "tests/" if prefix.endswith("/tests/") else "")
         return json.loads(text)
 
     return {
