@@ -256,6 +256,9 @@ def test_startup_check_refuses_a_lane_without_its_itl_metric(tmp_path, engine, c
     (("stale_periods = 2", "stale_periods = -1"), "guard.stale_periods", ">= 0"),
     ((f'gpus = ["{h200(2).uuid}"]', f'gpus = ["{h200(1).uuid}"]'), "lanes.prefill.gpus", "also in lane"),
     (("[lanes.prefill]", "[lanes.prefill"), "", "invalid TOML"),
+    (('engine = "dynamo"', 'engine = "dynamo"\nplan = "fixed"'), "lanes.prefill.plan", "needs power_limit_w"),
+    (('engine = "dynamo"', 'engine = "dynamo"\nclock_window_mhz = [1500, 900]'), "lanes.prefill.clock_window_mhz",
+     "low <= high"),
 ])
 def test_config_errors_name_file_line_and_key(tmp_path, edit, key, what):
     cfg = _config(tmp_path, "http://127.0.0.1:9")
@@ -270,7 +273,12 @@ def test_config_errors_name_file_line_and_key(tmp_path, edit, key, what):
     assert str(e).startswith(f"{cfg}:{line}: ")
 
 
-def test_example_config_loads():
-    cfg = load_run_config(REPO / "examples" / "power" / "lanes.toml")
+def test_fixed_plan_and_example_config_load(tmp_path):
+    cfg = _config(tmp_path, "http://127.0.0.1:9")
+    cfg.write_text(cfg.read_text().replace('engine = "dynamo"', 'engine = "dynamo"\nplan = "fixed"\n'
+                                           'clock_window_mhz = [900, 1500]\npower_limit_w = 450'))
+    pre = load_run_config(cfg).lanes[1]
+    assert (pre.plan, pre.power_limit_w, pre.clock_window_mhz) == ("fixed", 450.0, (900, 1500))
+    cfg = load_run_config(REPO / "examples" / "power" / "lanes.toml")  # the example shipped in the repo
     assert [ln.name for ln in cfg.lanes] == ["prefill", "decode"] and cfg.metrics_addr == "127.0.0.1"
     assert len(cfg.lanes[0].metrics) == 2 and cfg.lanes[1].profile == str(REPO / "examples/power/decode-profile.json")

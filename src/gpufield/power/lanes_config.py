@@ -25,6 +25,7 @@ Layout (every table but ``[lanes.*]`` is optional; units in the key names)::
     itl_p99_slo_s = 0.05
     ttft_p99_slo_s = 2.0
     plan = "twin"                                 # or: profile = "decode-profile.json"
+                                                  # or: plan = "fixed" + power_limit_w / clock_window_mhz
 
 Relative paths (``state_dir``, ``decision_log``, ``profile``) are taken from the config file's
 directory, not the working directory (a systemd unit's working directory is ``/``).
@@ -64,8 +65,9 @@ class LaneConfig:
         name: the table name (``[lanes.<name>]``). role: prefill or decode.
         gpus: NVML UUIDs. engine: key of :data:`gpufield.power.engines.ENGINES`.
         metrics: ``/metrics`` URLs merged for this lane.
-        itl_p99_slo_s / ttft_p99_slo_s: SLOs (s). plan: ``"twin"`` or ``"profile"``.
+        itl_p99_slo_s / ttft_p99_slo_s: SLOs (s). plan: ``"twin"``, ``"profile"`` or ``"fixed"``.
         profile: path of a calibration profile (``plan == "profile"``).
+        power_limit_w / clock_window_mhz: the operator's own point (``plan == "fixed"``; W, MHz).
         step_w / clock_step_mhz: one guard notch (W / MHz).
     """
 
@@ -78,14 +80,18 @@ class LaneConfig:
     ttft_p99_slo_s: float
     plan: str = "twin"
     profile: str | None = None
+    power_limit_w: float | None = None
+    clock_window_mhz: tuple[int, int] | None = None
     step_w: float = 25.0
     clock_step_mhz: float = 90.0
 
     def __post_init__(self) -> None:
         if not self.gpus or not self.metrics:
             raise ValueError(f"lane {self.name}: needs gpus and metrics")
-        if self.plan not in ("twin", "profile") or (self.plan == "profile") != (self.profile is not None):
-            raise ValueError(f"lane {self.name}: plan must be 'twin' or a profile path")
+        if self.plan not in ("twin", "profile", "fixed") or (self.plan == "profile") != (self.profile is not None):
+            raise ValueError(f"lane {self.name}: plan must be 'twin', 'fixed' or a profile path")
+        if (self.plan == "fixed") != (self.power_limit_w is not None or self.clock_window_mhz is not None):
+            raise ValueError(f"lane {self.name}: plan 'fixed' needs power_limit_w and/or clock_window_mhz")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -202,17 +208,29 @@ def _lane(path: str, text: str, name: str, d: Any, base: Path) -> LaneConfig:
     itl = r.get("itl_p99_slo_s", "num", check=_pos, expect="a number > 0 (seconds)")
     ttft = r.get("ttft_p99_slo_s", "num", check=_pos, expect="a number > 0 (seconds)")
     profile = r.get("profile", "str", None)
-    plan = r.get("plan", "str", "profile" if profile else "twin", check=lambda v: v in ("twin", "profile"),
-                 expect="'twin' or 'profile'")
+    plan = r.get("plan", "str", "profile" if profile else "twin", check=lambda v: v in ("twin", "profile", "fixed"),
+                 expect="'twin', 'profile' or 'fixed'")
     if (plan == "profile") != (profile is not None):
         raise r.fail("plan" if "plan" in d else None, "plan = 'profile' needs profile = \"path.json\" (and a profile"
                      " path needs plan = 'profile')")
+    cap = r.get("power_limit_w", "num", None, check=_pos, expect="a number > 0 (W)")
+    win = None
+    r.used.add("clock_window_mhz")
+    if "clock_window_mhz" in d:
+        w = d["clock_window_mhz"]
+        if not (isinstance(w, list) and len(w) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in w)
+                and 0 < w[0] <= w[1]):
+            raise r.fail("clock_window_mhz", f"expected [low, high] integer MHz with 0 < low <= high, got {w!r}")
+        win = (w[0], w[1])
+    if (plan == "fixed") != (cap is not None or win is not None):
+        key = "plan" if plan == "fixed" else "power_limit_w" if cap is not None else "clock_window_mhz"
+        raise r.fail(key, "plan = 'fixed' needs power_limit_w and/or clock_window_mhz (and they need plan = 'fixed')")
     step_w = r.get("step_w", "num", 25.0, check=_pos, expect="a number > 0 (W)")
     clock_step = r.get("clock_step_mhz", "num", 90.0, check=_pos, expect="a number > 0 (MHz)")
     r.done()
     return LaneConfig(name=name, role=Lane(role), gpus=gpus, engine=engine, metrics=metrics, itl_p99_slo_s=itl,
                       ttft_p99_slo_s=ttft, plan=plan, profile=_rel(base, profile) if profile else None,
-                      step_w=step_w, clock_step_mhz=clock_step)
+                      power_limit_w=cap, clock_window_mhz=win, step_w=step_w, clock_step_mhz=clock_step)
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -166,6 +166,11 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
         model = load_gpu_model(caps.name)
     except ValueError:
         model = None
+    if lane.plan == "fixed":
+        parts = ([f"cap {lane.power_limit_w:g} W"] if lane.power_limit_w is not None else []) + \
+                ([f"clocks {lane.clock_window_mhz[0]}-{lane.clock_window_mhz[1]} MHz"] if lane.clock_window_mhz else [])
+        return (LaneSetting(power_limit_w=lane.power_limit_w, clock_window_mhz=lane.clock_window_mhz,
+                            label=" + ".join(parts) + " (fixed)"), model, "fixed in the lanes file")
     if lane.plan == "twin":
         if model is None:
             raise ValueError(f"the twin has no model of {caps.name!r}: give this lane a calibration profile")
@@ -186,7 +191,7 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
     return prof.setting, model, f"profile {lane.profile}"
 
 
-def _startup(cfg: RunConfig, act: Any) -> tuple[dict, list[str]]:
+def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict, list[str]]:
     """Check every lane; return (per-lane plan info, problems)."""
     from gpufield.power.engines import PromLaneSource
 
@@ -200,7 +205,8 @@ def _startup(cfg: RunConfig, act: Any) -> tuple[dict, list[str]]:
         caps = {u: act.capabilities(u) for u in ln.gpus if u in present}
         if len({c.name for c in caps.values()}) > 1:
             probs.append(f"lane {ln.name}: mixes GPU models {sorted({c.name for c in caps.values()})}")
-        src = PromLaneSource({ln.role: list(ln.metrics)}, ln.engine, fast_s=cfg.fast_window_s, slow_s=cfg.slow_window_s)
+        src = PromLaneSource({ln.role: list(ln.metrics)}, ln.engine, fast_s=cfg.fast_window_s, slow_s=cfg.slow_window_s,
+                             get=get)
         probs += [f"lane {ln.name}: {p}" for p in src.check(ln.role)]
         if not caps:
             continue
@@ -277,8 +283,16 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                                                    state_dir=cfg.state_dir), nvml=nv, install_signal_handlers=False)
         else:
             act_cm = DryRunActuator(nvml=nv)
-        with act_cm as act:
-            info, probs = _startup(cfg, act)
+        import httpx
+
+        http = httpx.Client(timeout=2.0)  # one connection pool for every scrape (httpx.get builds a client a call)
+
+        def get(url: str) -> str:
+            r = http.get(url)
+            r.raise_for_status()
+            return r.text
+        with http, act_cm as act:
+            info, probs = _startup(cfg, act, get)
             if probs:
                 kind = ActuationError if any("GPU" in p or "plan:" in p for p in probs) else TelemetryError
                 raise kind(f"start-up check of {cfg.path} failed, nothing started:\n  " + "\n  ".join(probs))
