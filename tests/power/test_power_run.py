@@ -282,3 +282,69 @@ def test_fixed_plan_and_example_config_load(tmp_path):
     cfg = load_run_config(REPO / "examples" / "power" / "lanes.toml")  # the example shipped in the repo
     assert [ln.name for ln in cfg.lanes] == ["prefill", "decode"] and cfg.metrics_addr == "127.0.0.1"
     assert len(cfg.lanes[0].metrics) == 2 and cfg.lanes[1].profile == str(REPO / "examples/power/decode-profile.json")
+
+
+def test_write_mode_applies_the_cap_and_sigint_restores_it(tmp_path, engine):
+    """Write mode on the fake with setters allowed: the ticks read back the cap, SIGINT restores."""
+    cfg = _config(tmp_path, engine.url)
+    cfg.write_text(cfg.read_text().replace("[lanes.prefill]", "[lanes.unused]\nrole = 'prefill'").replace(
+        f'gpus = ["{h200(2).uuid}"]', f'gpus = ["{h200(2).uuid}"]\nplan = "fixed"\npower_limit_w = 650'))
+    log = tmp_path / "decisions.jsonl"
+    allow = [a for i in range(3) for a in ("--allow", h200(i).uuid)]
+    proc = subprocess.Popen([sys.executable, "-m", "gpufield", "power", "run", "--config", str(cfg), "--write", *allow],
+                            env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        start = _wait(lambda: next((r for r in _records(log) if r["event"] == "start"), None))
+        cap = start["lanes"]["decode"]["setting"]["power_limit_w"]
+        _wait(lambda: sum(r["event"] == "tick_end" for r in _records(log)) >= 3)
+        g = _gauges(start["metrics_port"])
+        assert g[("gpufield_power_info", (("mode", "write"),))] == 1.0
+        assert g[("gpufield_power_gpu_enforced_limit_watts", (("gpu", h200(0).uuid), ("lane", "decode")))] == cap
+        assert g[("gpufield_power_gpu_enforced_limit_watts", (("gpu", h200(2).uuid), ("lane", "unused")))] == 650.0
+        state = sorted(p.name for p in (tmp_path / "state").iterdir())
+        assert state == sorted(["actuator.lock"] + [f"{h200(i).uuid}.json" for i in range(3)])  # saved originals
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    recs = _records(log)
+    stop = recs[-1]
+    assert stop["event"] == "stop" and stop["stop_reason"] == "SIGINT" and stop["mode"] == "write"
+    assert stop["unchanged"] is True  # restored: limits read back as before the run
+    assert all(stop["attest_after"][h200(i).uuid]["enforced_limit_w"] == 700.0 for i in range(3))
+    writes = [r for r in recs if r["event"] == "write" and r["action"] == "power_limit"]
+    assert {(r["gpu"], r["value"]) for r in writes} == {(h200(0).uuid, cap), (h200(1).uuid, cap), (h200(2).uuid, 650.0)}
+    assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["actuator.lock"]  # state files gone
+
+
+def test_an_external_change_is_read_back_and_reconciled(tmp_path, engine):
+    from gpufield.power.serve import run_lanes
+    from gpufield.testing import FakeNvml
+
+    cfg_path = _config(tmp_path, engine.url)
+    fake = FakeNvml([h200(i) for i in range(3)], clock=time.monotonic)
+    for g in fake.gpus:
+        g.load = LOAD
+    stop = threading.Event()
+    res = {}
+    th = threading.Thread(target=lambda: res.update(s=run_lanes(
+        load_run_config(cfg_path), write=True, allow=[h200(i).uuid for i in range(3)], nvml=fake, stop=stop,
+        echo=lambda m: None)))
+    th.start()
+    log = tmp_path / "decisions.jsonl"
+    try:
+        _wait(lambda: sum(r["event"] == "tick_end" for r in _records(log)) >= 2)
+        cap_mw = fake.gpus[0].power_limit_mw
+        assert cap_mw < fake.gpus[0].default_limit_mw
+        fake.gpus[0].power_limit_mw = 300_000  # another tool writes the GPU behind the controller's back
+        _wait(lambda: any(r["event"] == "tick" and r["drift"] for r in _records(log)))
+        _wait(lambda: fake.gpus[0].power_limit_mw == cap_mw)  # re-applied
+    finally:
+        stop.set()
+        th.join(30)
+    recs = _records(log)
+    drift = next(r for r in recs if r["event"] == "tick" and r["drift"])
+    assert drift["lane"] == "decode" and "300.0" in drift["drift"][0] and h200(0).uuid in drift["drift"][0]
+    again = [r for r in recs if r["event"] == "write" and "reconcile after an external change" in r["reason"]]
+    assert {r["gpu"] for r in again if r["action"] == "power_limit"} == {h200(0).uuid, h200(1).uuid}
+    assert res["s"].unchanged and fake.gpus[0].power_limit_mw == fake.gpus[0].default_limit_mw

@@ -33,11 +33,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from typing import Any
 
-from gpufield.power.types import GpuState, LaneSetting
+from gpufield.power.types import GpuState, Lane, LaneSetting, LaneSignals
 
-__all__ = ["DecisionLog", "RunMetrics", "would_save_j"]
+__all__ = ["DecisionLog", "LastSignals", "Recorder", "RunMetrics", "would_save_j"]
 
 
 def _clean(o: Any) -> Any:
@@ -115,6 +116,60 @@ def would_save_j(setting: LaneSetting, a: GpuState, b: GpuState, model: Any | No
             frac = 1.0 - float(model.voltage_scale(hi)) / float(model.voltage_scale(f))
             saved = max(saved, dyn * frac * dt)
     return saved
+
+
+class Recorder:
+    """Actuator wrapper that records every call of the loop as an ``intent`` (shadow) or ``write`` event.
+
+    Args:
+        act: the actuator. lane: the lane's name (events and the actuator's own log get it).
+        write: whether the actuator writes (event kind ``write``) or only logs (``intent``).
+    """
+
+    def __init__(self, act: Any, lane: str, write: bool) -> None:
+        self._act, self._lane, self._kind = act, lane, "write" if write else "intent"
+        self.events: list[dict] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._act, name)
+
+    def _ev(self, gpu: str, action: str, value: Any, reason: str) -> None:
+        self.events.append({"event": self._kind, "t": time.time(), "lane": self._lane, "gpu": gpu, "action": action,
+                            "value": value, "reason": reason})
+
+    def set_power_limit(self, gpu: str, power_w: float, *, lane: str, reason: str) -> float:
+        """Forward and record (W)."""
+        v = self._act.set_power_limit(gpu, power_w, lane=self._lane, reason=reason)
+        self._ev(gpu, "power_limit", v, reason)
+        return v
+
+    def set_clock_window(self, gpu: str, lo_mhz: int, hi_mhz: int, *, lane: str, reason: str) -> tuple[int, int]:
+        """Forward and record (MHz)."""
+        v = self._act.set_clock_window(gpu, lo_mhz, hi_mhz, lane=self._lane, reason=reason)
+        self._ev(gpu, "clock_window", list(v), reason)
+        return v
+
+    def reset_clocks(self, gpu: str, *, lane: str, reason: str) -> None:
+        """Forward and record."""
+        self._act.reset_clocks(gpu, lane=self._lane, reason=reason)
+        self._ev(gpu, "reset_clocks", None, reason)
+
+    def restore_defaults(self, gpu: str) -> None:
+        """Forward and record."""
+        self._act.restore_defaults(gpu)
+        self._ev(gpu, "restore", None, "restore after an actuation error")
+
+
+class LastSignals:
+    """TelemetrySource wrapper that keeps the last signals it returned (for the lane's gauges and log)."""
+
+    def __init__(self, src: Any) -> None:
+        self.src, self.last = src, None
+
+    def signals(self, lane: Lane) -> LaneSignals:
+        """Forward and keep the result."""
+        self.last = self.src.signals(lane)
+        return self.last
 
 
 _STATES = ("at_calibrated", "raised", "fallback")

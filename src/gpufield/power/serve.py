@@ -44,9 +44,9 @@ from gpufield.power.actuators.statelock import StateDirLock
 from gpufield.power.controller import LaneController, LaneLimits
 from gpufield.power.guard import AtCalibrated, Fallback, Raised
 from gpufield.power.lanes_config import LaneConfig, RunConfig
-from gpufield.power.run_export import DecisionLog, RunMetrics, would_save_j
+from gpufield.power.run_export import DecisionLog, LastSignals, Recorder, RunMetrics, would_save_j
 from gpufield.power.runtime import RuntimeLoop
-from gpufield.power.types import GpuCaps, Lane, LaneSetting, LaneSignals
+from gpufield.power.types import GpuCaps, LaneSetting
 
 __all__ = ["RunSummary", "run_lanes"]
 
@@ -82,50 +82,6 @@ class RunSummary:
     attest_after: dict = field(default_factory=dict)
     unchanged: bool = True
     diffs: tuple[str, ...] = ()
-
-
-class _Recorder:
-    """Actuator wrapper that records every call of the loop as an intent/write event."""
-
-    def __init__(self, act: Any, lane: str, write: bool) -> None:
-        self._act, self._lane, self._kind = act, lane, "write" if write else "intent"
-        self.events: list[dict] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._act, name)
-
-    def _ev(self, gpu: str, action: str, value: Any, reason: str) -> None:
-        self.events.append({"event": self._kind, "t": time.time(), "lane": self._lane, "gpu": gpu, "action": action,
-                            "value": value, "reason": reason})
-
-    def set_power_limit(self, gpu: str, power_w: float, *, lane: str, reason: str) -> float:
-        v = self._act.set_power_limit(gpu, power_w, lane=self._lane, reason=reason)
-        self._ev(gpu, "power_limit", v, reason)
-        return v
-
-    def set_clock_window(self, gpu: str, lo_mhz: int, hi_mhz: int, *, lane: str, reason: str) -> tuple[int, int]:
-        v = self._act.set_clock_window(gpu, lo_mhz, hi_mhz, lane=self._lane, reason=reason)
-        self._ev(gpu, "clock_window", list(v), reason)
-        return v
-
-    def reset_clocks(self, gpu: str, *, lane: str, reason: str) -> None:
-        self._act.reset_clocks(gpu, lane=self._lane, reason=reason)
-        self._ev(gpu, "reset_clocks", None, reason)
-
-    def restore_defaults(self, gpu: str) -> None:
-        self._act.restore_defaults(gpu)
-        self._ev(gpu, "restore", None, "restore after an actuation error")
-
-
-class _LastSignals:
-    """TelemetrySource wrapper that keeps the last signals it returned."""
-
-    def __init__(self, src: Any) -> None:
-        self.src, self.last = src, None
-
-    def signals(self, lane: Lane) -> LaneSignals:
-        self.last = self.src.signals(lane)
-        return self.last
 
 
 def _open_nvml(cfg: RunConfig, write: bool) -> Any:
@@ -304,7 +260,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                 lim = LaneLimits(default_limit_w=c.default_limit_w, max_clock_mhz=max(c.sm_clocks_mhz),
                                  step_w=ln.step_w, clock_step_mhz=ln.clock_step_mhz)
                 ctrl = LaneController(ln.role, i["setting"], lim, cfg.guard_config(ln))
-                rec, src = _Recorder(act, ln.name, write), _LastSignals(i["source"])
+                rec, src = Recorder(act, ln.name, write), LastSignals(i["source"])
                 loop = RuntimeLoop({ln.role: list(ln.gpus)}, {ln.role: ctrl}, src, rec, period_s=cfg.period_s)
                 lanes.append((ln, ctrl, rec, src, loop, i["model"]))
             log = DecisionLog(log_path)
