@@ -109,10 +109,17 @@ def workload(args: argparse.Namespace) -> int:
 
     prefill_step()
     _, hb = decode_step(xb)  # warm-up (kernels, allocator)
-    srv, _th = start_http_server(args.port, addr="127.0.0.1", registry=reg)
+    port = args.port
+    if port == 0:  # a free port chosen here (older prometheus-client returns no server object)
+        import socket
+
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+    started = start_http_server(port, addr="127.0.0.1", registry=reg)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    print("READY " + json.dumps({"port": srv.server_port, "pool_bytes": sum(w.numel() * w.element_size() for w in pool)}),
+    print("READY " + json.dumps({"port": port, "pool_bytes": sum(w.numel() * w.element_size() for w in pool)}),
           flush=True)
     phases, steps = [], {"prefill": [], "decode": []}
     end = time.monotonic() + args.duration_s
@@ -133,7 +140,8 @@ def workload(args: argparse.Namespace) -> int:
                     time.sleep(0.005)  # the CPU dry run shares two cores with everyone
             phases.append({"phase": name, "t_start": t_start, "t_end": time.time()})
     ok = bool(torch.isfinite(hb).all())
-    srv.shutdown()
+    if isinstance(started, tuple):
+        started[0].shutdown()
 
     def pct(v, q):
         v = sorted(v)
@@ -186,6 +194,30 @@ ttft_p99_slo_s = 2.0
 {plan}
 """)
     return p
+
+
+def _f(x, nd: int = 1) -> str:
+    return f"{x:.{nd}f}" if isinstance(x, (int, float)) else "n/a"
+
+
+def _by_phase(ticks: list[dict], out: Path) -> dict:
+    """Power and would-have-saved per workload phase (a tick belongs to the phase its end time falls in)."""
+    wj = out / "workload.json"
+    if not wj.exists():
+        return {}
+    phases = json.loads(wj.read_text())["phases"]
+    agg: dict = {}
+    for r in ticks:
+        ph = next((p["phase"] for p in phases if p["t_start"] <= r["t"] < p["t_end"]), "outside")
+        a = agg.setdefault(ph, {"ticks": 0, "would_save_j": 0.0, "power_w": []})
+        a["ticks"] += 1
+        a["would_save_j"] += r["would_save_j"] or 0.0
+        a["power_w"] += [g["power_w"] for g in r["gpus"].values() if "power_w" in g]
+    for a in agg.values():
+        v = sorted(a.pop("power_w"))
+        a["power_w_median"] = v[len(v) // 2] if v else None
+        a["power_w_min"], a["power_w_max"] = (v[0], v[-1]) if v else (None, None)
+    return agg
 
 
 def _records(path: Path) -> list[dict]:
@@ -367,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         result["workload_rc"] = wl.returncode
     wjson = out / "workload.json"
     result["workload"] = json.loads(wjson.read_text()) if wjson.exists() else None
+    result["by_phase"] = _by_phase([r for r in _records(out / "decisions.jsonl") if r["event"] == "tick"], out)
     after = attest(raw)
     extra_after = _extra_reads(nv, uuid)
     ok, diffs = attestation_unchanged(before, after)
@@ -388,17 +421,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"power run --shadow beside a workload on {result['gpu_name']} "
           f"({'CPU dry run, fake NVML' if args.dry_run_cpu else 'real NVML, read-only'}), {result['elapsed_s']:.0f} s")
     if w:
-        print(f"  workload: prefill {w['prefill_steps']} steps p50 {w['prefill_p50_s'] * 1e3:.1f} ms, decode "
-              f"{w['decode_steps']} steps p50 {w['decode_p50_s'] * 1e3:.2f} ms p99 {w['decode_p99_s'] * 1e3:.2f} ms")
+        ms = {k: w[k] * 1e3 if isinstance(w.get(k), (int, float)) else None
+              for k in ("prefill_p50_s", "decode_p50_s", "decode_p99_s")}
+        print(f"  workload: prefill {w['prefill_steps']} steps p50 {_f(ms['prefill_p50_s'])} ms, decode "
+              f"{w['decode_steps']} steps p50 {_f(ms['decode_p50_s'], 2)} ms p99 {_f(ms['decode_p99_s'], 2)} ms")
     if s:
         sv, en = sum(s["would_save_j"].values()), sum(s["energy_j"].values())
         print(f"  controller: {s['ticks']} ticks, period mean {s['period_mean_s']:.4f} s p50 {s['period_p50_s']:.4f} "
               f"max {s['period_max_s']:.4f} (target {args.period_s}); tick p50 {s['tick_p50_ms']:.2f} ms max "
               f"{s['tick_max_ms']:.2f} ms; CPU {result.get('controller_cpu_s', float('nan')):.2f} s over "
               f"{result.get('controller_wall_s', float('nan')):.0f} s")
+        for ph, agg in sorted(result["by_phase"].items()):
+            print(f"  phase {ph:8s}: {agg['ticks']} ticks, power median {_f(agg['power_w_median'])} W "
+                  f"[{_f(agg['power_w_min'])}, {_f(agg['power_w_max'])}], would have saved "
+                  f"{_f(agg['would_save_j'], 0)} J")
         print(f"  intents {s['intents']}, guard states {result['guard_states']}, would have saved {sv:.0f} J of "
               f"{en:.0f} J measured ({100 * sv / en if en else float('nan'):.1f}%), power median "
-              f"{result['power_w_ticks']['median']} W")
+              f"{_f(result['power_w_ticks']['median'])} W")
     print(f"  settings: enforced {b['enforced_limit_w']:.0f} -> {a['enforced_limit_w']:.0f} W, limit "
           f"{b['power_limit_w']:.0f} -> {a['power_limit_w']:.0f} W, app clock {b['app_sm_clock_mhz']} -> "
           f"{a['app_sm_clock_mhz']}, locked bit {b['locked_clocks_bit']} -> {a['locked_clocks_bit']}, extras "
