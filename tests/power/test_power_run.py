@@ -240,6 +240,12 @@ def test_startup_check_refuses_a_lane_without_its_itl_metric(tmp_path, engine, c
     err = capsys.readouterr().err
     assert "vllm:inter_token_latency_seconds not found" in err and "lane decode" in err
     assert "lane prefill" not in err and not (tmp_path / "decisions.jsonl").exists()
+    # a GPU that NVML does not show (3 named, 2 present)
+    cfg = _config(tmp_path, engine.url)
+    cfg.write_text(cfg.read_text().replace("fake_gpus = 3", "fake_gpus = 2"))
+    assert main(["power", "run", "--config", str(cfg), "--max-ticks", "1"]) == 4
+    err = capsys.readouterr().err
+    assert f"lane prefill: GPU not found by UUID: {h200(2).uuid}" in err and "lane decode" not in err
     # an existing decision log is never replaced
     cfg = _config(tmp_path, engine.url)
     (tmp_path / "decisions.jsonl").write_text("user data\n")

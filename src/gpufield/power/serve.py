@@ -147,12 +147,12 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
     return prof.setting, model, f"profile {lane.profile}"
 
 
-def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict, list[str]]:
-    """Check every lane; return (per-lane plan info, problems)."""
+def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict, list[str], list[str]]:
+    """Check every lane; return (per-lane plan info, GPU/plan problems, metrics problems)."""
     from gpufield.power.engines import PromLaneSource
 
     present = set(act.gpus)
-    info, probs = {}, []
+    info, probs, mprobs = {}, [], []
     for ln in cfg.lanes:
         absent = [u for u in ln.gpus if u not in present]
         if absent:
@@ -163,7 +163,7 @@ def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict,
             probs.append(f"lane {ln.name}: mixes GPU models {sorted({c.name for c in caps.values()})}")
         src = PromLaneSource({ln.role: list(ln.metrics)}, ln.engine, fast_s=cfg.fast_window_s, slow_s=cfg.slow_window_s,
                              get=get)
-        probs += [f"lane {ln.name}: {p}" for p in src.check(ln.role)]
+        mprobs += [f"lane {ln.name}: {p}" for p in src.check(ln.role)]
         if not caps:
             continue
         c0 = next(iter(caps.values()))
@@ -178,7 +178,7 @@ def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict,
             probs.append(f"lane {ln.name}: plan: {e}")
             continue
         info[ln.name] = {"setting": setting, "model": model, "origin": origin, "caps": c0, "source": src}
-    return info, probs
+    return info, probs, mprobs
 
 
 def _guard_view(ctrl: LaneController) -> tuple[str, int, str]:
@@ -213,7 +213,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
         InputError: the decision log exists or cannot be created.
     """
     from gpufield.power.actuators.dryrun import DryRunActuator
-    from gpufield.power.shadow import attest, attestation_unchanged
+    from gpufield.power.shadow import attest
 
     _check_write(cfg, write, allow)
     mode = "write" if write else "shadow"
@@ -248,11 +248,12 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
             r.raise_for_status()
             return r.text
         with http, act_cm as act:
-            info, probs = _startup(cfg, act, get)
-            if probs:
-                kind = ActuationError if any("GPU" in p or "plan:" in p for p in probs) else TelemetryError
-                raise kind(f"start-up check of {cfg.path} failed, nothing started:\n  " + "\n  ".join(probs))
-            before = attest(nv)
+            info, probs, mprobs = _startup(cfg, act, get)
+            if probs or mprobs:
+                kind = ActuationError if probs else TelemetryError
+                raise kind(f"start-up check of {cfg.path} failed, nothing started:\n  " + "\n  ".join(probs + mprobs))
+            mine = {u for ln in cfg.lanes for u in ln.gpus}
+            before = {u: d for u, d in attest(nv).items() if u in mine}
             lanes = []
             for ln in cfg.lanes:
                 i = info[ln.name]
@@ -290,8 +291,9 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                         signal.signal(s, h)
                 if write:
                     act.restore_all()  # before the read-back: the GPUs must show what they had before
-                after = attest(nv)
-                ok, diffs = attestation_unchanged(before, after)
+                after = {u: d for u, d in attest(nv).items() if u in mine}
+                diffs = _changed(before, after)
+                ok = not diffs
                 summary = RunSummary(mode=mode, log_path=log_path, metrics_port=metrics.port,
                                      stop_reason=why["reason"], attest_before=before, attest_after=after,
                                      unchanged=ok, diffs=tuple(diffs), **stats)
@@ -309,6 +311,22 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
     finally:
         if lock is not None:
             lock.release()
+
+
+#: the settings a write would change (read back by gpufield.power.shadow.attest)
+_SETTINGS = ("enforced_limit_w", "power_limit_w", "default_limit_w", "locked_clocks_bit", "app_sm_clock_mhz")
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    """Settings of the lanes' GPUs that differ after the run (``"<uuid>: key a -> b"``)."""
+    out = []
+    for u, b in before.items():
+        a = after.get(u)
+        if a is None:
+            out.append(f"{u}: not readable after the run")
+            continue
+        out += [f"{u}: {k} {b.get(k)} -> {a.get(k)}" for k in _SETTINGS if b.get(k) != a.get(k)]
+    return out
 
 
 def _install_signals(stop: threading.Event, why: dict) -> dict:
