@@ -354,3 +354,16 @@ def test_an_external_change_is_read_back_and_reconciled(tmp_path, engine):
     again = [r for r in recs if r["event"] == "write" and "reconcile after an external change" in r["reason"]]
     assert {r["gpu"] for r in again if r["action"] == "power_limit"} == {h200(0).uuid, h200(1).uuid}
     assert res["s"].unchanged and fake.gpus[0].power_limit_mw == fake.gpus[0].default_limit_mw
+
+
+def test_log_ticks_changes_writes_tick_records_only_on_changes(tmp_path, engine):
+    from gpufield.power.serve import run_lanes
+
+    cfg = _config(tmp_path, engine.url, extra='log_ticks = "changes"\n')
+    s = run_lanes(load_run_config(cfg), max_ticks=6, echo=lambda m: None)
+    recs = _records(tmp_path / "decisions.jsonl")
+    ticks = [r for r in recs if r["event"] == "tick"]
+    assert s.ticks == 6 and recs[-1]["event"] == "stop" and recs[-1]["stop_reason"] == "max_ticks"
+    assert [r["lane"] for r in ticks] == ["decode", "prefill"]  # first tick (the intents), then nothing changed
+    assert not any(r["event"] == "tick_end" for r in recs)
+    assert s.would_save_j["decode"] > 0 and s.unchanged

@@ -6,6 +6,7 @@ Layout (every table but ``[lanes.*]`` is optional; units in the key names)::
     period_s = 5.0                                # control period
     state_dir = "/var/tmp/gpufield-power"         # lock (one controller per directory) + saved settings
     decision_log = "decisions-{start}.jsonl"      # JSON lines; {start} = UTC start time; never overwritten
+    log_ticks = "all"                             # or "changes": tick records only when something changed
     metrics_addr = "127.0.0.1"                    # Prometheus exporter (localhost only by default)
     metrics_port = 9464                           # 0 = any free port (written to the log's start record)
     fast_window_s = 30.0
@@ -100,7 +101,7 @@ class RunConfig:
 
     Attributes:
         path: the config file. lanes: its lanes in file order.
-        period_s, state_dir, decision_log, metrics_addr, metrics_port, fast_window_s, slow_window_s:
+        period_s, state_dir, decision_log, log_ticks, metrics_addr, metrics_port, fast_window_s, slow_window_s:
             ``[controller]``. guard: ``[guard]`` overrides of :class:`GuardConfig`.
         nvml_backend: ``"pynvml"`` or ``"fake"``; fake_gpus / fake_load: the fake's H200s and load (0..1).
     """
@@ -110,6 +111,7 @@ class RunConfig:
     period_s: float = 5.0
     state_dir: str = "/var/tmp/gpufield-power"
     decision_log: str = "decisions-{start}.jsonl"
+    log_ticks: str = "all"
     metrics_addr: str = "127.0.0.1"
     metrics_port: int = 9464
     fast_window_s: float = 30.0
@@ -262,6 +264,8 @@ def load_run_config(path: str | Path) -> RunConfig:
         period_s=c.get("period_s", "num", 5.0, check=lambda v: 0.05 <= v <= 3600, expect="a number in [0.05, 3600] (s)"),
         state_dir=_rel(base, c.get("state_dir", "str", "/var/tmp/gpufield-power")),
         decision_log=_rel(base, c.get("decision_log", "str", "decisions-{start}.jsonl")),
+        log_ticks=c.get("log_ticks", "str", "all", check=lambda v: v in ("all", "changes"),
+                        expect="'all' or 'changes'"),
         metrics_addr=c.get("metrics_addr", "str", "127.0.0.1"),
         metrics_port=c.get("metrics_port", "int", 9464, check=lambda v: 0 <= v <= 65535, expect="a port 0-65535"),
         fast_window_s=c.get("fast_window_s", "num", 30.0, check=_pos, expect="a number > 0 (s)"),

@@ -79,6 +79,11 @@ class DecisionLog:
         if sync:
             os.fsync(self._fd)
 
+    def sync(self) -> None:
+        """fsync what was written (no-op once closed)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
     def close(self) -> None:
         """fsync and close (idempotent)."""
         if self._fd is not None:

@@ -15,8 +15,9 @@
    (decode: ITL, prefill: TTFT) and (decode) a KV gauge present. Any problem: nothing starts.
 4. **Loop** every ``period_s``: each lane's :class:`RuntimeLoop` reads back and reconciles its GPUs,
    its :class:`LaneController` (the SLO guard) decides, the actuator logs (shadow) or applies (write).
-   Per tick, per lane, one ``tick`` record goes to the decision log, then the Prometheus gauges;
-   each intent or write is an ``intent`` record. A lane whose SLO histogram goes missing is stale
+   Per tick, per lane, one ``tick`` record goes to the decision log (``log_ticks = "changes"``: only
+   when the guard state or setting changed, or on an intent, drift or error), then the Prometheus
+   gauges; each intent or write is an ``intent`` / ``write`` record. A lane whose SLO histogram goes missing is stale
    telemetry and falls back to defaults (the guard's fail-safe).
 5. **Stop** on SIGTERM/SIGINT (or ``stop`` / ``max_ticks``): the loop ends after the tick under way;
    in write mode the actuator restores every GPU it changed; the GPUs' settings are read back, a
@@ -36,17 +37,17 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-from gpufield.errors import ActuationError, GpufieldError, TelemetryError
+from gpufield.errors import ActuationError, TelemetryError
 from gpufield.power.actuators.statelock import StateDirLock
 from gpufield.power.controller import LaneController, LaneLimits
 from gpufield.power.guard import AtCalibrated, Fallback, Raised
-from gpufield.power.lanes_config import LaneConfig, RunConfig
+from gpufield.power.lanes_config import RunConfig
 from gpufield.power.run_export import DecisionLog, LastSignals, Recorder, RunMetrics, would_save_j
 from gpufield.power.runtime import RuntimeLoop
-from gpufield.power.types import GpuCaps, LaneSetting
+from gpufield.power.startup import check_lanes, check_write, open_nvml
+from gpufield.power.types import GpuCaps
 
 __all__ = ["RunSummary", "run_lanes"]
 
@@ -84,103 +85,6 @@ class RunSummary:
     diffs: tuple[str, ...] = ()
 
 
-def _open_nvml(cfg: RunConfig, write: bool) -> Any:
-    if cfg.nvml_backend == "fake":
-        from gpufield.testing import FakeNvml, h200
-
-        fake = FakeNvml([h200(i) for i in range(cfg.fake_gpus)], read_only=not write, clock=time.monotonic)
-        for i in range(cfg.fake_gpus):
-            fake.gpus[i].load = cfg.fake_load
-        return fake
-    import pynvml
-
-    return pynvml
-
-
-def _check_write(cfg: RunConfig, write: bool, allow: Sequence[str]) -> None:
-    if not write:
-        if allow:
-            raise ActuationError("--allow only means something with --write (shadow mode writes nothing)")
-        return
-    if not allow:
-        raise ActuationError("--write needs --allow UUID for every GPU it may change; refusing to start")
-    lane_of = {u: ln.name for ln in cfg.lanes for u in ln.gpus}
-    stray = [u for u in allow if u not in lane_of]
-    missing = [f"{u} (lane {lane_of[u]})" for u in lane_of if u not in allow]
-    if stray or missing:
-        parts = ([f"not allowed by --allow: {', '.join(missing)}"] if missing else []) + \
-                ([f"--allow names GPUs in no lane of {cfg.path}: {', '.join(stray)}"] if stray else [])
-        raise ActuationError("refusing to start in write mode: " + "; ".join(parts) +
-                             " (allow every GPU of every lane, or run --shadow)")
-
-
-def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
-    """(setting, twin model or None, where the setting came from) for one lane."""
-    from gpufield.power.twin.gpu import load_gpu_model
-
-    try:
-        model = load_gpu_model(caps.name)
-    except ValueError:
-        model = None
-    if lane.plan == "fixed":
-        parts = ([f"cap {lane.power_limit_w:g} W"] if lane.power_limit_w is not None else []) + \
-                ([f"clocks {lane.clock_window_mhz[0]}-{lane.clock_window_mhz[1]} MHz"] if lane.clock_window_mhz else [])
-        return (LaneSetting(power_limit_w=lane.power_limit_w, clock_window_mhz=lane.clock_window_mhz,
-                            label=" + ".join(parts) + " (fixed)"), model, "fixed in the lanes file")
-    if lane.plan == "twin":
-        if model is None:
-            raise ValueError(f"the twin has no model of {caps.name!r}: give this lane a calibration profile")
-        from gpufield.power.shadow import shadow_plan
-
-        return shadow_plan(model, step_w=lane.step_w)[lane.role], model, f"twin plan for {model.name}"
-    import json
-
-    from gpufield.power.profiles import ProfileKey, load_profile
-
-    try:
-        saved = ProfileKey(**json.loads(Path(lane.profile).read_text())["key"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"profile {lane.profile}: cannot read its key ({e})") from None
-    fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
-    fields.update(gpu=caps.name, lane=lane.role.value)  # what this run can check: SKU and lane role
-    prof = load_profile(lane.profile, ProfileKey(**fields))
-    return prof.setting, model, f"profile {lane.profile}"
-
-
-def _startup(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict, list[str], list[str]]:
-    """Check every lane; return (per-lane plan info, GPU/plan problems, metrics problems)."""
-    from gpufield.power.engines import PromLaneSource
-
-    present = set(act.gpus)
-    info, probs, mprobs = {}, [], []
-    for ln in cfg.lanes:
-        absent = [u for u in ln.gpus if u not in present]
-        if absent:
-            probs.append(f"lane {ln.name}: GPU not found by UUID: {', '.join(absent)} "
-                         f"(NVML sees {', '.join(sorted(present)) or 'none'})")
-        caps = {u: act.capabilities(u) for u in ln.gpus if u in present}
-        if len({c.name for c in caps.values()}) > 1:
-            probs.append(f"lane {ln.name}: mixes GPU models {sorted({c.name for c in caps.values()})}")
-        src = PromLaneSource({ln.role: list(ln.metrics)}, ln.engine, fast_s=cfg.fast_window_s, slow_s=cfg.slow_window_s,
-                             get=get)
-        mprobs += [f"lane {ln.name}: {p}" for p in src.check(ln.role)]
-        if not caps:
-            continue
-        c0 = next(iter(caps.values()))
-        try:
-            setting, model, origin = _plan(ln, c0)
-            if setting.clock_window_mhz is not None:
-                c0.check_window(*setting.clock_window_mhz)
-            if setting.power_limit_w is not None and not c0.min_limit_w <= setting.power_limit_w <= c0.max_limit_w:
-                raise ValueError(f"power limit {setting.power_limit_w:g} W outside {c0.min_limit_w:g}-"
-                                 f"{c0.max_limit_w:g} W")
-        except (ValueError, GpufieldError) as e:
-            probs.append(f"lane {ln.name}: plan: {e}")
-            continue
-        info[ln.name] = {"setting": setting, "model": model, "origin": origin, "caps": c0, "source": src}
-    return info, probs, mprobs
-
-
 def _guard_view(ctrl: LaneController) -> tuple[str, int, str]:
     st = ctrl.guard.state if ctrl.guard else AtCalibrated(0.0)
     if isinstance(st, Fallback):
@@ -215,7 +119,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
     from gpufield.power.actuators.dryrun import DryRunActuator
     from gpufield.power.shadow import attest
 
-    _check_write(cfg, write, allow)
+    check_write(cfg, write, allow)
     mode = "write" if write else "shadow"
     log_path = cfg.decision_log.replace("{start}", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     from gpufield._files import check_output
@@ -230,7 +134,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
         if lock.takeover:
             echo(f"gpufield power run: {lock.takeover}")
     try:
-        nv = nvml if nvml is not None else _open_nvml(cfg, write)
+        nv = nvml if nvml is not None else open_nvml(cfg, write)
         if write:
             from gpufield.power.actuators.nvml import NvmlActuator
             from gpufield.power.config import WriteConfig
@@ -248,7 +152,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
             r.raise_for_status()
             return r.text
         with http, act_cm as act:
-            info, probs, mprobs = _startup(cfg, act, get)
+            info, probs, mprobs = check_lanes(cfg, act, get)
             if probs or mprobs:
                 kind = ActuationError if probs else TelemetryError
                 raise kind(f"start-up check of {cfg.path} failed, nothing started:\n  " + "\n  ".join(probs + mprobs))
@@ -349,6 +253,9 @@ def _loop(cfg: RunConfig, lanes: list, act: Any, log: DecisionLog, metrics: RunM
     saved = {ln.name: 0.0 for ln, *_ in lanes}
     energy = {ln.name: 0.0 for ln, *_ in lanes}
     n_int = 0
+    every = cfg.log_ticks == "all"
+    last_key: dict[str, tuple] = {}
+    pend = {ln.name: 0.0 for ln, *_ in lanes}
     nxt = time.monotonic()
     while not stop.is_set():
         t0 = time.monotonic()
@@ -383,22 +290,31 @@ def _loop(cfg: RunConfig, lanes: list, act: Any, log: DecisionLog, metrics: RunM
             for ev in rec.events:
                 metrics.intents.labels(ln.name, ev["action"]).inc()
                 log.write(ev)
-            n_int += len(rec.events)
+            n_ev = len(rec.events)
+            n_int += n_ev
             rec.events.clear()
             if tr.drift:
                 metrics.drift.labels(ln.name).inc(len(tr.drift))
             if tr.error:
                 metrics.errors.labels(ln.name).inc()
-            log.write({"event": "tick", "t": time.time(), "lane": ln.name, "role": ln.role.value, "guard": state,
-                       "level": level, "reason": reason, "setting": asdict(ctrl.current),
-                       "signals": asdict(sig) if sig is not None else None, "gpus": gpus,
-                       "would_save_j": lane_saved if shadow else None, "tick_s": tr.duration_s,
-                       "drift": list(tr.drift), "error": tr.error})
+            pend[ln.name] += lane_saved
+            key = (state, level, ctrl.current)
+            if every or key != last_key.get(ln.name) or n_ev or tr.drift or tr.error:
+                # would_save_j covers the ticks since this lane's previous tick record
+                log.write({"event": "tick", "t": time.time(), "lane": ln.name, "role": ln.role.value, "guard": state,
+                           "level": level, "reason": reason, "setting": asdict(ctrl.current),
+                           "signals": asdict(sig) if sig is not None else None, "gpus": gpus,
+                           "would_save_j": pend[ln.name] if shadow else None, "tick_s": tr.duration_s,
+                           "drift": list(tr.drift), "error": tr.error})
+                last_key[ln.name], pend[ln.name] = key, 0.0
         dur = time.monotonic() - t0
         durs.append(dur)
         metrics.ticks.inc()
         metrics.tick_s.observe(dur)
-        log.write({"event": "tick_end", "t": time.time(), "n": len(starts), "duration_s": dur}, sync=True)
+        if every:
+            log.write({"event": "tick_end", "t": time.time(), "n": len(starts), "duration_s": dur}, sync=True)
+        else:
+            log.sync()
         if max_ticks is not None and len(starts) >= max_ticks:
             why["reason"] = "max_ticks"
             break
