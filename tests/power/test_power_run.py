@@ -367,3 +367,28 @@ def test_log_ticks_changes_writes_tick_records_only_on_changes(tmp_path, engine)
     assert [r["lane"] for r in ticks] == ["decode", "prefill"]  # first tick (the intents), then nothing changed
     assert not any(r["event"] == "tick_end" for r in recs)
     assert s.would_save_j["decode"] > 0 and s.unchanged
+
+
+def test_a_killed_writer_leaves_a_partial_log_and_the_next_run_restores_its_orphans(tmp_path, engine):
+    cfg = _config(tmp_path, engine.url)
+    allow = [a for i in range(3) for a in ("--allow", h200(i).uuid)]
+    cmd = [sys.executable, "-m", "gpufield", "power", "run", "--config", str(cfg), "--write", *allow]
+    log = tmp_path / "decisions.jsonl"
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: sum(r["event"] == "tick_end" for r in _records(log)) >= 2)
+    finally:
+        proc.kill()  # SIGKILL: no handler, no restore
+        proc.wait(30)
+    text = log.read_text()
+    assert text.endswith("\n") and all(json.loads(x) for x in text.splitlines())  # complete lines only
+    assert _records(log)[-1]["event"] != "stop"
+    left = sorted(p.name for p in (tmp_path / "state").iterdir() if p.name.startswith("GPU-"))
+    assert left == sorted(f"{h200(i).uuid}.json" for i in range(3))
+    log.rename(tmp_path / "killed.jsonl")  # the next run refuses to write over it otherwise
+    second = subprocess.run([*cmd, "--max-ticks", "1"], env=ENV, capture_output=True, text=True, timeout=60)
+    assert second.returncode == 0, second.stderr
+    start = _records(log)[0]
+    assert f"PID {proc.pid}" in start["lock_takeover"] and "no longer running" in start["lock_takeover"]
+    assert sorted(start["orphans_restored"]) == sorted(h200(i).uuid for i in range(3))
+    assert not any(p.name.startswith("GPU-") for p in (tmp_path / "state").iterdir())

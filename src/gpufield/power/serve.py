@@ -184,6 +184,8 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                                                "setting": asdict(info[ln.name]["setting"]),
                                                "slo": {"itl_p99_s": ln.itl_p99_slo_s, "ttft_p99_s": ln.ttft_p99_slo_s}}
                                      for ln in cfg.lanes},
+                           "lock_takeover": getattr(act, "lock_takeover", None) or (lock.takeover if lock else None),
+                           "orphans_restored": list(getattr(act, "orphans_restored", [])),
                            "attest_before": before}, sync=True)
                 echo(f"gpufield power run: {mode}, {len(lanes)} lane(s), metrics on "
                      f"http://{cfg.metrics_addr}:{metrics.port}/metrics, log {log_path}")
