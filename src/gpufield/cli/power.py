@@ -6,6 +6,10 @@ seconds, fed by the library's ``progress`` callback. It never touches stdout (``
 the same with or without it) and is off when stderr is not a terminal or with ``--quiet``. Ctrl-C
 ends the run with a one-line message on stderr and exit status 130 (no partial report: the library
 returns nothing until every arm has run, and calibrate writes its profiles only at the end).
+
+``run`` is the long-running controller (:func:`gpufield.power.run_lanes`): it runs until SIGTERM or
+SIGINT, then exits 0 after restoring (write mode) and closing its decision log; start-up problems
+exit 4 with every problem listed, a bad ``lanes.toml`` exits 2 naming file, line and key.
 """
 
 from __future__ import annotations

@@ -187,6 +187,9 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                            "lock_takeover": getattr(act, "lock_takeover", None) or (lock.takeover if lock else None),
                            "orphans_restored": list(getattr(act, "orphans_restored", [])),
                            "attest_before": before}, sync=True)
+                if cfg.metrics_addr not in ("127.0.0.1", "::1", "localhost"):
+                    echo(f"gpufield power run: warning: the exporter listens on {cfg.metrics_addr}, not only on this "
+                         "host (controller.metrics_addr)")
                 echo(f"gpufield power run: {mode}, {len(lanes)} lane(s), metrics on "
                      f"http://{cfg.metrics_addr}:{metrics.port}/metrics, log {log_path}")
                 old = _install_signals(stop, why)
