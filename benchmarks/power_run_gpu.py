@@ -326,52 +326,68 @@ def main(argv: list[str] | None = None) -> int:
         log = out / "decisions.jsonl"
         if log.exists():
             raise RuntimeError(f"{log} exists: use a fresh --out")
-        with open(out / "controller.out", "w") as fo, open(out / "controller.err", "w") as fe:
-            ctl = subprocess.Popen([sys.executable, "-m", "gpufield", "power", "run", "--config", str(cfg), "--shadow"],
-                                   stdout=fo, stderr=fe, cwd=str(out), env=env)
+        cli = [sys.executable, "-m", "gpufield", "power", "run", "--config", str(cfg), "--shadow"]
+        # the same library call without the typer layer: used only if the CLI cannot even import/parse
+        # (run 73: typer 0.29 needed pydantic, which the GPU host's wheels lacked)
+        lib = [sys.executable, "-c", "import sys; from gpufield.power.lanes_config import load_run_config; "
+               "from gpufield.power.serve import run_lanes; s = run_lanes(load_run_config(sys.argv[1])); "
+               "print(s.mode, s.ticks, 'ticks')", str(cfg)]
+        result["controller_entry"] = "cli"
+        for attempt, cmd in enumerate((cli, lib)):
+            sfx = "" if attempt == 0 else ".lib"
+            with open(out / f"controller{sfx}.out", "w") as fo, open(out / f"controller{sfx}.err", "w") as fe:
+                ctl = subprocess.Popen(cmd, stdout=fo, stderr=fe, cwd=str(out), env=env)
             procs["ctl"] = ctl
             t_start = time.monotonic()
             start = None
             while time.monotonic() < t_start + 30 and ctl.poll() is None and start is None:
                 start = next((r for r in _records(log) if r["event"] == "start"), None)
                 time.sleep(0.1)
-            if start is None:
-                raise RuntimeError(f"controller did not start (rc {ctl.poll()}); see controller.err")
-            result["controller_start_s"] = time.monotonic() - t_start
-            run_s = max(5.0, min(args.duration_s, deadline - time.monotonic() - 25))  # stop + read-back left
-            result["controller_run_target_s"] = run_s
-            import httpx
+            if start is None and ctl.poll() is None:
+                start = next((r for r in _records(log) if r["event"] == "start"), None)
+            if start is not None:
+                break
+            err = (out / f"controller{sfx}.err").read_text()
+            if attempt == 0 and ctl.returncode is not None and not log.exists() and (
+                    "ModuleNotFoundError" in err or "ImportError" in err):
+                result["controller_entry"] = "library (the CLI failed: " + err.strip().splitlines()[-1][:200] + ")"
+                continue
+            raise RuntimeError(f"controller did not start (rc {ctl.poll()}); see controller{sfx}.err")
+        result["controller_start_s"] = time.monotonic() - t_start
+        run_s = max(5.0, min(args.duration_s, deadline - time.monotonic() - 25))  # stop + read-back left
+        result["controller_run_target_s"] = run_s
+        import httpx
 
-            scrapes = []
-            t_run = time.monotonic()
-            while time.monotonic() < t_run + run_s and ctl.poll() is None:
-                time.sleep(min(30.0, max(0.0, t_run + run_s - time.monotonic())))
-                try:
-                    r = httpx.get(f"http://127.0.0.1:{start['metrics_port']}/metrics", timeout=5)
-                    scrapes.append(f"# t={time.time():.3f}\n" + "\n".join(
-                        x for x in r.text.splitlines() if x.startswith("gpufield_power_")))
-                except httpx.HTTPError as e:
-                    scrapes.append(f"# t={time.time():.3f} scrape failed: {e}")
-            (out / "exporter_scrapes.txt").write_text("\n".join(scrapes) + "\n")
-            result["exporter_scrapes"] = len(scrapes)
-            result["controller_wall_s"] = time.monotonic() - t_start
-            t_sig = time.monotonic()
-            status = ru = None
-            if ctl.returncode is None:  # still running (poll() above has not reaped it)
-                ctl.send_signal(signal.SIGTERM)
-                while time.monotonic() < t_sig + 20:
-                    pid, status, ru = os.wait4(ctl.pid, os.WNOHANG)
-                    if pid:
-                        break
-                    time.sleep(0.05)
-                else:
-                    ctl.kill()
-                    _pid, status, ru = os.wait4(ctl.pid, 0)
-                ctl.returncode = os.waitstatus_to_exitcode(status)
-                result["controller_cpu_s"] = ru.ru_utime + ru.ru_stime
-                result["controller_maxrss_mb"] = ru.ru_maxrss / 1024
-            result["controller_stop_s"] = time.monotonic() - t_sig
-            result["controller_rc"] = ctl.returncode
+        scrapes = []
+        t_run = time.monotonic()
+        while time.monotonic() < t_run + run_s and ctl.poll() is None:
+            time.sleep(min(30.0, max(0.0, t_run + run_s - time.monotonic())))
+            try:
+                r = httpx.get(f"http://127.0.0.1:{start['metrics_port']}/metrics", timeout=5)
+                scrapes.append(f"# t={time.time():.3f}\n" + "\n".join(
+                    x for x in r.text.splitlines() if x.startswith("gpufield_power_")))
+            except httpx.HTTPError as e:
+                scrapes.append(f"# t={time.time():.3f} scrape failed: {e}")
+        (out / "exporter_scrapes.txt").write_text("\n".join(scrapes) + "\n")
+        result["exporter_scrapes"] = len(scrapes)
+        result["controller_wall_s"] = time.monotonic() - t_start
+        t_sig = time.monotonic()
+        status = ru = None
+        if ctl.returncode is None:  # still running (poll() above has not reaped it)
+            ctl.send_signal(signal.SIGTERM)
+            while time.monotonic() < t_sig + 20:
+                pid, status, ru = os.wait4(ctl.pid, os.WNOHANG)
+                if pid:
+                    break
+                time.sleep(0.05)
+            else:
+                ctl.kill()
+                _pid, status, ru = os.wait4(ctl.pid, 0)
+            ctl.returncode = os.waitstatus_to_exitcode(status)
+            result["controller_cpu_s"] = ru.ru_utime + ru.ru_stime
+            result["controller_maxrss_mb"] = ru.ru_maxrss / 1024
+        result["controller_stop_s"] = time.monotonic() - t_sig
+        result["controller_rc"] = ctl.returncode
         recs = _records(log)
         stop = next((r for r in recs if r["event"] == "stop"), None)
         ticks = [r for r in recs if r["event"] == "tick"]
@@ -419,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     w = result.get("workload") or {}
     b, a = before[uuid], after[uuid]
     print(f"power run --shadow beside a workload on {result['gpu_name']} "
-          f"({'CPU dry run, fake NVML' if args.dry_run_cpu else 'real NVML, read-only'}), {result['elapsed_s']:.0f} s")
+          f"({'CPU dry run, fake NVML' if args.dry_run_cpu else 'real NVML, read-only'}), {result['elapsed_s']:.0f} s, "
+          f"controller entry: {result.get('controller_entry')}")
     if w:
         ms = {k: w[k] * 1e3 if isinstance(w.get(k), (int, float)) else None
               for k in ("prefill_p50_s", "decode_p50_s", "decode_p99_s")}
