@@ -25,7 +25,9 @@ Back-off before restart ``n`` (1-based): ``min(backoff_s * backoff_factor**(n-1)
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufield.triage import NO_RETRY
 
@@ -147,6 +149,10 @@ class RetryPolicy:
         stalled: consecutive restarts without progress so far.
         blamed: how often each host was blamed.
         nan_checkpoints: checkpoints that produced a NaN, with counts.
+        budget: a shared restart counter, or None (this object counts): ``budget(delta)`` adds
+            ``delta`` atomically and returns the new total (``torch.distributed.Store.add``, so the
+            supervisors of several nodes spend one budget; a restart is granted only when the
+            total after its increment is within ``max_retries``).
     """
 
     config: PolicyConfig = field(default_factory=PolicyConfig)
@@ -155,16 +161,41 @@ class RetryPolicy:
     transient_streak: int = 0
     blamed: Counter = field(default_factory=Counter)
     nan_checkpoints: Counter = field(default_factory=Counter)
+    budget: Callable[[int], int] | None = None
+
+    def state(self) -> dict[str, Any]:
+        """The decision state as a JSON-able dict (what :meth:`load` restores; the budget is not in it)."""
+        return {"retries_used": self.retries_used, "stalled": self.stalled, "transient_streak": self.transient_streak,
+                "blamed": dict(self.blamed), "nan_checkpoints": dict(self.nan_checkpoints)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state` dict (the node that decides next continues where the last one stopped)."""
+        self.retries_used = int(state.get("retries_used", 0))
+        self.stalled = int(state.get("stalled", 0))
+        self.transient_streak = int(state.get("transient_streak", 0))
+        self.blamed = Counter(state.get("blamed", {}))
+        self.nan_checkpoints = Counter(state.get("nan_checkpoints", {}))
 
     def _restart(self, action: str, reason: str, host: str | None = None) -> Decision:
         c = self.config
+        if self.budget is not None:
+            self.retries_used = min(self.budget(0), c.max_retries)
         if self.retries_used >= c.max_retries:
             return Decision(action=STOP, reason=f"restart budget spent ({self.retries_used}/{c.max_retries}); " + reason,
                             retries_used=self.retries_used)
         if self.stalled >= c.no_progress_restarts:
             return Decision(action=STOP, no_progress=True, retries_used=self.retries_used,
                             reason=f"{self.stalled} restarts in a row without {c.min_progress_steps} steps of progress")
-        self.retries_used += 1
+        if self.budget is not None:
+            total = self.budget(1)  # atomic: of two deciders racing for the last restart, one gets it
+            if total > c.max_retries:
+                self.retries_used = c.max_retries
+                return Decision(action=STOP, retries_used=c.max_retries,
+                                reason=f"restart budget spent ({c.max_retries}/{c.max_retries}, taken concurrently); "
+                                       + reason)
+            self.retries_used = total
+        else:
+            self.retries_used += 1
         delay = min(c.backoff_s * c.backoff_factor ** (self.retries_used - 1), c.backoff_max_s)
         return Decision(action=action, reason=reason, host=host, delay_s=delay, retries_used=self.retries_used)
 
