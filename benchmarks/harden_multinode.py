@@ -55,7 +55,7 @@ def run(name: str, spec: dict, root: Path, steps: int) -> dict:
     t0 = time.time()
     for n in (0, 1):
         cmd = [py, "-m", "gpufield", "run", "--cluster", "--nodes", ",".join(NAMES), "--node-rank", str(n), "-q",
-               "--run-dir", str(root / f"run{n}"), "--hang-floor-s", "15", "--startup-timeout-s", "180",
+               "--run-dir", str(root / "run"), "--hang-floor-s", "15", "--startup-timeout-s", "180",
                "--backoff-s", "0.5", "--min-progress-steps", "0", "--gather-s", "30", "--no-triage",
                "--exclude-file", str(root / f"exclude{n}.txt"), "--hostfile", str(root / f"hosts{n}.txt"),
                *spec["opts"],
@@ -68,8 +68,8 @@ def run(name: str, spec: dict, root: Path, steps: int) -> dict:
     wall = time.time() - t0
     nodes = {}
     for n in (0, 1):
-        ev = [json.loads(line) for line in (root / f"run{n}" / "events.jsonl").read_text().splitlines()]
-        rank1 = "[rank1]:" in (root / f"run{n}" / "attempt-0" / "console.log").read_text()
+        ev = [json.loads(line) for line in (root / "run" / NAMES[n] / "events.jsonl").read_text().splitlines()]
+        rank1 = "[rank1]:" in (root / "run" / NAMES[n] / "attempt-0" / "console.log").read_text()
         nodes[NAMES[n]] = {
             "rc": procs[n].returncode, "ran_rank1_first_launch": rank1,
             "launches": sum(e["event"] == "launch" for e in ev),

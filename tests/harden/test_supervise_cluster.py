@@ -177,7 +177,7 @@ def test_two_supervisors_take_one_decision_when_a_rank_of_one_node_is_killed(tmp
     procs = []
     for n in (0, 1):
         cmd = [py, "-m", "gpufield", "run", "--cluster", "--nodes", "nodeA,nodeB", "--node-rank", str(n), "-q",
-               "--run-dir", str(tmp_path / f"run{n}"), "--hang-floor-s", "30", "--startup-timeout-s", "150",
+               "--run-dir", str(tmp_path / "run"), "--hang-floor-s", "30", "--startup-timeout-s", "150",
                "--max-retries", "0", "--backoff-s", "0", "--gather-s", "30", "--no-triage",
                "--exclude-file", str(tmp_path / f"exclude{n}.txt"),
                "--", py, "-m", "torch.distributed.run", "--nnodes", "{nnodes}", "--nproc-per-node", "1",
@@ -187,11 +187,11 @@ def test_two_supervisors_take_one_decision_when_a_rank_of_one_node_is_killed(tmp
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     errs = [p.communicate(timeout=170)[1] for p in procs]
     assert [p.returncode for p in procs] == [1, 1], errs
-    ev = {n: [json.loads(line) for line in (tmp_path / f"run{n}" / "events.jsonl").read_text().splitlines()]
-          for n in (0, 1)}
-    # which node ran global rank 1 (c10d assigns node ranks by arrival): its console log says
     name = {0: "nodeA", 1: "nodeB"}
-    killed = [n for n in (0, 1) if "[rank1]:" in (tmp_path / f"run{n}" / "attempt-0" / "console.log").read_text()]
+    run = {n: tmp_path / "run" / name[n] for n in (0, 1)}  # one --run-dir: each node writes below its name
+    ev = {n: [json.loads(line) for line in (run[n] / "events.jsonl").read_text().splitlines()] for n in (0, 1)}
+    # which node ran global rank 1 (c10d assigns node ranks by arrival): its console log says
+    killed = [n for n in (0, 1) if "[rank1]:" in (run[n] / "attempt-0" / "console.log").read_text()]
     assert len(killed) == 1
     bad = name[killed[0]]
     crash = [e for e in ev[killed[0]] if e["event"] == "detect"]

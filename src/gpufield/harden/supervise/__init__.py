@@ -93,6 +93,7 @@ class SuperviseConfig:
         nvml_timeout_s: give up on NVML after this many seconds (a wedged driver blocks its calls).
         cluster: one supervisor per node agreeing through a store (:mod:`...supervise.cluster`), or
             None (this supervisor decides alone; ``nodes`` are then only names for the exclude list).
+            With it, this node's events and attempts go to ``run_dir/<node name>/``.
     """
 
     command: tuple[str, ...]
@@ -192,6 +193,8 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
         InputError: the command cannot be started (no such program).
     """
     cfg = config
+    if cfg.cluster is not None:  # one run folder may be shared by every node: each writes below its name
+        cfg = dataclasses.replace(cfg, run_dir=cfg.run_dir / cfg.cluster.node)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     log = EventLog(cfg.run_dir / "events.jsonl", echo=on_event)
     metrics = Metrics(cfg.metrics_port)
