@@ -68,7 +68,9 @@ class Attempt:
         self.parser = LineParser(cfg.step_pattern, cfg.metric_pattern)
         self.facts = LineFacts()
         self.tail = MonitorTail(self.monitor_dir)
-        self.progress = Progress(world=world, start_t=time.monotonic())
+        # with one supervisor per node the local ranks are a slice of the global ones: no ranks 0..n-1 up front
+        multi = getattr(cfg, "cluster", None) is not None
+        self.progress = Progress(world=0 if multi else world, start_t=time.monotonic())
         self.seen_pids: dict[int, int] = {}
         self.stragglers: list[Detection] = []
         self.host = socket.gethostname()
