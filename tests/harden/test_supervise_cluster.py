@@ -205,3 +205,17 @@ def test_two_supervisors_take_one_decision_when_a_rank_of_one_node_is_killed(tmp
     for n in (0, 1):
         assert [e["event"] for e in ev[n]].count("launch") == 1
         assert (tmp_path / f"exclude{n}.txt").read_text() == ""
+
+
+def test_cli_cluster_bad_input_is_one_line(capsys, monkeypatch, tmp_path):
+    from gpufield.cli import main
+
+    for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_NODEID"):
+        monkeypatch.delenv(k, raising=False)
+    assert main(["run", "--cluster", "--run-dir", str(tmp_path), "--", "true"]) == 2
+    assert "--nodes" in capsys.readouterr().err
+    assert main(["run", "--cluster", "--nodes", "a,b", "--node-rank", "0", "--run-dir", str(tmp_path), "--",
+                 "torchrun", "--standalone", "t.py"]) == 2
+    assert "--store HOST:PORT" in capsys.readouterr().err
+    assert main(["run", "--store", "h:1", "--run-dir", str(tmp_path), "--", "true"]) == 2
+    assert "need --cluster" in capsys.readouterr().err

@@ -5,7 +5,9 @@ Rules, in order:
 1. **Budget.** One budget of ``max_retries`` restarts for the whole job, counted by the supervisor
    across every launch (``gpufield run`` starts torchrun with ``--max-restarts 0``, so a torchrun
    agent cannot restart on its own: torchrun counts ``--max-restarts`` per agent, pytorch #108158,
-   and a quick exit-and-rejoin bypasses it, #147064). When it is spent: STOP.
+   and a quick exit-and-rejoin bypasses it, #147064). With one supervisor per node the count is a
+   counter in the job's store (``budget``: atomic ``add``), so all nodes spend one budget. When it
+   is spent: STOP.
 2. **No progress.** ``no_progress_restarts`` consecutive restarts that each made fewer than
    ``min_progress_steps`` steps: STOP (NVRx defaults: 3 restarts without 200 iterations;
    ``nvrx-watch`` exits 93 for it, and so does ``gpufield run``).

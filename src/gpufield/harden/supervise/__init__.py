@@ -334,4 +334,4 @@ def _write_nodes(cfg: SuperviseConfig, hosts: list[str], excluded: list[str]) ->
         write_atomic(cfg.hostfile, hostfile_text(hosts))
 
 
-__all__ = ["Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]
+__all__ = ["ClusterConfig", "Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]
