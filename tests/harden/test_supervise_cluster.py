@@ -74,6 +74,8 @@ def test_every_launch_gets_its_own_rendezvous_id():
     argv, note = with_rdzv_id(["torchrun", "--nnodes", "2", "t.py"], 1)
     assert argv[1:3] == ["--rdzv-id", "none-a1"] and "none-a1" in note
     assert rdzv_endpoint(["torchrun", "--rdzv-backend", "static", "--rdzv-endpoint", "h:1", "t.py"]) is None
+    argv, _ = with_rdzv_id(["torchrun", "--nnodes", "2", "t.py", "--rdzv-id", "mine"], 0)  # the script's own option
+    assert argv == ["torchrun", "--rdzv-id", "none-a0", "--nnodes", "2", "t.py", "--rdzv-id", "mine"]
 
 
 def test_pick_root_prefers_the_quiet_crash_over_its_victims():
@@ -219,3 +221,16 @@ def test_cli_cluster_bad_input_is_one_line(capsys, monkeypatch, tmp_path):
     assert "--store HOST:PORT" in capsys.readouterr().err
     assert main(["run", "--store", "h:1", "--run-dir", str(tmp_path), "--", "true"]) == 2
     assert "need --cluster" in capsys.readouterr().err
+
+
+def test_expand_hostlist_asks_scontrol_show_hostnames_when_present(tmp_path):
+    # a stand-in scontrol on this machine (no Slurm here): it records its arguments and answers like Slurm
+    log = tmp_path / "args.txt"
+    exe = tmp_path / "scontrol"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" > {log}\n[ \"$3\" = bad ] && {{ echo 'Invalid hostlist' >&2; exit 1; }}\n"
+                   "printf 'gpu01\\ngpu02\\n'\n")
+    exe.chmod(0o755)
+    assert expand_hostlist("gpu[01-02]", scontrol=str(exe)) == ["gpu01", "gpu02"]
+    assert log.read_text().split() == ["show", "hostnames", "gpu[01-02]"]  # only ever asked to show
+    with pytest.raises(ValueError, match="Invalid hostlist"):
+        expand_hostlist("bad", scontrol=str(exe))

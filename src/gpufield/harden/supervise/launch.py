@@ -177,7 +177,11 @@ def with_rdzv_id(cmd: list[str], attempt: int) -> tuple[list[str], str | None]:
     if idx is None:
         return cmd, None
     out = list(cmd)
-    for i, t in enumerate(out):
+    tail = out[idx + 1:]
+    script = next((i for i, t in enumerate(tail) if not t.startswith("-") and (i == 0 or not _takes_value(tail[i - 1]))),
+                  len(tail))
+    for i in range(idx + 1, idx + 1 + script):  # the launcher's options only, not the script's
+        t = out[i]
         key, eq, val = t.partition("=")
         if key in ("--rdzv-id", "--rdzv_id"):
             if eq:
