@@ -4,7 +4,8 @@ Each "node" is one supervisor process around one ``torchrun --nnodes {nnodes} --
 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:<port>`` of ``gpufield.testing.faultloop`` (gloo, DDP);
 node 0's supervisor hosts the store at the rendezvous endpoint, so torchrun's c10d rendezvous and
 the supervisors share it. Scenarios: a transient SIGKILL of global rank 1 (retry), a repeating
-SIGKILL (exclusion of that node, the other goes on alone with ``--nnodes 1``), a SIGKILL of every
+SIGKILL (exclusion of that node, the other goes on alone with ``--nnodes 1``), a transient SIGKILL
+with exclusion and the excluded node's preflight gate passing (it rejoins), a SIGKILL of every
 rank at the same step, repeating (both nodes fail together; budget 2), and a SIGSTOP of rank 1
 (hang). Per scenario: each node's decisions, who decided, the root node named against the node that
 really ran the faulting rank (from its console), restarts spent, launches per node, exit codes.
@@ -36,6 +37,10 @@ SCENARIOS = {
                               opts=["--max-retries", "2", "--transient-retries", "0"]),
     "sigkill-both-nodes": dict(fault=["--fault", "sigkill", "--fault-rank", "-1", "--fault-step", "3"], once=False,
                                opts=["--max-retries", "2", "--transient-retries", "10"]),
+    "sigkill-once-exclude-gate": dict(
+        fault=["--fault", "sigkill", "--fault-rank", "1", "--fault-step", "3"], once=True,
+        opts=["--max-retries", "2", "--transient-retries", "0", "--validate-cmd",
+              f"{sys.executable} -m gpufield preflight --only host,kernel --min-free-disk-gib 0 --checkpoint-dir /tmp"]),
     "sigstop-once": dict(fault=["--fault", "sigstop", "--fault-rank", "1", "--fault-step", "3"], once=True,
                          opts=["--max-retries", "2", "--transient-retries", "1"]),
 }
@@ -77,6 +82,8 @@ def run(name: str, spec: dict, root: Path, steps: int) -> dict:
             "decisions": [(e["action"], e["host"], e["retries_used"]) for e in ev if e["event"] == "decision"],
             "roles": [e["role"] for e in ev if e["event"] == "cluster" and "role" in e],
             "roots": [e["root"] for e in ev if e["event"] == "cluster" and "root" in e],
+            "returned": [e["returned"] for e in ev if e["event"] == "nodes" and "returned" in e],
+            "hosts_per_launch": [e["hosts"] for e in ev if e["event"] == "launch"],
             "exclude_file": (root / f"exclude{n}.txt").read_text(),
             "stderr_tail": errs[n][-300:] if procs[n].returncode not in (0, 1) else "",
         }
