@@ -74,7 +74,7 @@ class SuperviseConfig:
         thresholds: detector thresholds (changeable while it runs through ``control_file``).
         policy: retry policy thresholds.
         nodes: the job's hosts; empty: ``SLURM_JOB_NODELIST`` expanded, else this host.
-        exclude_file: where excluded hosts are written (one per line), or None.
+        exclude_file: where excluded hosts are written (one comma-separated line: ``--exclude=$(cat FILE)``), or None.
         hostfile: where the remaining hosts are written (one per line), or None.
         validate_node: the gate an excluded host must pass to return (``host -> ok``), or None.
         control_file: JSON file of threshold changes, re-read while running, or None.
