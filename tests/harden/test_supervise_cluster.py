@@ -234,3 +234,19 @@ def test_expand_hostlist_asks_scontrol_show_hostnames_when_present(tmp_path):
     assert log.read_text().split() == ["show", "hostnames", "gpu[01-02]"]  # only ever asked to show
     with pytest.raises(ValueError, match="Invalid hostlist"):
         expand_hostlist("bad", scontrol=str(exe))
+
+
+def test_a_lost_store_is_a_connection_error_naming_it():
+    import gc
+
+    from gpufield.harden.supervise.cluster import Cluster
+
+    pytest.importorskip("torch.distributed")
+    kw = dict(nodes=("a", "b"), store_host="127.0.0.1", store_port=_free_port(), connect_timeout_s=20, wait_s=5)
+    host, client = Cluster(ClusterConfig(node_rank=0, **kw)), Cluster(ClusterConfig(node_rank=1, **kw))
+    assert client.incident(0) is False and client.claim(0) and host.decider(0) == "b"
+    host.store = host._raw = None  # node 0's supervisor ends: its store server goes with it
+    del host
+    gc.collect()
+    with pytest.raises(ConnectionError, match="node b: lost the store at 127.0.0.1"):
+        client.incident(0)

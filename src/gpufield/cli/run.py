@@ -121,8 +121,9 @@ def run(
 
     try:
         res = supervise(cfg, on_event=show)
-    except ConnectionError as e:
-        raise InputError(f"gpufield run --cluster: {e}") from None
+    except ConnectionError as e:  # the store could not be reached, or was lost mid-run (node 0 gone)
+        typer.echo(f"gpufield run --cluster: {e}; events in {cfg.run_dir}", err=True)
+        return 1
     except KeyboardInterrupt:
         interrupted(f"gpufield run: interrupted; the job's processes were ended; events in {cfg.run_dir}/events.jsonl")
     typer.echo(f"gpufield run: {'OK' if res.ok else 'FAILED'} after {res.attempts} launch(es); "

@@ -201,14 +201,28 @@ class Cluster:
         self.store.set(f"node/{self.me}", "up")
 
     # -- small helpers ------------------------------------------------------------------------------
+    def _lost(self, e: Exception) -> ConnectionError:
+        c = self.cfg
+        return ConnectionError(f"node {self.me}: lost the store at {c.store_host}:{c.store_port} "
+                               f"(node 0's supervisor gone?): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
     def _has(self, key: str) -> bool:
-        return bool(self.store.check([key]))
+        try:
+            return bool(self.store.check([key]))
+        except RuntimeError as e:  # torch's DistNetworkError / DistStoreError are RuntimeErrors
+            raise self._lost(e) from None
 
     def _get(self, key: str) -> Any:
-        return json.loads(self.store.get(key).decode())
+        try:
+            return json.loads(self.store.get(key).decode())
+        except RuntimeError as e:
+            raise self._lost(e) from None
 
     def _set(self, key: str, value: Any) -> None:
-        self.store.set(key, json.dumps(value, default=str))
+        try:
+            self.store.set(key, json.dumps(value, default=str))
+        except RuntimeError as e:
+            raise self._lost(e) from None
 
     def _wait_keys(self, keys: list[str], timeout_s: float) -> list[str]:
         """The keys of ``keys`` present within ``timeout_s`` (polled: a missing node must not block forever)."""
@@ -240,13 +254,22 @@ class Cluster:
 
     def claim(self, attempt: int) -> bool:
         """Record an incident of launch ``attempt``; True when this node is the first (it decides)."""
-        won = self.store.compare_set(f"inc/{attempt}/decider", "", self.me)
+        try:
+            won = self.store.compare_set(f"inc/{attempt}/decider", "", self.me)
+        except RuntimeError as e:
+            raise self._lost(e) from None
         return won.decode() == self.me
 
     def decider(self, attempt: int) -> str | None:
         """The node deciding launch ``attempt``'s incident, or None."""
         key = f"inc/{attempt}/decider"
-        return self.store.get(key).decode() if self._has(key) else None
+        return self._get_text(key) if self._has(key) else None
+
+    def _get_text(self, key: str) -> str:
+        try:
+            return self.store.get(key).decode()
+        except RuntimeError as e:
+            raise self._lost(e) from None
 
     def report(self, attempt: int, rep: dict[str, Any]) -> None:
         """Post this node's report of launch ``attempt``'s incident."""
@@ -259,8 +282,15 @@ class Cluster:
         return {h: self._get(k) for h, k in zip(hosts, keys, strict=True) if k in present}
 
     def budget(self, delta: int) -> int:
-        """Add ``delta`` to the job's restart counter atomically; the new total."""
-        return int(self.store.add("budget", delta))
+        """Add ``delta`` to the job's restart counter atomically; the new total.
+
+        Raises:
+            ConnectionError: the store is gone.
+        """
+        try:
+            return int(self.store.add("budget", delta))
+        except RuntimeError as e:
+            raise self._lost(e) from None
 
     def policy_state(self) -> dict[str, Any]:
         """The retry policy's state as the last decider left it (empty before the first decision)."""
