@@ -43,7 +43,7 @@ def assign(path: Path, seed: int, write: bool = True) -> tuple[int, int, int]:
     """
     lines = path.read_text(encoding="utf-8").splitlines()
     head: dict[str, int] | None = None
-    rows: list[tuple[int, list[str]]] = []
+    rows: list[tuple[int, list[str], dict[str, int]]] = []  # each row with its own table's header
     for n, line in enumerate(lines):
         if not line.lstrip().startswith("|"):
             head = None
@@ -55,25 +55,24 @@ def assign(path: Path, seed: int, write: bool = True) -> tuple[int, int, int]:
             continue
         if head is None or set("".join(cells)) <= set("-: "):
             continue
-        rows.append((n, cells))
-    if head is None and not rows:
+        rows.append((n, cells, head))
+    if not rows:
         raise SystemExit(f"{path}: no case table")
-    assert head is not None
-    si, ci, ii = head["split"], head["expected class"], head.get("#", head["case file"])
     count: dict[str, dict[str, int]] = defaultdict(lambda: {"dev": 0, "test": 0})
-    todo: dict[str, list[tuple[int, list[str]]]] = defaultdict(list)
-    for n, cells in rows:
-        cls = expected(cells[ci])
-        if cells[si] in ("dev", "test"):
-            count[cls][cells[si]] += 1
+    todo: dict[str, list[tuple[int, list[str], dict[str, int]]]] = defaultdict(list)
+    for n, cells, h in rows:
+        cls = expected(cells[h["expected class"]])
+        if cells[h["split"]] in ("dev", "test"):
+            count[cls][cells[h["split"]]] += 1
         else:
-            todo[cls].append((n, cells))
+            todo[cls].append((n, cells, h))
     assigned = 0
     for cls in sorted(todo):
         rng = random.Random(f"{seed}:{path.parent.name}:{cls}")
-        group = sorted(todo[cls], key=lambda r: r[1][ii])
+        group = sorted(todo[cls], key=lambda r: r[1][r[2].get("#", r[2]["case file"])])
         rng.shuffle(group)
-        for n, cells in group:
+        for n, cells, h in group:
+            si = h["split"]
             c = count[cls]
             half = ("dev" if rng.random() < 0.5 else "test") if c["dev"] == c["test"] else \
                 ("dev" if c["dev"] < c["test"] else "test")

@@ -15,10 +15,12 @@ any branch against the same labels (the engine's own eval may differ in details;
 
 Usage::
 
-    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT]
+    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT] [--half dev|test|both]
 
 ``--sub`` picks the sub-corpora (folders of ``--corpus`` with an INDEX.md) to score; default
-``public`` and ``faults`` (``--sub public2`` scores the third public set alone).
+``public`` and ``faults`` (``--sub public2`` scores the third public set alone, ``--sub public3``
+the fourth). ``--half dev``
+scores the development rows only (use it while writing rules; the test half is measured once).
 """
 
 from __future__ import annotations
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=ROOT / "tests/triage/corpus")
     ap.add_argument("--sub", action="append", default=None, help="sub-corpus folder (repeatable)")
     ap.add_argument("--json", type=Path, default=None, help="write per-case results and summaries here")
+    ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
+                    help="score only this split (rules are written on dev rows; test is measured once)")
     a = ap.parse_args(argv)
     subs = tuple(a.sub or ("public", "faults"))
     try:
@@ -251,9 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     except RowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if a.half != "both":
+        rows = [r for r in rows if r.split == a.half]
     results = [score(r) for r in rows]
     out = {"summary": {}, "results": results}
-    for split in ("dev", "test"):
+    for split in (("dev", "test") if a.half == "both" else (a.half,)):
         for part in (*subs, "all"):
             rs = [r for r, row in zip(results, rows, strict=True) if row.split == split
                   and (part == "all" or row.index.parent.name == part)]

@@ -60,6 +60,8 @@ class Run:
         blame: blame label (``rank=1`` ...) or ``-``.
         action: action keywords or ``-``.
         note: what the run is.
+        env: extra environment of the run.
+        launcher: extra torchrun arguments (``--max-restarts 1``).
     """
 
     id: str
@@ -76,6 +78,7 @@ class Run:
     action: str = "-"
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    launcher: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shape not in ("stream", "logdir") or self.wrap not in ("ddp", "fsdp2") or not 1 <= self.nproc <= 4:
@@ -178,12 +181,66 @@ def runs(port: int) -> list[Run]:
                        nproc=n, wrap=w, shape=sh, args=("--seed", str(seed), *extra), cls="clean",
                        note="no fault; ends with exit code 0" + (", checkpoints every 4 steps" if extra[:1] ==
                                                                  ("--ckpt-every",) else "")))
+    # healthy runs that print what healthy runs print: torch's INFO logging (TORCH_CPP_LOG_LEVEL=INFO,
+    # TORCH_DISTRIBUTED_DEBUG=INFO: c10d store/socket lines, the DDP configuration dump), NCCL_DEBUG=INFO
+    # (inert under gloo: no NCCL on CPU), DDP's find_unused_parameters warning, checkpoint saves and a first
+    # save that fails (torch.save into a missing folder), is logged with its traceback and succeeds on retry.
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL is not used: with gloo and DDP it made both ranks segfault (measured).
+    noisy = {"TORCH_CPP_LOG_LEVEL": "INFO", "TORCH_DISTRIBUTED_DEBUG": "INFO", "NCCL_DEBUG": "INFO"}
+    for n, w, seed, sh, env in ((2, "ddp", 6, "stream", noisy), (3, "fsdp2", 7, "stream", noisy),
+                                (4, "ddp", 8, "logdir", noisy), (2, "fsdp2", 9, "stream", {"NCCL_DEBUG": "INFO"})):
+        out.append(Run(id=f"clean-noisy-{w}-{n}r-seed{seed}" + ("-logdir" if sh == "logdir" else ""), fault="none",
+                       nproc=n, wrap=w, shape=sh, env=dict(env),
+                       args=("--seed", str(seed), "--ckpt-every", "4", "--benign-noise"), cls="clean",
+                       note="no fault; ends with exit code 0; benign noise: " + ", ".join(f"{k}={v}" for k, v in env.items())
+                            + ", checkpoints every 4 steps, the first save fails (missing folder), its traceback is "
+                              "printed and the retry succeeds" + (", DDP find_unused_parameters warning" if w == "ddp"
+                                                                 else "")))
+    # branch triage-v3: more dev runs of the same fault families in shapes the dev half lacked (FSDP2 with 2-3
+    # ranks, log-dir SIGKILL / exception), generated after the split; labels by construction as above
+    for fault, n, r, s, w, sh in (("sigkill", 3, 1, 3, "fsdp2", "logdir"), ("sigstop", 2, 1, 3, "fsdp2", "stream"),
+                                  ("desync", 2, 0, 4, "fsdp2", "stream"), ("nan", 3, 1, 4, "fsdp2", "stream"),
+                                  ("exception", 2, 0, 3, "fsdp2", "logdir"), ("oom", 2, 0, 4, "fsdp2", "stream")):
+        suffix = ("-logdir" if sh == "logdir" else "") + "-v3"
+        if fault == "sigkill":
+            k = _k(n, r, s, w, sh)
+            out.append(Run(**{**{f: getattr(k, f) for f in k.__dataclass_fields__}, "id": k.id + "-v3"}))
+            continue
+        cls, action, note, args = {
+            "sigstop": ("NCCL_COLLECTIVE_TIMEOUT", "COLLECT", f"rank {r} SIGSTOPs itself at step {s}: its peers hang in "
+                        "the next collective until the 10 s process-group timeout; torchrun then kills the stopped rank",
+                        hang),
+            "desync": ("COLLECTIVE_DESYNC", "FIX_CONFIG", f"rank {r} issues one extra all_reduce (7 elements) at step {s}",
+                       hang),
+            "nan": ("NAN_LOSS", "FIX_CONFIG", f"loss times NaN from step {s} on rank {r}; the all-reduced loss is NaN "
+                    "on every rank, so no rank can be named from the log", ("--steps", "10")),
+            "exception": ("PEER_PROCESS_EXIT", "FIX_CONFIG", f"rank {r}'s dataset raises RuntimeError at step {s} "
+                          "(corrupt record); the root is this rank's exit", hang),
+            "oom": ("HOST_OOM_KILL", "FIX_CONFIG", f"rank {r} sets RLIMIT_AS 256 MiB above its RSS at step {s} and "
+                    "allocates 8 GiB (host memory exhaustion as torch's CPU allocator reports it)", hang),
+        }[fault]
+        blame = "-" if fault == "nan" else f"{H} rank={r}"
+        out.append(Run(id=f"{fault}-{w}-{n}r-rank{r}-step{s}{suffix}", fault=fault, nproc=n, wrap=w, rank=r, step=s,
+                       shape=sh, args=args, cls=cls, blame=blame, action=action, note=note))
+    # a transient fault and torchrun's own restart: rank r's dataset raises once (--fault-once-file, relative to
+    # the run's temp cwd) and torchrun restarts the group (--max-restarts 1). Intended: the second attempt runs
+    # clean. Measured (torch 2.11, gloo, --standalone): the second attempt fails at start-up in gloo's connect
+    # (connection reset / connectFullMesh timed out) on every rank, so the job ends with exit code 1; the root
+    # is still the first attempt's exception
+    for n, r, s, w, sh in ((2, 1, 3, "ddp", "stream"), (3, 0, 2, "fsdp2", "logdir")):
+        out.append(Run(id=f"restart-exception-{w}-{n}r-rank{r}-step{s}" + ("-logdir" if sh == "logdir" else ""),
+                       fault="exception", nproc=n, wrap=w, rank=r, step=s, shape=sh, launcher=("--max-restarts", "1"),
+                       args=(*hang, "--fault-once-file", "fault-fired"), cls="PEER_PROCESS_EXIT",
+                       blame=f"{H} rank={r}", action="FIX_CONFIG",
+                       note=f"rank {r}'s dataset raises RuntimeError at step {s} in the first attempt only; torchrun "
+                            "restarts the worker group once (--max-restarts 1); measured: the second attempt fails at "
+                            "start-up in gloo's connect on every rank (exit code 1), a consequence, not the root"))
     return out
 
 
 def command(r: Run, logdir: Path | None) -> list[str]:
     """The torchrun command line of a run."""
-    cmd = [str(TORCHRUN), *(r.rdzv or ("--standalone",)), "--nproc-per-node", str(r.nproc)]
+    cmd = [str(TORCHRUN), *(r.rdzv or ("--standalone",)), "--nproc-per-node", str(r.nproc), *r.launcher]
     if logdir is not None:
         cmd += ["--log-dir", str(logdir), "--tee", "3", "--redirects", "3"]
     cmd += ["-m", "gpufield.testing.faultloop", "--wrap", r.wrap, "--fault", r.fault,
@@ -223,7 +280,10 @@ def execute(r: Run, out: Path, timeout_s: float = 180.0) -> dict:
                 shutil.copyfile(f, target)
     shown = [c if not c.startswith(str(ROOT)) else os.path.relpath(c, ROOT) for c in cmd]
     shown[0] = "torchrun"
-    return {"id": r.id, "cmd": " ".join(shown), "rc": rc, "wall_s": round(wall, 1), "cls": r.cls}
+    entry = {"id": r.id, "cmd": " ".join(shown), "rc": rc, "wall_s": round(wall, 1), "cls": r.cls}
+    if r.env:
+        entry["env"] = dict(r.env)
+    return entry
 
 
 _INDEX_HEAD = """# Triage corpus v2 — fault-injection runs
@@ -258,6 +318,19 @@ Notes on what the runs really did (measured, not intended):
   teardown; the label stays NAN_LOSS (the teardown abort is secondary).
 - `sleep`: the per-step all_reduce of the loss equalises the printed step times, so the sleeping
   rank cannot be read from step times (a masked compute straggler).
+- `restart-exception` (added by branch triage-v3, dev rows): torchrun's `--max-restarts 1` restart of
+  the group after the first attempt's exception does not recover: the second attempt's ranks fail at
+  start-up in gloo's connect (connection reset / connectFullMesh timed out); the root stays the first
+  attempt's exception.
+- `*-v3` (added by branch triage-v3, dev rows, after the split): the same fault families in shapes the
+  dev half lacked (FSDP2 with 2-3 ranks, log-dir runs). In `desync-fsdp2-2r-rank0-step4-v3` the rank
+  that issued the extra all_reduce (0) aborted inside gloo on the size mismatch (SIGABRT, no Python
+  traceback) while its peer's traceback sits in the regular clip_grad_norm_ call: the log does not say
+  which rank deviated.
+- `clean-noisy` (added by branch triage-v3, dev rows, after the split): clean runs with torch INFO
+  logging, NCCL_DEBUG=INFO (inert under gloo), DDP's find_unused_parameters warning and a first
+  checkpoint save that fails, prints its traceback and succeeds on retry. TORCH_DISTRIBUTED_DEBUG=DETAIL
+  was tried and made both ranks of a gloo DDP run segfault, so it is not used.
 
 | # | Case file | Expected class | blame | action | split | Run | Notes |
 |---|---|---|---|---|---|---|---|

@@ -21,6 +21,9 @@ nccl_result.csv          NVIDIA/nccl ``src/nccl.h.in`` (``ncclResult_t``) + ``sr
                          (``ncclGetErrorString`` texts).
 xid_triage.csv           no upstream: written by hand from ../shared/reference/triage.md 2.1; edit
                          it, then ``--update-sha``.
+nccl_error_string.csv    NVIDIA/nccl ``ncclGetErrorString`` at every v2.* release tag (``git show
+                         <tag>:src/init.cc``; ``src/init.cu`` before v2.4): transcribed by hand with
+                         each text's first/last release; edit it, then ``--update-sha``.
 =======================  =========================================================================
 
 The ``#`` header lines of the shipped file and its ``triage_meaning`` column (gpufield's notes,
@@ -65,7 +68,7 @@ def load_sources(data: Path) -> dict:
 
 #: columns per row of each catalogue (a row with more is an unquoted comma that would cut a field)
 COLUMNS = {"xiderrorsmapping.csv": 4, "xid_text.csv": 2, "xid_triage.csv": 3, "ib_wc_status.csv": 4,
-           "nccl_result.csv": 4}
+           "nccl_result.csv": 4, "nccl_error_string.csv": 5}
 
 
 def check(data: Path) -> list[str]:

@@ -86,7 +86,7 @@ def test_db_option_writes_a_store(capsys, tmp_path):
 
 def test_eval_subcommand_json(capsys, shared_dir):
     rc, out, _ = run(capsys, "eval", str(CASES), "--json", "--min-accuracy", "0.95")
-    assert rc == 0
+    assert rc == 0  # 26/27: case 34 (masked straggler), see tests/triage/test_eval.py
     d = json.loads(out)
     assert d["cases"] == len(d["results"]) >= 27
     assert d["accuracy"] >= 0.95

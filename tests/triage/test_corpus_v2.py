@@ -36,7 +36,7 @@ def rows():
 def test_counts(rows):
     assert len(rows["public"]) >= 60
     assert len(rows["public2"]) >= 50
-    assert 30 <= len(rows["faults"]) <= 40
+    assert 30 <= len(rows["faults"]) <= 50  # 36 at the split + 12 dev runs of branch triage-v3
     clean = [r for rs in rows.values() for r in rs if r.clean]
     assert len(clean) >= 8  # clean runs and clean-with-scary-warnings excerpts
 
@@ -59,10 +59,13 @@ def test_split_complete_disjoint_and_stratified(rows):
     dev = {p.resolve() for r in both if r.split == "dev" for p in r.paths}
     test = {p.resolve() for r in both if r.split == "test" for p in r.paths}
     assert dev and test and not dev & test
-    # stratified: within each corpus half, no class differs by more than one case between halves
+    # stratified: within each corpus half, no class differs by more than one case between halves (the
+    # clean-noisy-*, restart-exception-* and *-v3 runs were generated after the split by branch triage-v3 and put in
+    # dev on purpose)
     for rs in rows.values():
         per: dict[str, list[int]] = {}
-        for r in rs:
+        for r in (r for r in rs if not r.id.startswith(("clean-noisy-", "restart-exception-"))
+                  and not r.id.endswith("-v3")):
             k = "clean" if r.clean else r.classes[0]
             per.setdefault(k, [0, 0])[r.split == "test"] += 1
         assert all(abs(a - b) <= 1 for a, b in per.values()), per

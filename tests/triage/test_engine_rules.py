@@ -141,8 +141,8 @@ def test_healthy_progress_lines_and_unrelated_errors_do_not_fire():
              line=9, fields={"exc_type": "requests.exceptions.ConnectionError"})
     classes = [i.cls for i in run_engine([*healthy, hub]).incidents]
     assert "SILENT_SKIPPED_STEPS" not in classes and "NCCL_NETWORK_CONFIG" not in classes
-    assert classes == ["UNKNOWN"]  # an uncaught exception: code/data fault, STOP
-    assert run_engine([*healthy, hub]).incidents[0].action_kind == "STOP"
+    assert classes == ["UNKNOWN"]  # an uncaught exception: code/data fault, fixed before a rerun
+    assert run_engine([*healthy, hub]).incidents[0].action_kind == "FIX_CONFIG"
 
 
 def test_a_few_early_overflow_skips_do_not_outrank_a_collective_timeout():
@@ -177,7 +177,7 @@ def test_seqnum_mismatch_during_a_save_stays_a_desync_and_says_so():
     evs = [watchdog(0, None, None, seq=122, op="_REDUCE_SCATTER_BASE", line=2, file="r.log"),
            watchdog(1, None, None, seq=126, op="_ALLGATHER_BASE", line=3, file="r.log")]
     top = run_engine(evs, phases=marks).incidents[0]
-    assert top.cls == "COLLECTIVE_DESYNC" and "checkpoint save" in top.note and top.action_kind == "STOP"
+    assert top.cls == "COLLECTIVE_DESYNC" and "checkpoint save" in top.note and top.action_kind == "FIX_CONFIG"
 
 
 def test_address_book_and_gpu_ranks_come_from_nccl_init_events(tmp_path):

@@ -82,6 +82,8 @@ def test_corpus_accuracy_meets_the_bar(shared_dir):
     rep = evaluate(CASES)
     n = len(rep.results)
     assert n == len(parse_index(CASES / "INDEX.md")) >= 27
+    # 26/27: case 34 (masked straggler, see tests/triage/test_corpus.py) is the known miss; any other is a regression
+    assert {r.case.file for r in rep.results if not r.correct} <= {"34-straggler-masked-by-allreduce.log"}
     assert rep.accuracy >= 0.95, [(r.case.file, r.predicted) for r in rep.results if not r.correct]
     per = rep.per_class()
     # "by first expected class": each case counted once, under its first class ("A and B" included)

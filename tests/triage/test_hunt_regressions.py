@@ -87,13 +87,13 @@ def test_h4_truncated_bz2_xz_and_multimember_gzip(tmp_path):
 
 def test_m1_same_seqnum_different_optype_is_desync_stop():
     top = _run("D19").verdict
-    assert (top.cls, top.action_kind, top.established) == ("COLLECTIVE_DESYNC", "STOP", True)
+    assert (top.cls, top.action_kind, top.established) == ("COLLECTIVE_DESYNC", "FIX_CONFIG", True)
     assert top.confidence == 0.8 and "BROADCAST" in top.action and "ALLREDUCE" in top.action and top.rank is None
 
 
 def test_m1_same_seqnum_same_op_different_numel_is_desync_stop():
     top = _run("D20").verdict
-    assert (top.cls, top.action_kind) == ("COLLECTIVE_DESYNC", "STOP")
+    assert (top.cls, top.action_kind) == ("COLLECTIVE_DESYNC", "FIX_CONFIG")
     assert top.confidence == 0.65 and "4194305" in top.action and "NumelIn" in top.note
 
 
@@ -166,7 +166,7 @@ def test_m5_slurm_time_limit_sigkill_is_not_host_oom(tmp_path):
     (tmp_path / "bare.log").write_text("\n".join(x for x in body if "slurmstepd" not in x) + "\n")
     bare = analyze([str(tmp_path / "bare.log")]).verdict
     assert (bare.cls, bare.established) == ("HOST_OOM_KILL", False)
-    assert bare.action.startswith("Check the kernel log of hA for 'Out of memory: Killed process' first")
+    assert "the kernel log of hA for 'Out of memory: Killed process'" in bare.action
     from gpufield.triage import IngestOptions, ingest
 
     (tmp_path / "s.log").write_text("slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO "

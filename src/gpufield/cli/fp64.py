@@ -3,6 +3,7 @@
 Commands:
     model  the emulated-FFT floor model (roof, native, epilogue floor, emulated time) per GPU
     fft    run the emulated FP64 FFT on random data and report its error against numpy.fft
+    crossover  the measured crossover table per GPU and the path emulate() takes for a shape
 """
 
 from __future__ import annotations
@@ -204,3 +205,81 @@ def fft_cmd(
 
 SLOW_CPU_S = 60.0
 """Estimated CPU seconds from which ``gpufield fp64 fft`` says up front that the run will take minutes."""
+
+
+@app.command("crossover")
+def crossover_cmd(
+    gpu: Annotated[str | None, typer.Option(help="GPU name or table key (e.g. 'NVIDIA H200' or h200); default: "
+                                            "this machine's GPU")] = None,
+    table: Annotated[str | None, typer.Option(help="a crossover table JSON instead of the committed one")] = None,
+    op: Annotated[str | None, typer.Option(help="matmul | fftn: with --shape, which path a call takes")] = None,
+    shape: Annotated[str | None, typer.Option(help="matmul: M,K,N; fftn: the sides, e.g. 256,256,256")] = None,
+    tol: Annotated[float | None, typer.Option(help="with --shape: also the 'speed' choice at this a-priori bound")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """The measured crossover table of a GPU (native FP64 vs Ozaki-II vs cuBLAS emulation vs emulated FFT):
+    every path's median time and error per shape and the path ``gpufield.fp64.emulate()`` takes under each
+    policy; with --op and --shape, the path, the table entry and the reason for one call."""
+    from gpufield.errors import InputError
+    from gpufield.fp64.crossover import choose, committed_keys, load_table, path_bound
+
+    if table is None and gpu is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(f"no GPU here: give --gpu (committed tables: {', '.join(committed_keys())}) or --table")
+        gpu = torch.cuda.get_device_name()
+    t = load_table(path=table) if table else load_table(gpu)
+    if t is None:
+        raise InputError(f"no committed crossover table for {gpu!r} (committed: {', '.join(committed_keys())}; "
+                         "measure one with benchmarks/fp64_crossover_gpu.py, or pass --table)")
+    if (op is None) != (shape is None):
+        raise typer.BadParameter("give --op and --shape together", param_hint="'--op'")
+    if op is not None:
+        if op not in ("matmul", "fftn"):
+            raise typer.BadParameter(f"{op!r}: expected matmul or fftn", param_hint="'--op'")
+        try:
+            dims = [int(s) for s in shape.split(",")]
+        except ValueError:
+            dims = []
+        if (op == "matmul" and len(dims) != 3) or not dims or any(d <= 0 for d in dims):
+            raise typer.BadParameter(f"{shape!r}: expected positive integers, M,K,N for matmul",
+                                     param_hint="'--shape'")
+        pols = [("speed", None), ("accuracy", None)] + ([("speed", tol)] if tol is not None else [])
+        res = []
+        for pol, tl in pols:
+            c = choose(t, op, dims, policy=pol, tol=tl)
+            bd = {"K": dims[1]} if op == "matmul" else {"shape": dims, "plan": ((c.entry or {}).get("paths", {})
+                                                                            .get(c.path, {}).get("plan"))}
+            res.append({"policy": pol, "tol": tl, "path": c.path, "reason": c.reason,
+                        "bound": path_bound(op, c.path, bd),
+                        "entry": None if c.entry is None else {k: v for k, v in c.entry.items() if k != "paths"}})
+        if as_json:
+            typer.echo(json.dumps({"device": t["device"], "provenance": t["provenance"], "choices": res}, indent=1))
+            return
+        typer.echo(f"{t['device']} ({t['provenance'].get('run')}), {op} {shape}:")
+        for r in res:
+            b = "unknown" if r["bound"] is None else f"{r['bound']:.2e}"
+            pol = r["policy"] if r["tol"] is None else f"{r['policy']} (tol {r['tol']:g})"
+            typer.echo(f"  {pol}: {r['path']} (a-priori bound {b}) - {r['reason']}")
+        return
+    if as_json:
+        typer.echo(json.dumps(t, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    tab = Table(title=f"{t['device']}: crossover ({t['provenance'].get('run')}, {t['provenance'].get('date')}); "
+                      "median time / measured error")
+    for h in ("op", "shape", "paths (fastest first)", "speed", "accuracy"):
+        tab.add_column(h, overflow="fold")
+    for e in t["entries"]:
+        dims = [e["M"], e["K"], e["N"]] if e["op"] == "matmul" else e["shape"]
+        cells = [f"{p} {_ms(r['time_s'])} ms / {r.get('err_norm', r.get('err_rel_l2', float('nan'))):.1e}"
+                 for p, r in sorted(e["paths"].items(), key=lambda kv: kv[1]["time_s"])]
+        tab.add_row(e["op"], "x".join(map(str, dims)), "\n".join(cells),
+                    choose(t, e["op"], dims, policy="speed").path, choose(t, e["op"], dims, policy="accuracy").path)
+    con = Console()
+    con.print(tab)
+    con.print("matmul error: max |C - R| / (||a_i|| ||b_j||) on sampled entries; fftn: relative L2 (rank-1 input, exact "
+              f"DFT). Command: {t['provenance'].get('command')}")

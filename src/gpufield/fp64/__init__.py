@@ -17,9 +17,14 @@ Public API:
   Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time);
   :func:`conversion_counts` / :func:`measured_check` / :func:`projection_rows` / :class:`StageCounts`: its
   input-conversion term from the kernels' committed SASS counts, checked against the measured H200 times.
+* :func:`emulate` / :class:`EmulateConfig` / :class:`EmulateMode` / :class:`PathRecord` /
+  :func:`load_crossover_table`: float64 ``torch.matmul`` and ``torch.fft.fftn`` in user code routed per call
+  (native, Ozaki-II, cuBLAS emulation, emulated FFT) from a measured crossover table per GPU and a policy.
 """
 
 # FFT (issue 7): emulated FP64 FFT and its floor model
+from gpufield.fp64.crossover import load_table as load_crossover_table
+from gpufield.fp64.emulation import EmulateConfig, EmulateMode, PathRecord, emulate
 from gpufield.fp64.fft import (
     EmulatedFftPlan,
     GraphedFftn,
@@ -61,4 +66,10 @@ __all__: list[str] = [
     "conversion_counts",
     "measured_check",
     "projection_rows",
+    # --- emulate() (issue 30) ---
+    "EmulateConfig",
+    "EmulateMode",
+    "PathRecord",
+    "emulate",
+    "load_crossover_table",
 ]

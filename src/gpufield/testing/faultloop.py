@@ -29,6 +29,12 @@ supervisor's restart can succeed; ``--harden-monitor`` calls :mod:`gpufield.hard
 - ``oom``: the rank limits its address space (``RLIMIT_AS``) and allocates past it (host OOM
   as torch's CPU allocator reports it).
 
+``--benign-noise`` adds what healthy runs print and a triage must not read as a failure: DDP
+built with ``find_unused_parameters=True`` (torch's own reducer warning), a checkpoint every
+``--ckpt-every`` steps whose *first* save is aimed at a folder that does not exist yet (torch's
+real ``torch.save`` error, caught, its traceback printed, then retried into the created folder and
+succeeding), and the FSDP2 variant's own warnings. The run still ends with exit code 0.
+
 The process group timeout is ``--pg-timeout-s`` (gloo and NCCL both honour it), so hangs end
 in the real watchdog or gloo timeout messages within a test's time.
 """
@@ -70,6 +76,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--fault-once-file", default=None,
                    help="a transient fault: it fires only while this file does not exist, and the faulting "
                         "rank creates it first (a restarted job then runs clean)")
+    p.add_argument("--benign-noise", action="store_true",
+                   help="healthy-run noise: DDP find_unused_parameters warning, a first checkpoint save that "
+                        "fails (missing folder), is logged with its traceback and succeeds on retry")
     p.add_argument("--harden-monitor", dest="monitor", action="store_true",
                    help="call the gpufield.harden.monitor hook (step, collective arrival, checkpoint phase)")
     a = p.parse_args(argv)
@@ -110,7 +119,7 @@ def _wrap(model, a: argparse.Namespace, device):
     import torch
 
     if a.wrap == "ddp":
-        return torch.nn.parallel.DistributedDataParallel(model.to(device))
+        return torch.nn.parallel.DistributedDataParallel(model.to(device), find_unused_parameters=a.benign_noise)
     from torch.distributed.fsdp import fully_shard
 
     model.to(device)
@@ -124,6 +133,21 @@ def _say(text: str) -> None:
     """One line in one write, so the lines of ranks sharing a pipe do not interleave."""
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _flaky_first_save(model, step: int, path: str, rank: int) -> None:
+    """The first save of ``--benign-noise``: torch.save into a folder not created yet fails for real; the
+    error and its traceback are printed as a training script's retry wrapper does, then the caller retries."""
+    import traceback
+
+    import torch
+
+    try:
+        torch.save({"step": step + 1, "model": model.state_dict()}, path)
+    except (RuntimeError, OSError):
+        sys.stderr.write(f"[rank{rank}] checkpoint save attempt 1 failed, creating the folder and retrying:\n"
+                         + traceback.format_exc())
+        sys.stderr.flush()
 
 
 def _hits(a: argparse.Namespace, rank: int, step: int) -> bool:
@@ -218,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             with monitor.phase("checkpoint") if monitor is not None else contextlib.nullcontext():
                 if hit and a.fault == "ckpt_stall":
                     time.sleep(a.fault_arg)
+                if a.benign_noise and not os.path.isdir(ckpt_dir):
+                    _flaky_first_save(model, step, path, rank)
                 os.makedirs(ckpt_dir, exist_ok=True)
                 torch.save({"step": step + 1, "model": model.state_dict()}, path)
             dist.barrier()

@@ -62,8 +62,13 @@ are expected to be labelled correctly there (the label is the symptom), so that 
 high bins only.
 
 **Actions** (``action_kind``): ``RETRY`` (transient/unknown, once, with evidence turned on),
-``EXCLUDE_NODE`` (hardware on a host), ``RESET_GPU``, ``FIX_CONFIG`` or ``STOP``. Configuration,
-code and data classes are never retried blindly (triage.md 5.10).
+``EXCLUDE_NODE`` (hardware on a host), ``RESET_GPU``, ``FIX_CONFIG`` (change the job's configuration,
+code or data before rerunning: a desync, an uncaught exception, an OOM) or ``STOP`` (do not rerun
+until a person has looked: silently skipped steps, a restart loop, a job a person cancelled).
+Configuration, code and data classes are never retried blindly (triage.md 5.10). The texts are data
+(``gpufield/triage/data/actions.toml``): a default per class and variants chosen by what the
+evidence showed (a ``/dev/shm`` permission error gets ``chmod``, IPv4-mapped RoCE GIDs do not get
+the GID-index fix, a NaN loss that recovers asks for fp32 weights).
 
 **Outputs.** ``render`` prints one screen; ``dumps`` gives JSON (schema in
 ``gpufield.triage.report.json_export``; ``incidents`` most likely root first, each with ``class``,

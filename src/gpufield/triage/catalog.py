@@ -10,6 +10,8 @@ and sha256 of files embedded unmodified (tests recompute the hash):
 * ``xid_triage.csv``: what the Xid means for a training job (gpufield notes, triage.md §2.1).
 * ``ib_wc_status.csv``: ``enum ibv_wc_status`` (rdma-core ``verbs.h`` / ``ibv_wc_status_str``).
 * ``nccl_result.csv``: ``ncclResult_t`` and ``ncclGetErrorString`` (NVIDIA/nccl).
+* ``nccl_error_string.csv``: every ``ncclGetErrorString`` text of the NCCL 2 releases (older texts
+  lack the ``(run with NCCL_DEBUG=...)`` hints) with its ``ncclResult_t``.
 
 Clock-event reason bits are not duplicated here: see
 :func:`gpufield.telemetry.decode_clock_event_reasons`.
@@ -26,7 +28,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["XidInfo", "CodeInfo", "xid_info", "xid_catalog", "ib_status", "nccl_result"]
+__all__ = ["XidInfo", "CodeInfo", "xid_info", "xid_catalog", "ib_status", "nccl_result",
+           "nccl_result_of_error_string"]
 
 #: bucket used for Xids the catalogue does not know (NVSentinel: unknown -> CONTACT_SUPPORT)
 UNKNOWN_BUCKET = "CONTACT_SUPPORT"
@@ -160,6 +163,37 @@ def nccl_result(code: int | str) -> CodeInfo:
     Source: NVIDIA/nccl ``nccl.h`` and ``ncclGetErrorString``. Unknown -> ``known=False``.
     """
     return _lookup("nccl_result.csv", code, "ncclResult_t")
+
+
+@cache
+def _nccl_error_strings() -> tuple[tuple[str, int], ...]:
+    """``(text, ncclResult_t value)`` of every release's ``ncclGetErrorString``, longest text first."""
+    rows = [(r[0], int(r[1])) for r in _rows("nccl_error_string.csv")[1:]]
+    return tuple(sorted(rows, key=lambda r: -len(r[0])))
+
+
+def nccl_result_of_error_string(message: str) -> CodeInfo | None:
+    """The ``ncclResult_t`` whose ``ncclGetErrorString`` text (of any NCCL 2 release) begins ``message``.
+
+    Programs print that text for a failed NCCL call, sometimes followed by more (nccl-tests adds
+    ``" / " + ncclGetLastError()``). The longest matching text wins, so ``"internal error - please
+    report ..."`` (NCCL >= 2.18) and ``"internal error"`` (before) both give ``ncclInternalError``.
+
+    Args:
+        message: the printed text, e.g. ``"unhandled system error"``; leading blanks are ignored,
+            case is not.
+
+    Returns:
+        The :func:`nccl_result` entry (``code``, ``name``, current ``text``, ``triage_meaning``), or
+        None when no release's text begins ``message``.
+
+    Source: ``data/nccl_error_string.csv`` (NVIDIA/nccl ``src/init.cc``, tags v2.3.5-5 .. v2.30.7-1).
+    """
+    msg = message.lstrip()
+    for text, code in _nccl_error_strings():
+        if msg.startswith(text) and (len(msg) == len(text) or not msg[len(text)].isalnum()):
+            return nccl_result(code)
+    return None
 
 
 @cache

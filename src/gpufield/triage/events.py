@@ -55,7 +55,9 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "gpu_reset_required": ("kernel", "NV_ERR_RESET_REQUIRED / GPU needs reset", ("message", "status")),
     "gpu_map": ("kernel", "NVRM: GPU at PCI:<bdf>: GPU-<uuid> join line", ()),
     "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source", "id_kind")),
-    "host_oom_kill": ("kernel", "OOM killer killed a process", ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup")),
+    "host_oom_kill": ("kernel", "OOM killer killed a process (``score``: the pre-4.19 'Kill process N (name) score S or "
+                      "sacrifice child' line that names the chosen task)",
+                      ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup", "score")),
     "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
     "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state", "nic_bdf")),
     # nccl
@@ -118,6 +120,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "p2p_bandwidth": ("smi", "p2p bandwidth matrix row", ("p2p_enabled", "gb_per_s", "direction", "latency_us", "writes", "matrix")),
     "pcie_acs": ("smi", "lspci -vvv 'ACSCtl: SrcValid+ ...' (ACS enabled on a PCIe port: P2P / GPUDirect redirected)",
                  ("src_valid", "req_redir", "cmplt_redir", "enabled")),
+    "gpu_topology": ("smi", "nvidia-smi topo -m matrix: the link type of each GPU pair (PIX/PXB = through PCIe "
+                     "switches, PHB/NODE/SYS = through the host bridge or CPUs, NV# = NVLink)", ("links", "gpus")),
     "p2p_access": ("smi", "p2pBandwidthLatencyTest 'Device=i CAN/CANNOT Access Peer Device=j'", ("peer", "can_access")),
     "metric_sample": ("dcgm", "one Prometheus/DCGM sample", ("metric", "value", "labels")),
 }

@@ -13,6 +13,7 @@ journal_json   (inner)     ``journalctl -o json`` entries: the MESSAGE goes to t
 kernel         kernel      NVRM Xid (all variants), fallen off the bus (multi-line), reset
                            required, GPU map, NVSwitch SXid, PCIe AER (multi-line), OOM killer,
                            mlx5 link state
+nccl_tests     nccl        nccl-tests ``Test NCCL failure <file>:<line> '<ncclGetErrorString>'``
 nccl           nccl        NCCL WARN / INFO ``-> N``, IB completion errors, async events,
                            ``NCCL error in:``, ``ncclSystemError`` ...
 torch          torch       ProcessGroupNCCL watchdog / heartbeat / last enqueued / teardown,
@@ -38,6 +39,7 @@ from gpufield.triage.parsers.journal_json import JournalJsonParser
 from gpufield.triage.parsers.kernel import KernelParser
 from gpufield.triage.parsers.lspci import LspciParser
 from gpufield.triage.parsers.nccl import NcclParser
+from gpufield.triage.parsers.nccl_tests import NcclTestsParser
 from gpufield.triage.parsers.python import PythonExceptionParser
 from gpufield.triage.parsers.smi import SmiParser
 from gpufield.triage.parsers.smi_csv import SmiCsvParser
@@ -48,11 +50,13 @@ from gpufield.triage.parsers.train import LossParser, TrainParser
 __all__ = [
     "PARSERS", "LOSS_PARSER", "KernelParser", "NcclParser", "TorchParser", "TorchrunParser", "CudaParser",
     "TrainParser", "LossParser", "SmiParser", "DcgmParser", "PythonExceptionParser", "FILE_PARSERS",
-    "FlightRecorderParser", "SmiCsvParser", "LspciParser", "JournalJsonParser",
+    "FlightRecorderParser", "SmiCsvParser", "LspciParser", "JournalJsonParser", "NcclTestsParser",
 ]
 
 _LINE_PARSERS = (
-    KernelParser(), NcclParser(), TorchParser(), TorchrunParser(), CudaParser(), TrainParser(),
+    KernelParser(), NcclTestsParser(), NcclParser(), TorchParser(),
+    # a failure entry's traceback field ends with the rank's own exception line: offered to these
+    TorchrunParser(inner=(NcclParser(), TorchParser(), CudaParser(), PythonExceptionParser())), CudaParser(), TrainParser(),
     SmiParser(), SmiCsvParser(), LspciParser(), DcgmParser(), PythonExceptionParser(),
 )
 #: the default parser table, in evaluation order (journal JSON first: its lines hold the others' keywords)

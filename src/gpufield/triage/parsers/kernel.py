@@ -76,6 +76,21 @@ AER_MORE_RE = rx.compile(r": +(?:device \[|\[\s*\d+\] |TLP Header|AER:\s+Error o
 OOM_RE = rx.compile(
     r"(?P<cg>Memory cgroup )?[Oo]ut of memory(?: \(oom_kill_allocating_task\))?: Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)"
     r"(?: total-vm:(?P<vm>\d+)kB, anon-rss:(?P<anon>\d+)kB)?")
+# Kernels before 4.19 print the OOM kill as two lines (mm/oom_kill.c oom_kill_process / __oom_kill_process):
+# the chosen task, "%s: Kill process %d (%s) score %u or sacrifice child" (2.6.37-4.18; 2.6.36 "with score",
+# 2.6.25-2.6.35 "kill process ... score %li or a child"; %s = "Out of memory", "Out of memory
+# (oom_kill_allocating_task)", "Memory cgroup out of memory"), then the victim (the chosen task or one of its
+# children), "Killed process %d (%s) total-vm:%lukB, anon-rss:%lukB, file-rss:%lukB[, shmem-rss:%lukB]"
+# (2.6.3x: "vsz:" for "total-vm:"; RHEL 6/7 kernels add ", UID %d," after the pid or after the name)
+#   Out of memory: Kill process 21518 (python2) score 752 or sacrifice child
+#   Killed process 21518 (python2) total-vm:13345928kB, anon-rss:12721928kB, file-rss:4kB
+#   Killed process 11726, UID 498, (mysqld) total-vm:7823732kB, anon-rss:2539268kB, file-rss:768kB
+OOM_SELECT_RE = rx.compile(
+    r"(?P<cg>Memory cgroup )?[Oo]ut of [Mm]emory(?: \(oom_kill_allocating_task\))?: [Kk]ill process (?P<pid>\d+) "
+    r"\((?P<name>[^)]*)\) (?:with )?score (?P<score>-?\d+)")
+OOM_VICTIM_RE = rx.compile(
+    r"Killed process (?P<pid>\d+)(?:, UID \d+,)? \((?P<name>[^)]*)\),?(?: UID \d+,)? (?:total-vm|vsz):(?P<vm>\d+)kB, "
+    r"anon-rss:(?P<anon>\d+)kB")
 # mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN
 MLX_RE = rx.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
 
@@ -99,8 +114,9 @@ class KernelParser:
 
     name = "kernel"
     source = "kernel"
-    prefilter = r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|mlx5_core \S+ \S+ Port: \d+ Link"
-    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "mlx5_core")
+    prefilter = (r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|[Oo]ut of [Mm]emory[^:]*: [Kk]ill process|"
+                 r"mlx5_core \S+ \S+ Port: \d+ Link")
+    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "Kill process", "kill process", "mlx5_core")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one kernel-log line (see module docstring for the formats)."""
@@ -117,12 +133,14 @@ class KernelParser:
         m = AER_BUS_RE.search(line) or AER_RECV_RE.search(line)
         if m:
             return self.parse_record([line], ctx)[0]
-        m = OOM_RE.search(line)
+        m = OOM_RE.search(line) or OOM_VICTIM_RE.search(line) or OOM_SELECT_RE.search(line)
         if m:
+            g = m.groupdict()
             return event("kernel", "host_oom_kill", ctx, line, prefix_of(line, ctx), severity="fatal",
                          code=None, fields={"pid": int(m["pid"]), "name": m["name"],
-                                            "anon_rss_kb": to_int(m["anon"]), "total_vm_kb": to_int(m["vm"]),
-                                            "cgroup": bool(m["cg"])})
+                                            "anon_rss_kb": to_int(g.get("anon")), "total_vm_kb": to_int(g.get("vm")),
+                                            "cgroup": bool(m["cg"]) if "cg" in g else None,
+                                            "score": to_int(g.get("score"))})
         m = MLX_RE.search(line)
         if m:
             down = m["state"] == "DOWN"

@@ -21,7 +21,8 @@ EXC_LINE_RE = rx.compile(
     r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Interrupt|Exit|Failure))(?::\s*(?P<msg>.*?))?\s*$")
 ERRNO_RE = rx.compile(r"\[Errno (?P<errno>\d+)\]")
 #   File "/usr/lib/python3.11/site-packages/torch/distributed/rendezvous.py", line 83, in wrapper
-FRAME_RE = rx.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+FRAME_RE = rx.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+FLAT_FRAME_RE = rx.compile(r'^File "[^"]+", line \d+, in \S+')
 #: path parts of library code (a frame outside them is the program's own)
 _LIB_PARTS = ("site-packages/", "dist-packages/", "<frozen ", "/lib/python3")
 #: innermost frames kept per traceback
@@ -46,7 +47,15 @@ class PythonExceptionParser:
         line itself is left to the parsers (it is not indented)."""
         head = lines[0]
         pre = head[: head.rfind("Traceback (most recent call last):")]
-        return line.startswith(pre) and line[len(pre):].startswith((" ", "\t")) and bool(line[len(pre):].strip())
+        if not line.startswith(pre) or not line[len(pre):].strip():
+            return False
+        body = line[len(pre):]
+        if body.startswith((" ", "\t")):
+            return True
+        # a paste that lost its indentation: frame lines at column 0, each followed by its source line
+        # (never the exception line, which the parsers read)
+        return bool(FLAT_FRAME_RE.match(body)) or (bool(FLAT_FRAME_RE.match(lines[-1][len(pre):]))
+                                                   and not EXC_LINE_RE.match(body))
 
     def parse_record(self, lines: Sequence[str], ctx: LineContext) -> list[Event]:
         """One ``traceback`` event: ``frames`` (innermost last, at most :data:`MAX_FRAMES` of

@@ -51,8 +51,9 @@ class SmiParser:
     name = "smi"
     source = "smi"
     prefilter = (r"^GPU 0[0-9A-Fa-f]{3,7}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$|P2P=(?:En|Dis)abled [BL]|"
-                 r"Access Peer Device|Unable to determine the device handle|NVMLError_|NVML_ERROR_GPU_IS_LOST|GPU is lost")
-    keywords = ("GPU 0", "P2P=", "Access Peer Device", "device handle", "NVML", "GPU is lost")
+                 r"Access Peer Device|Unable to determine the device handle|NVMLError_|NVML_ERROR_GPU_IS_LOST|GPU is lost|"
+                 r"^\s*GPU0\s.*CPU Affinity")
+    keywords = ("GPU 0", "P2P=", "Access Peer Device", "device handle", "NVML", "GPU is lost", "CPU Affinity")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Single-line records: p2p access, NVML lost-GPU errors (sections go through records)."""
@@ -69,11 +70,13 @@ class SmiParser:
         return None
 
     def opens_record(self, line: str) -> bool:
-        """A ``GPU <bus id>`` section header or a p2p matrix title."""
-        return bool(SMI_GPU_RE.match(line) or P2P_HEAD_RE.search(line))
+        """A ``GPU <bus id>`` section header, a p2p matrix title or an ``nvidia-smi topo -m`` header."""
+        return bool(SMI_GPU_RE.match(line) or P2P_HEAD_RE.search(line) or TOPO_HEAD_RE.match(line))
 
     def continues_record(self, lines: Sequence[str], line: str) -> bool:
         """Indented lines of a GPU section; column header and rows of a matrix."""
+        if TOPO_HEAD_RE.match(lines[0]):
+            return bool(TOPO_ROW_RE.match(line))
         if SMI_GPU_RE.match(lines[0]):
             return line.startswith(" ") and bool(line.strip())
         if len(lines) == 1:
@@ -82,9 +85,40 @@ class SmiParser:
 
     def parse_record(self, lines: Sequence[str], ctx: LineContext) -> list[Event]:
         """Events of one GPU section or one matrix (one ``p2p_bandwidth`` event per row)."""
+        if TOPO_HEAD_RE.match(lines[0]):
+            return _topo_matrix(lines, ctx)
         if SMI_GPU_RE.match(lines[0]):
             return _gpu_section(lines, ctx)
         return _p2p_matrix(lines, ctx)
+
+
+#         GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity        (nvidia-smi topo -m; tab-separated)
+TOPO_HEAD_RE = rx.compile(r"^\s*GPU0(?:\s+(?:GPU|NIC|mlx)\S*)*\s+CPU Affinity")
+# GPU0     X      PXB     SYS     0-27,56-83      0
+TOPO_ROW_RE = rx.compile(r"^\s*(?:GPU|NIC|mlx)\S*\s+(?:X|PIX|PXB|PHB|NODE|SYS|SOC|NV\d+)\s")
+_TOPO_LINKS = frozenset({"X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC"})
+
+
+def _topo_matrix(lines: Sequence[str], ctx: LineContext) -> list[Event]:
+    """One ``gpu_topology`` event: ``links`` maps ``"i-j"`` (GPU ordinals, i < j) to the link type."""
+    cols = lines[0].split()
+    cols = cols[: cols.index("CPU")] if "CPU" in cols else cols
+    links: dict[str, str] = {}
+    for x in lines[1:]:
+        parts = x.split()
+        name, vals = parts[0], parts[1:1 + len(cols)]
+        if not name.startswith("GPU") or not name[3:].isdigit():
+            continue
+        i = int(name[3:])
+        for col, v in zip(cols, vals, strict=False):
+            if col.startswith("GPU") and col[3:].isdigit() and int(col[3:]) > i and (
+                    v in _TOPO_LINKS or v.startswith("NV")):
+                links[f"{i}-{int(col[3:])}"] = v
+    if not links:
+        return []
+    gpus = sorted({int(g) for k in links for g in k.split("-")})
+    return [event("smi", "gpu_topology", ctx, "\n".join(lines), prefix_of(lines[0], ctx), severity="info",
+                  fields={"links": links, "gpus": gpus})]
 
 
 def _gpu_section(lines: Sequence[str], ctx: LineContext) -> list[Event]:

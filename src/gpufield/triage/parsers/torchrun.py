@@ -9,6 +9,7 @@ Reference: ``../shared/reference/triage.md`` §2.9. Docs: https://docs.pytorch.o
 
 from __future__ import annotations
 
+import dataclasses
 import signal as _signal
 from collections.abc import Sequence
 
@@ -16,7 +17,7 @@ from gpufield.triage.events import Event
 from gpufield.triage.parsers import _regex as rx
 from gpufield.triage.parsers._common import at_line, event, prefix_of, to_int
 from gpufield.triage.parsers._prefix import parse_date_time
-from gpufield.triage.protocols import LineContext
+from gpufield.triage.protocols import LineContext, LogParser
 
 # torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 CHILD_OPEN_RE = rx.compile(r"ChildFailedError:?\s*$")
@@ -25,6 +26,8 @@ BLOCK_LINE_RE = rx.compile(
     r"^\s*(?:[=-]{8,}|\S.* FAILED|Failures:|<NO_OTHER_FAILURES>|Root Cause \(first observed failure\):|\[\d+\]:"
     r"|\s*(?:time|host|rank|exitcode|error_file|traceback)\s*: .*|\s+\S.*)\s*$")
 SEP_RE = rx.compile(r"^\s*[=-]{8,}\s*$")
+# bug.py FAILED        (the block's own title line: what a paste keeps when the header line above it was cut)
+TITLE_RE = rx.compile(r"^\s*[^\s:]+ FAILED\s*$")
 # [0]:
 ENTRY_RE = rx.compile(r"^\s*\[(?P<n>\d+)\]:\s*$")
 #   time      : 2023-09-14_01:45:50
@@ -52,7 +55,10 @@ RDZV_RE = rx.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.
 SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit>ms|s) while trying to connect to "
                        r"(?:\((?P<h>[^,()\s]+), (?P<p>\d+)\)|\(?(?P<ep>[^)\s]+?)\)?)\.?\s*$")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
-STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|[Ss]ocket [Tt]imeout|Connection to the C10d store has failed")
+# torch.distributed.DistStoreError: Socket Timeout  /  ...: Timed out after 1801 seconds waiting for clients. 1/3 clients
+# joined.  (c10d TCPStore client / server: the store at MASTER_ADDR:MASTER_PORT never answered, or ranks never joined it)
+STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|DistStoreError: .+|[Ss]ocket [Tt]imeout|"
+                      r"Connection to the C10d store has failed")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
 # slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***
 # slurmstepd: error: *** STEP 12345.0 ON hA CANCELLED AT 2026-08-11T03:00:05 ***          (scancel: no reason)
@@ -88,11 +94,16 @@ class TorchrunParser:
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
                  r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
-                 r"EADDRINUSE|Address already in use")
+                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
                 "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
-                "Address already in use")
+                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED")
+
+    def __init__(self, inner: Sequence[LogParser] = ()) -> None:
+        """``inner``: parsers offered the exception line that ends an entry's ``traceback`` field (the
+        failing rank's own error, e.g. a desync report, printed inside the block)."""
+        self.inner = tuple(inner)
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one torchrun / elastic line (see module docstring)."""
@@ -167,11 +178,15 @@ class TorchrunParser:
 
     # --- the ChildFailedError block ---------------------------------------------------------
     def opens_record(self, line: str) -> bool:
-        """The ``...ChildFailedError:`` header line."""
-        return bool(CHILD_OPEN_RE.search(line))
+        """The ``...ChildFailedError:`` header line, or the block's ``<script> FAILED`` title when the
+        header was cut off (a block without ``[N]:`` entries then gives no event)."""
+        return bool(CHILD_OPEN_RE.search(line)) or bool(TITLE_RE.match(line))
 
     def continues_record(self, lines: Sequence[str], line: str) -> bool:
-        """Lines of the block up to the separator that closes the Root Cause section."""
+        """Lines of the block up to the separator that closes the Root Cause section (a block opened by its
+        title line alone must go on with torchrun's separator line, or it is not a failure block)."""
+        if len(lines) == 1 and not CHILD_OPEN_RE.search(lines[0]):
+            return bool(SEP_RE.match(line))
         if SEP_RE.match(lines[-1]):
             root = next((i for i, x in enumerate(lines) if "Root Cause" in x), None)
             if root is not None and any(ENTRY_RE.match(x) for x in lines[root:]):
@@ -209,6 +224,15 @@ class TorchrunParser:
                                      "root_cause": e["root"], "time": e.get("time"),
                                      "traceback": e.get("traceback"), "script": script,
                                      "entry": e["n"], "block_line": ctx.line}))
+            last = e.get("tb_last")
+            if last is not None and self.inner:  # the rank's own exception line, read as if printed alone
+                inner_ctx = at_line(ctx, last)
+                for p in self.inner:
+                    ev = p.parse_line(lines[last].strip(), inner_ctx)
+                    if ev is not None:
+                        out.append(dataclasses.replace(ev, rank=ev.rank if ev.rank is not None else to_int(e.get("rank")),
+                                                       host=ev.host or e.get("host")))
+                        break
 
         end = 0
         for i, x in enumerate(lines):
@@ -240,9 +264,10 @@ class TorchrunParser:
                     entry[k] = v
             elif entry.get("traceback") is not None and x.startswith(" "):
                 entry["traceback"] += "\n" + x.strip()
+                entry["tb_last"] = i
         end = len(lines)
         flush()
-        if not out:
+        if not out and CHILD_OPEN_RE.search(lines[0]):
             out.append(event("torchrun", "child_failed", ctx, "\n".join(lines), pre, severity="error",
                              fields={"script": script, "truncated": True}))
         return out

@@ -29,7 +29,8 @@ RULES: tuple[Rule, ...] = (
     FnRule("p2p_bandwidth", ("P2P_BROKEN",), Tier.FABRIC, fabric.p2p_rule),
     # tier 2: host
     FnRule("shm_ipc", ("CONTAINER_SHM_IPC",), Tier.HOST, fabric.shm_ipc_rule),
-    FnRule("host_oom", ("HOST_OOM_KILL", "UNKNOWN"), Tier.HOST, host.host_oom_rule),  # UNKNOWN: a scheduler cancel
+    # UNKNOWN: a scheduler cancel; PEER_PROCESS_EXIT: a SIGKILL with no OOM-killer line
+    FnRule("host_oom", ("HOST_OOM_KILL", "UNKNOWN", "PEER_PROCESS_EXIT"), Tier.HOST, host.host_oom_rule),
     FnRule("shm_exhausted", ("SHM_EXHAUSTED",), Tier.HOST, host.shm_exhausted_rule),
     FnRule("rendezvous", ("RENDEZVOUS_UNREACHABLE",), Tier.HOST, host.rendezvous_rule),
     FnRule("launch_skew", ("LAUNCH_SKEW",), Tier.HOST, host.launch_skew_rule),

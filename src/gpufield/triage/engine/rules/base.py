@@ -218,3 +218,35 @@ def as_float(v: object) -> float | None:
         return float(v)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError):
         return None
+
+
+def traceback_of(ctx: RuleContext, e: Event) -> Event | None:
+    """The ``traceback`` record printed right above exception line ``e`` (same file, ending on the line
+    before it, or at most two lines earlier for a chained-exception banner), or None."""
+    best = None
+    for tb in ctx.by_kind.get("traceback", ()):
+        if tb.file == e.file and tb.line < e.line <= tb.line + tb.raw.count("\n") + 3:
+            best = tb
+    return best
+
+
+def survived(ctx: RuleContext, e: Event) -> bool:
+    """True when training went on after ``e``: the job's progress lines continue later in the same file
+    from the same rank (or, when ``e`` names no rank, from every rank that printed progress before it).
+
+    An error a program caught, logged and retried (a failed checkpoint save that succeeded on retry)
+    is then noise of a healthy run, not the failure that ended it. Never true when the launcher reports
+    a failed worker, a signal death or a group restart later in that file (the progress after it is a
+    restarted attempt's).
+    """
+    died = ("child_failed", "elastic_restart", "signal_death")
+    if any(ev.file == e.file and ev.line > e.line for k in died for ev in ctx.by_kind.get(k, ())):
+        return False  # the launcher saw a worker fail or restarted the group after it: progress is a new attempt
+    after: set[int | None] = set()
+    before: set[int | None] = set()
+    for ev in ctx.by_kind.get("loss", ()):
+        if ev.file == e.file:
+            (after if ev.line > e.line else before).add(ev.rank)
+    if e.rank is not None:
+        return e.rank in after
+    return bool(before) and before <= after

@@ -350,7 +350,7 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
         # a bare error-return chain ending in ncclRemoteError (6) still says a peer went away
         evs = [e for e in ctx.kinds("nccl_return") if as_int(e.fields.get("retcode", e.code)) == 6]
     if not evs:
-        return []
+        return _restarted_group(ctx)
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     reporters = sorted({e.host for e in evs if e.host})
     peers = Counter(p for p in (peer_name(ctx, e) for e in evs if e.fields.get("peer")) if p)
@@ -361,6 +361,23 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
                          f"{', '.join(reporters) or 'this host'} is a victim - the first failing peer is elsewhere.")]
 
 
+def _restarted_group(ctx: RuleContext) -> list[Finding]:
+    """torchrun's ``Worker group FAILED. N/M attempts left; will restart worker group``: a worker process
+    of the group exited with a failure and the agent restarted the group. Nothing else naming the
+    failing worker -> ``PEER_PROCESS_EXIT``, not established (the worker's own error went to its
+    reply file ``attempt_K/<rank>/error.json`` or its stderr, not to the agent's log). Fewer than three
+    restarts are not a restart loop (that rule needs three)."""
+    restarts = [e for e in ctx.kinds("elastic_restart") if not ctx.is_cited(e)]
+    if not restarts:
+        return []
+    n = max(as_int(e.fields.get("restart_count")) or 1 for e in restarts)
+    return [finding(ctx, "PEER_PROCESS_EXIT", "worker_group_failed", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, restarts,
+                    established=False, host=None, gpu=None, rank=None,
+                    facts={"restarts": str(n), "reporters": "-", "peer": "-"},
+                    note=f"torchrun restarted the worker group {n} time(s) after a worker failed "
+                         f"({restarts[0].where}); the failing worker's own error is not in the input.")]
+
+
 def teardown_rule(ctx: RuleContext) -> list[Finding]:
     """Anything left that is an error (torchrun failures, NCCL errors, signals) -> ``UNKNOWN``."""
     kinds = ("child_failed", "signal_death", "nccl_error", "nccl_internal_error", "nccl_system_error",
@@ -368,6 +385,11 @@ def teardown_rule(ctx: RuleContext) -> list[Finding]:
     chain = ("nccl_return", "pg_teardown")  # follow-ups of an error: cascade material, never a cause
     evs = [e for e in ctx.kinds(*kinds, *chain) if not ctx.is_cited(e)
            and (e.severity in ("error", "fatal") or e.kind in chain)]
+    # torchrun's failure entry whose own traceback field ends with an error an earlier rule already cited (read
+    # from inside the entry) is that error's consequence, not another unexplained failure
+    inner = [e for e in ctx.events if ctx.is_cited(e) and e.kind != "child_failed"]
+    evs = [e for e in evs if not (e.kind == "child_failed" and any(
+        i.file == e.file and e.line < i.line <= e.line + e.raw.count("\n") for i in inner))]
     if not evs:
         return []
     return [finding(ctx, "UNKNOWN", "teardown", Tier.TEARDOWN, 0.2, evs, established=False,

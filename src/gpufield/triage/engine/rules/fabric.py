@@ -11,7 +11,7 @@ import re
 import statistics
 from collections import Counter
 
-from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
+from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
 from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
 from gpufield.triage.events import Event
 
@@ -39,6 +39,12 @@ _NET_CONFIG = re.compile(
 # node and sockets on the other ("socketFinalizeAccept: wrong type": the peers chose different transports)
 _IB_SETUP = re.compile(r"NET/IB : Unable to open device|NET/IB : No device found|socketFinalizeAccept: wrong type|"
                        r"Failed to open libibverbs|Call to ibv_\w+ failed|ibv_modify_qp failed", re.IGNORECASE)
+# memory registration refused for lack of memory (misc/ibvwrap.cc: "Call to ibv_reg_mr_iova2 failed with error Cannot
+# allocate memory"; NCCL before 2.8 printed no error text: "Call to ibv_reg_mr failed"): the pinned-memory limit
+# RLIMIT_MEMLOCK of the process or container (NCCL troubleshooting: --ulimit memlock=-1), not the HCA or its port;
+# another errno (EINVAL, EFAULT: GPUDirect / peer-memory module) is not this
+_MEMLOCK = re.compile(r"ibv_reg_(?:dmabuf_)?mr\w*(?:\(\))? failed(?:\s*$|.*?(?:Cannot allocate memory|ENOMEM|errno:? ?12\b))",
+                      re.IGNORECASE | re.MULTILINE)
 _CONNECT_FAIL = re.compile(r"Connect to \S+ failed|Connection refused|Connection timed out|connect returned",
                            re.IGNORECASE)
 _NCCLISH = re.compile(r"NCCL|c10d|ProcessGroup|socket", re.IGNORECASE)  # a Python error about NCCL's network
@@ -128,11 +134,27 @@ def ib_completion_rule(ctx: RuleContext) -> list[Finding]:
         running = any(ctx.progress_before(e) for e in evs[:1])
         roce = any(_ROCE.search(text(e)) for e in evs + ctx.kinds("nccl_bootstrap", "nccl_init", "nccl_warn"))
         facts = {"status": str(_status(evs[0])), "phase": "running" if running else "startup",
-                 "reporters": ",".join(reporters) or "-", "peer": peer_txt, "roce": "yes" if roce else "no"}
+                 "reporters": ",".join(reporters) or "-", "peer": peer_txt, "roce": "yes" if roce else "no",
+                 "gid": _gid_kind(evs)}
         status = facts["status"]
         out.append(finding(ctx, cls, "ib_completion", Tier.FABRIC, conf, evs + extra, host=host, gpu=None, facts=facts,
                            note=f"IB completion error status {status} from {len(evs)} report(s); blames {note_who}."))
     return out
+
+
+# localGid ::ffff:10.0.0.1 remoteGids::ffff:10.0.0.2    (NCCL's IB plugin prints the GIDs of the QP)
+_LOCAL_GID = re.compile(r"localGid\s*(?P<gid>[0-9a-fA-F:.<>\w-]+)")
+
+
+def _gid_kind(evs: list[Event]) -> str:
+    """What the GIDs NCCL printed are: ``ipv4_mapped`` (``::ffff:a.b.c.d``, the RoCE v2 IPv4 GID the
+    GID-index fix selects), ``link_local`` (``fe80:``, the default index 0 on RoCE), ``-`` when none."""
+    for e in evs:
+        m = _LOCAL_GID.search(e.raw)
+        if m:
+            g = m["gid"].lower()
+            return "ipv4_mapped" if g.startswith("::ffff:") else "link_local" if g.startswith("fe80") else "other"
+    return "-"
 
 
 PORT_DOWN_NEAR_S = 600.0  # a port-down this close to the completion errors is taken as their cause
@@ -176,11 +198,13 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
                              f"({bridges[0][0].where}) and then failed: peers on other hosts cannot reach that "
                              "address (set NCCL_SOCKET_IFNAME to the host NIC).")]
     if not evs:
-        return []
+        return _bare_internal_error(ctx)
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
     facts, extra = {}, ""
     if any(_IB_SETUP.search(text(e)) for e in evs):
         facts = {"fix": "ib"}
+    if any(_MEMLOCK.search(text(e)) for e in evs):
+        facts = {"fix": "memlock"}
     if bridges and not shm_explicit:
         names = sorted({n for _, n in bridges})
         facts = {"ifnames": ",".join(names), "fix": "socket_ifname"}
@@ -188,6 +212,39 @@ def nccl_network_config_rule(ctx: RuleContext) -> list[Finding]:
         evs += [e for e, _ in bridges if e not in evs]
     return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_network_config", Tier.FABRIC, 0.8, evs, gpu=None, rank=None,
                     facts=facts, note="NCCL could not set up its network (interface, bind or route failure)." + extra)]
+
+
+# events that only wrap or accompany an NCCL error (its return chain, the exception and traceback that carry
+# it, topology INFO lines): they add no other cause
+_NCCL_WRAPPERS = frozenset({"nccl_internal_error", "nccl_return", "nccl_init", "nccl_bootstrap", "traceback",
+                            "child_failed", "pg_teardown", "loss", "step_time", "metric_sample"})
+
+
+def _bare_internal_error(ctx: RuleContext) -> list[Finding]:
+    """A prior, not a diagnosis: ``ncclInternalError`` at start-up and nothing else in the logs.
+
+    NCCL returns ncclInternalError for failed internal checks, and during communicator set-up most
+    of those checks are in its bootstrap, socket, proxy and net transports (``src/bootstrap.cc``,
+    ``misc/socket.cc``, ``proxy.cc``, ``transport/net*.cc``: interface names, address families,
+    the peer connection), and remote errors surface as internal errors higher up the stack
+    (NVIDIA/nccl#795). With no WARN, CUDA, peer or hardware line beside it, the network set-up is
+    the first thing to check; the finding is unestablished and asks for the INIT,NET debug log.
+    """
+    internal = [e for e in ctx.kinds("nccl_internal_error")
+                if as_int(e.code) == 3 and not ctx.progress_before(e)]
+    if not internal:
+        return []
+    for e in ctx.events:
+        if e.kind in _NCCL_WRAPPERS or e.severity not in ("error", "fatal"):
+            continue
+        if e.kind == "python_exception" and _NCCLISH.search(text(e)):
+            continue
+        return []  # another error names (or may name) the cause
+    return [finding(ctx, "NCCL_NETWORK_CONFIG", "nccl_internal_prior", Tier.FABRIC, CONF_PRIOR, internal,
+                    established=False, gpu=None, rank=None, facts={"fix": "internal_prior"},
+                    note="ncclInternalError during NCCL set-up with no other error in the logs: most of NCCL's "
+                         "set-up checks that return it are in its bootstrap/socket/net code (interface names, "
+                         "address families, peer connections); a prior, not established.")]
 
 
 def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
@@ -199,6 +256,23 @@ def bridge_interfaces(ctx: RuleContext) -> list[tuple[Event, str]]:
             names = names[:1]  # bootstrap (and IB's OOB) use the first interface only; NET/Socket uses them all
         out += [(e, n) for n in dict.fromkeys(names) if _BRIDGE_IF.match(n)]
     return out
+
+
+def _switch_topology_only(ctx: RuleContext) -> list[Finding]:
+    """An ``nvidia-smi topo -m`` matrix with GPU pairs behind PCIe switches (PIX/PXB) as the *only* evidence
+    (no error line, no training progress): the one hypothesis a topology supports is P2P through those
+    switches, which PCIe ACS or the IOMMU (VT-d) break (nccl#667: all_reduce_perf hung on every PXB/PIX pair,
+    fixed by turning VT-d off). Not established: the topology names where P2P runs, not that it fails."""
+    topo = ctx.kinds("gpu_topology")
+    if not topo or ctx.kinds("loss") or any(e.severity in ("error", "fatal") for e in ctx.events):
+        return []
+    pairs = sorted({k for e in topo for k, v in (e.fields.get("links") or {}).items() if v in ("PIX", "PXB")})
+    if not pairs:
+        return []
+    return [finding(ctx, "P2P_BROKEN", "p2p_switch_topology", Tier.FABRIC, CONF_CASCADE_ONLY, topo, established=False,
+                    gpu=None, rank=None, facts={"pairs": ",".join(pairs)},
+                    note=f"Only a PCIe topology is in the input: GPU pairs {', '.join(pairs)} talk peer-to-peer through "
+                         "a PCIe switch (PIX/PXB), the path ACS or the IOMMU break; no failure line names it.")]
 
 
 def p2p_rule(ctx: RuleContext) -> list[Finding]:
@@ -220,7 +294,7 @@ def p2p_rule(ctx: RuleContext) -> list[Finding]:
         return [finding(ctx, "P2P_BROKEN", "p2p_bandwidth", Tier.FABRIC, CONF_INFERRED, unsupported,
                         note="CUDA/NCCL report that GPU peer-to-peer access is unavailable between devices.")]
     if not rows:
-        return []
+        return _switch_topology_only(ctx)
     on, off = [], []
     for e in rows:
         vals = e.fields.get("gb_per_s")

@@ -9,7 +9,14 @@ from __future__ import annotations
 import re
 
 from gpufield.triage.engine.model import CONF_INFERRED, CONF_PRIOR, Finding, Tier
-from gpufield.triage.engine.rules.base import RuleContext, as_int, finding, group_by, text
+from gpufield.triage.engine.rules.base import (
+    RuleContext,
+    as_int,
+    finding,
+    group_by,
+    text,
+    traceback_of,
+)
 from gpufield.triage.events import Event
 
 _SIGKILL = re.compile(r"SIGKILL|signal 9\b|Signal 9\b|exitcode\s*:\s*-9\b", re.IGNORECASE)
@@ -34,11 +41,13 @@ def is_sigkill(e: Event) -> bool:
 
 
 def host_oom_rule(ctx: RuleContext) -> list[Finding]:
-    """Kernel OOM-killer lines (deterministic) or SIGKILL'd ranks without one (prior).
+    """Kernel / Slurm OOM-killer lines (deterministic), or SIGKILL'd ranks without one.
 
-    A rank killed with SIGKILL and no OOM line in the logs is most often the host OOM killer
-    (triage.md 1.11, INDEX case 29), but a scheduler or a monitor may also send it: the finding is
-    then marked not established and asks for the kernel log of that host.
+    The host OOM killer is named only on its own evidence (an ``Out of memory: Killed process`` kernel
+    line or a Slurm ``oom-kill event``). A rank killed with SIGKILL and no such line may have been killed
+    by the OOM killer, a scheduler, a monitor or itself (triage.md 2.9): the finding is then
+    ``PEER_PROCESS_EXIT`` (that rank's exit ended the job), not established, with ``HOST_OOM_KILL``
+    recorded as a rejected hypothesis and the kernel log of that host asked for first.
     """
     ooms = ctx.kinds("host_oom_kill")
     forced = [e for e in ctx.kinds("signal_death") if e.fields.get("sent_by_agent") and is_sigkill(e)]
@@ -52,9 +61,13 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
     if ooms:
         for host, group in group_by(ooms, lambda e: e.host).items():
             related = [k for k in kills if k.host in (host, None)]
+            # a pre-4.19 kernel names the chosen task ("Kill process N ... score S") before the victim
+            # ("Killed process N ..."): count the victims, or the chosen tasks when no victim line is there
+            victims = [e for e in group if e.fields.get("score") is None] or group
+            n_kills = len({e.fields.get("pid", id(e)) for e in victims})
             out.append(finding(ctx, "HOST_OOM_KILL", "host_oom", Tier.HOST, 0.9 if host else 0.8, group + related,
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
-                                    f"({len(group)} kill(s)); ranks died with SIGKILL."))
+                                    f"({n_kills} kill(s)); ranks died with SIGKILL."))
         return out
     refused = [e for e in ctx.kinds("python_exception", "cuda_error") if _HOST_ALLOC.search(text(e))]
     if refused:
@@ -80,11 +93,18 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
                                 f"{c.host or 'the host'} ({reason}); the SIGKILL (exit -9) of the ranks is its doing, "
                                 "not the host OOM killer."))
     for host, group in group_by(kills, lambda e: e.host).items():
+        # no OOM-killer line (kernel "Out of memory: Killed process", Slurm "oom-kill event"): the sender of
+        # SIGKILL is not in the input. The host OOM killer is the commonest sender of a training rank's
+        # SIGKILL in public reports (triage.md 2.9; shared case 29), so it is the hypothesis to check first,
+        # NOT established; a monitor, a scheduler or the program itself (PEER_PROCESS_EXIT) stay possible
+        ranks = sorted({k.rank for k in group if k.rank is not None})
         out.append(finding(ctx, "HOST_OOM_KILL", "sigkill_prior", Tier.HOST, CONF_PRIOR + 0.05, group,
-                           facts={"prior": "sigkill"},
-                           established=False,
-                           note=f"Rank(s) on {host or 'a host'} received SIGKILL (exit -9) with no kernel OOM "
-                                "line in the input: most often the host OOM killer."))
+                           facts={"prior": "sigkill"}, established=False,
+                           rank=ranks[0] if len(ranks) == 1 else None,
+                           note=f"Rank(s) {', '.join(map(str, ranks)) or '?'} on {host or 'a host'} received SIGKILL "
+                                "(exit -9) from a sender the input does not show (no OOM-killer line, no scheduler "
+                                "cancel, not torchrun's own kill): most often the host OOM killer; check that "
+                                "host's kernel log for 'Out of memory: Killed process' before blaming the program."))
     return out
 
 
@@ -99,9 +119,32 @@ def shm_exhausted_rule(ctx: RuleContext) -> list[Finding]:
                     note="DataLoader workers died with a bus error: /dev/shm is too small for them.")]
 
 
+# frames of the rendezvous: torch/distributed/rendezvous.py (init_method tcp:// / env://), the elastic
+# rendezvous handlers, the c10d TCPStore constructor
+_RDZV_FRAME = re.compile(r"distributed/rendezvous\.py:|elastic/rendezvous/|_rendezvous_handler|:_create_c10d_store$|"
+                         r":_create_tcp_store$|TCPStore")
+#: innermost frames of a traceback that decide where its exception was raised
+INNER_FRAMES = 2
+
+
+def rendezvous_exceptions(ctx: RuleContext) -> list[Event]:
+    """Python exceptions raised inside the rendezvous (the innermost frames of their traceback are in the
+    rendezvous code), whatever their type: ``ValueError: host not found`` from ``TCPStore(...)`` in
+    ``_tcp_rendezvous_handler`` (kubeflow/pytorch-operator#313) is a rendezvous failure, not a program bug."""
+    out = []
+    for e in ctx.kinds("python_exception"):
+        tb = traceback_of(ctx, e)
+        frames = [str(f) for f in (tb.fields.get("frames") or [])] if tb is not None else []
+        if any(_RDZV_FRAME.search(f) for f in frames[-INNER_FRAMES:]):
+            out.append(e)
+    return out
+
+
 def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
-    """torchrun / c10d store connection failures -> ``RENDEZVOUS_UNREACHABLE``."""
+    """torchrun / c10d store connection failures (and exceptions raised inside the rendezvous code) ->
+    ``RENDEZVOUS_UNREACHABLE``."""
     evs = ctx.kinds("rendezvous_error")
+    evs += [e for e in rendezvous_exceptions(ctx) if e not in evs]
     if not evs:
         return []
     bind = [e for e in evs if e.fields.get("bind_failed")]

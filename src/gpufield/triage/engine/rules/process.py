@@ -4,7 +4,8 @@ OOM sub-classes follow triage.md 2.10: *checkpoint gather* when the allocation f
 FULL_STATE_DICT was gathered for saving; *init* when it failed before any training step while the
 model was being built or sharded; *fragmentation* when the reserved-but-unallocated pool alone could
 have served the request and is a large share of the device ("reserved >> allocated", PyTorch's own
-hint); otherwise *capacity*. Numerics follow 2.11.
+hint), or when the device reported at least twice the request as free (the memory exists, not as one
+block); otherwise *capacity*. Numerics follow 2.11.
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ import statistics
 
 from gpufield.triage.engine.model import CONF_CASCADE_ONLY, CONF_INFERRED, CONF_PRIOR, Finding, Tier
 from gpufield.triage.engine.phases import PhaseMark
-from gpufield.triage.engine.rules.base import RuleContext, as_float, as_int, finding, group_by, text
+from gpufield.triage.engine.rules.base import (
+    RuleContext,
+    as_float,
+    as_int,
+    finding,
+    group_by,
+    survived,
+    text,
+    traceback_of,
+)
 from gpufield.triage.events import Event
 
 # kernel faults of the Xid 13/31 family: illegal address, misaligned address, illegal instruction
@@ -24,6 +34,8 @@ _INIT_CONTEXT = re.compile(r"from_pretrained|fully_shard|_init_|__init__|\.to\(|
                            r"init_process_group|model = ", re.IGNORECASE)
 #: reserved-but-unallocated memory at least this share of device capacity counts as "reserved >> allocated"
 FRAG_SHARE = 0.15
+#: device free memory at least this many times the failed request: the memory exists but not in one block
+FREE_MARGIN = 2.0
 LOSS_SCALE_FLOOR = 1.0
 OVERFLOW_STREAK = 5
 
@@ -104,9 +116,18 @@ def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
     if tried and cap and unalloc is not None and unalloc >= tried and unalloc >= FRAG_SHARE * cap:
         return "CUDA_OOM_FRAGMENTATION", (f"{unalloc / 2**30:.2f} GiB reserved but unallocated "
                                           f">= request {tried / 2**30:.2f} GiB")
+    free = _bytes(e, "free_bytes")
+    if tried and free is not None and free >= FREE_MARGIN * tried:
+        # the device itself reported several times the request as free, yet no block of that size could be
+        # had: not a capacity problem but a fragmented address space (expandable_segments lets the allocator
+        # map the request from pieces; jhc13/taggui#188: 20 MiB failed with 2.35 GiB free, fixed by it)
+        return "CUDA_OOM_FRAGMENTATION", (f"request {tried / 2**20:.0f} MiB failed while the device reported "
+                                          f"{free / 2**30:.2f} GiB free")
     started = ctx.progress_before(e) or bool(ctx.kinds("loss"))
+    tb = traceback_of(ctx, e)  # where it was raised: the traceback's frames and source lines above the OOM line
     if e.fields.get("phase") == "init" or not started and (
-            _INIT_CONTEXT.search(e.raw) or (mark is not None and mark.phase == "setup")):
+            _INIT_CONTEXT.search(e.raw) or (tb is not None and _INIT_CONTEXT.search(tb.raw))
+            or (mark is not None and mark.phase == "setup")):
         return "CUDA_OOM_INIT", "before the first training step, while building/sharding the model"
     if tried and cap:
         return "CUDA_OOM_CAPACITY", f"request {tried / 2**30:.2f} GiB on a {cap / 2**30:.2f} GiB device that is full"
@@ -152,7 +173,18 @@ def nan_rule(ctx: RuleContext) -> list[Finding]:
     facts = {"step": str(step) if step is not None else "-"}
     if any(_FP16.search(e.raw) for e in ctx.events):
         facts["precision"] = "fp16"
+    if _recovered(ctx, loss):
+        facts["recovered"] = "yes"
+        note += " The loss is finite again after its NaN steps: single steps overflow, the model did not diverge."
     return [finding(ctx, "NAN_LOSS", "nan_loss", Tier.PROCESS, 0.85, loss, note=note, facts=facts)]
+
+
+def _recovered(ctx: RuleContext, nan: list[Event]) -> bool:
+    """A finite loss printed after the first NaN/Inf loss in the same file, by the same rank."""
+    first = nan[0]
+    return any(e.file == first.file and e.line > first.line and e.rank == first.rank
+               and (v := as_float(e.fields.get("value", e.fields.get("loss")))) is not None and v == v
+               for e in ctx.kinds("loss"))
 
 
 def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
@@ -280,6 +312,12 @@ _PEER_LOST = re.compile(r"Connection closed by (?:remote )?peer|Connection reset
                         r"remote process exited|ncclRemoteError|remote worker crashing", re.IGNORECASE)
 
 
+def _signature(e: Event) -> tuple[str, int | None, str]:
+    """Kind, rank and message of an error line: the same error printed to several files (torchrun --tee)."""
+    msg = e.fields.get("message")
+    return e.kind, e.rank, str(msg if isinstance(msg, str) else e.raw.strip().splitlines()[-1] if e.raw.strip() else "")
+
+
 def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
     """A Python exception or CUDA error no other rule explains.
 
@@ -287,13 +325,24 @@ def generic_fault_rule(ctx: RuleContext) -> list[Finding]:
     peer", ncclRemoteError, broken pipe), the job failed because that rank *exited*: the class is
     ``PEER_PROCESS_EXIT`` with the root *established* at the exception (the rank is blamed, the peers
     are victims). Otherwise ``UNKNOWN`` (process tier). Exceptions of the distributed machinery (NCCL,
-    gloo, DistBackendError, ChildFailedError) are cascades and are left to the teardown rule.
+    gloo, DistBackendError, ChildFailedError) are cascades and are left to the teardown rule. An
+    exception after which the same rank's progress lines go on (:func:`~.base.survived`) was handled by
+    the program: a warning, never an incident.
     """
     cascade = re.compile(r"NCCL|DistBackendError|ChildFailedError|ProcessGroup|watchdog|c10d|Rendezvous|"
                          r"SignalException|KeyboardInterrupt|gloo|Connection closed by|Connection reset by|"
                          r"Timed out waiting", re.IGNORECASE)
     evs = [e for e in ctx.kinds("python_exception", "cuda_error")
            if not cascade.search(text(e)) and not ctx.is_cited(e)]
+    # an error after which the same rank kept training was caught and handled (a save retried): noise of a
+    # healthy run; every copy of it (a --tee console copy beside the rank's own file) goes with it
+    kept = {_signature(e) for e in evs if survived(ctx, e)}
+    handled = [e for e in evs if _signature(e) in kept]
+    if handled:
+        ctx.warn(f"{len(handled)} error line(s) after which training went on ({handled[0].where}: "
+                 f"{str(handled[0].fields.get('exc_type') or handled[0].kind)}): caught and handled, not a failure.",
+                 handled)
+        evs = [e for e in evs if _signature(e) not in kept]
     if not evs:
         return []
     first = evs[0]
