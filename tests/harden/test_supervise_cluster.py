@@ -89,6 +89,12 @@ def test_pick_root_prefers_the_quiet_crash_over_its_victims():
     reports["a"]["failure"] = {**f, "user_exception": True}
     assert pick_root(reports)["node"] == "a"  # an exception in user code explains everything else
     assert pick_root({"c": reports["c"]}) is None
+    # a hang: the healthy node saw it first and names no rank; the other node, ended by the incident,
+    # finds its rank stopped (/proc state T): that node is the root
+    h = {**f, "kind": "hang"}
+    hang = {"a": {"node": "a", "kind": "hang", "t": 5.0, "ranks": [], "victim": False, "failure": {**h, "host": "a"}},
+            "b": {"node": "b", "kind": "peer", "t": 5.6, "ranks": [1], "victim": False, "failure": {**h, "host": "b"}}}
+    assert pick_root(hang)["node"] == "b"
 
 
 # -- the store protocol, one process per node -------------------------------------------------------
