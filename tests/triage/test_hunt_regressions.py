@@ -140,7 +140,7 @@ def test_m4_host_from_folder_when_kernel_log_names_none(tmp_path):
     (logs / "dmesg.txt").write_bytes((HUNT / "D05" / "gpu-b17" / "dmesg.txt").read_bytes())
     for given in (tmp_path / "in", logs):
         top = analyze([str(given)]).verdict
-        assert top.host is None and "<the host that wrote logs/dmesg.txt: not named in the logs>" in top.action
+        assert top.host is None and "Exclude node (unknown: the logs do not name the host that wrote logs/dmesg.txt)" in top.action
     # with the job's NCCL init lines the rank<->bus-id map names rank 13 too (D05 as collected)
     top = _run("D05").verdict
     assert (top.host, top.gpu, top.rank) == ("gpu-b17", "0000:9a:00.0", 13)

@@ -226,9 +226,10 @@ def _incident(root: Finding, cascades: list[Finding], tl: Timeline, progress: Se
         hosts = {e.host for e in tl.events if e.rank == rank and e.host}
         host = next(iter(hosts)) if len(hosts) == 1 else None
     values: dict[str, object] = {"host": host, "gpu": gpu, "rank": rank, **root.facts}
-    if root.host is None and root.root.file:
-        # no hostname in the line, its file or its folder: say which file's host is meant
-        values["host"] = f"<the host that wrote {_short(root.root.file)}: not named in the logs>"
+    if host is None and root.root.file:
+        # no hostname in the line, its file, its folder or the blamed rank's lines: say plainly that it
+        # is unknown and which file's host is meant (a host the blame stage found is named instead)
+        values["host"] = f"(unknown: the logs do not name the host that wrote {_short(root.root.file)})"
     kind, action, nxt = action_for(root.cls, values, running=running,
                                    exception=root.rule == "python_exception")
     if not root.established and not nxt:
