@@ -44,6 +44,29 @@ def firmware_clock(m: GpuModel, a_c: float, a_m: float, lam: float, *, compute_b
     return float(np.median(c[[o.clock_index for o in ops[200:]]]))
 
 
+_SCALED = ("idle_max_clock_w", "sm_dynamic_w", "hbm_w", "mem_path_sm_w")
+
+
+def _rescale_blackwell(data: dict, old_h200: dict) -> None:
+    """B200/B300 have no measurement of their own: their [RECON] power terms were H200 values times
+    fixed ratios; keep each ratio (new = new H200 x old SKU / old H200) so they follow the refit, and
+    give them the H200's measured idle-with-context shape and launch term scaled by idle power."""
+    new = data["gpus"]["H200"]
+    for sku in ("B200", "B300"):
+        e = data["gpus"][sku]
+        ratio_idle = e["idle_w"] / old_h200["idle_w"]
+        for k in _SCALED:
+            e[k] = round(new[k] * e[k] / old_h200[k], 4)
+        e["idle_ctx_w"] = round(new["idle_ctx_w"] * ratio_idle, 4)
+        e["launch_w"] = round(new["launch_w"] * ratio_idle, 4)
+        e["idle_hold_s"] = new["idle_hold_s"]
+        e["stream_sm_activity"] = new["stream_sm_activity"]
+        e["gemm_mem_activity"] = new["gemm_mem_activity"]
+        e["sources"]["refit"] = ("[RECON] idle_max_clock_w, sm_dynamic_w, hbm_w, mem_path_sm_w: the H200 refit times "
+                                 "this SKU's former ratio to the former H200 value; idle_ctx_w, launch_w: H200 x "
+                                 "idle_w ratio; idle_hold_s, stream_sm_activity, gemm_mem_activity: as H200")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("probe")
@@ -56,8 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     base = gpu_model_from_dict("H200", data["gpus"]["H200"])
     fit = fit_power_model(probe, base)
     print(f"{'case':<13} {'split':<8} {'regime':<13} {'MHz':>5} {'a_c':>6} {'a_m':>6} {'kl/s':>7} "
-          f"{'meas W':>7} {'pred W':>7} {'err':>7} {'fw MHz':>6}")
+          f"{'meas W':>7} {'pred W':>7} {'err':>7} {'fw MHz':>6} {'GPM SM%':>7} {'GPM DRAM%':>9} {'TC%':>5}")
     fw_clock = {}
+    gpm = {c["name"]: c.get("gpm_window") or {} for c in probe["cases"]}
+
+    def pct(v):
+        return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
     for c in fit.cases:
         fwc = ""
         if c.regime not in ("idle", "idle_no_ctx"):
@@ -65,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
                                               compute_bound=c.regime == "prefill_gemm")
             fwc = f"{fw_clock[c.name]:6.0f}"
         print(f"{c.name:<13} {c.split:<8} {c.regime:<13} {c.clock_mhz:5.0f} {c.a_c:6.3f} {c.a_m:6.3f} "
-              f"{c.launches_per_s / 1e3:7.1f} {c.measured_w:7.1f} {c.predicted_w:7.1f} {c.rel_err * 100:+6.1f}% {fwc}")
+              f"{c.launches_per_s / 1e3:7.1f} {c.measured_w:7.1f} {c.predicted_w:7.1f} {c.rel_err * 100:+6.1f}% {fwc:>6} "
+              f"{pct(gpm[c.name].get('sm_util_pct')):>7} {pct(gpm[c.name].get('dram_bw_util_pct')):>9} "
+              f"{pct(gpm[c.name].get('any_tensor_util_pct')):>5}")
     errs = {s: fit.regime_errors(s) for s in ("fit", "held_out")}
     for s, e in errs.items():
         print(f"-- {s}: " + "; ".join(f"{r} max {v['max_abs_rel_err'] * 100:.1f}% mean {v['mean_abs_rel_err'] * 100:.1f}% "
@@ -75,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         print("note:", n)
     if a.write:
         entry = data["gpus"]["H200"]
+        old_h200 = dict(entry)
         for k, v in fit.params.items():
             entry[k] = round(v, 4) if isinstance(v, float) else v
         src = entry.setdefault("sources", {})
@@ -99,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "cases": {k: round(x, 4) for k, x in v["cases"].items()}}
                                        for r, v in e.items()} for s, e in errs.items()},
                         "firmware_clock_mhz": fw_clock}
+        _rescale_blackwell(data, old_h200)
         tmp = GPUS_JSON.with_name(f".{GPUS_JSON.name}.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         os.replace(tmp, GPUS_JSON)
