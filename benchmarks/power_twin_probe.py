@@ -46,6 +46,13 @@ The split was fixed in this docstring before any of this probe's data existed: o
 per regime (prefill GEMM, HBM-bound decode twice: a small and the largest batch, launch-bound,
 idle), so the error on the held-out cases is an honest estimate of the twin's error per regime.
 
+Crash isolation: run 72 of this probe died with SIGSEGV inside the first 8 s, before any output
+(the NVML sampler thread was the only code running: GPM was new to that machine). Now, before
+anything else, the exact sampler code runs for ~1.5 s in a canary subprocess: first with GPM and the
+instant-power field, then (if that crashed) without GPM, then without the field; the probe uses only
+what a canary survived, records the canaries in ``meta.canaries``, and ``faulthandler`` prints the
+stacks of a crash. The JSON is written before the first case and after every case.
+
 Checks (METHOD.md): random data (never zeros); outputs filled with NaN before a case and checked
 finite everywhere after; GEMM / decode / one launch-bound layer compared with a float64 reference on a
 block; the copy compared element for element. Writes ``DIR/power_twin_probe.json``; prints a table last.
@@ -54,15 +61,18 @@ block; the copy compared element for element. Writes ``DIR/power_twin_probe.json
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import math
 import os
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 T_START = time.monotonic()
+faulthandler.enable()  # a crash inside a C library (NVML, CUDA) prints every thread's Python stack
 
 from gpufield.power.twin.probe import ProbeNvml, ProbeSampler, aggregate_window  # noqa: E402
 
@@ -327,6 +337,49 @@ class Probe:
         self.idle("idle_post", a.idle_s)
 
 
+def _canary_child(stage: str, interval_s: float, fake: bool) -> int:
+    """Run the sampler (and, for ``gpm``, main-thread GPM snapshots beside it) for ~1.5 s; print OK."""
+    if fake:
+        from gpufield.testing.fake_nvml import FakeNvml
+
+        nvml = FakeNvml(clock=time.monotonic)
+    else:
+        import pynvml as nvml
+
+    ro = ProbeNvml(nvml)
+    ro.nvmlInit()
+    h = ro.nvmlDeviceGetHandleByIndex(0)
+    with ProbeSampler(nvml, h, interval_s=interval_s, use_gpm=stage == "gpm",
+                      use_field_values=stage in ("gpm", "field")) as s:
+        g0 = s.gpm_snapshot()
+        time.sleep(1.5)
+        g1 = s.gpm_snapshot()
+        m = s.gpm_metrics(g0, g1)
+        s.gpm_free(g0)
+        s.gpm_free(g1)
+    ro.nvmlShutdown()
+    print(json.dumps({"stage": stage, "ok": True, "samples": len(s.samples), "gpm_supported": s.gpm_supported,
+                      "gpm": m, "errors": s.errors, "last": s.samples[-1] if s.samples else None}, default=str))
+    return 0
+
+
+def _canaries(interval_s: float, fake: bool) -> tuple[bool, bool, list[dict]]:
+    """``(use_gpm, use_field_values, records)`` from canary subprocesses (module docstring)."""
+    recs = []
+    for stage in ("gpm", "field", "plain"):
+        cmd = [sys.executable, os.path.abspath(__file__), "--canary", stage, "--out", "-", "--interval-s",
+               str(interval_s)] + (["--dry-run-cpu"] if fake else [])
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=15)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = "timeout", str(e.stdout or ""), str(e.stderr or "")
+        recs.append({"stage": stage, "rc": rc, "stdout_tail": out[-2000:], "stderr_tail": err[-3000:]})
+        if rc == 0:
+            return stage == "gpm", stage in ("gpm", "field"), recs
+    return False, False, recs
+
+
 def _static(nvml, h) -> dict:
     """Settings read before and after (read-only attestation)."""
     out = {}
@@ -372,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steady-s", type=float, default=10.0)
     ap.add_argument("--idle-s", type=float, default=8.0)
     ap.add_argument("--interval-s", type=float, default=0.05, help="NVML sampling period (s)")
+    ap.add_argument("--canary", choices=("gpm", "field", "plain"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.canary:
+        return _canary_child(a.canary, a.interval_s, a.dry_run_cpu)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     fake = None
     if a.dry_run_cpu:
@@ -399,9 +455,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"power_twin_probe: CUDA unavailable ({e}); use --dry-run-cpu", file=sys.stderr)
             return 2
     pr = Probe(a, nvml, h, fake)
-    pr.meta["before"] = _static(ro, h)
     threading.Thread(target=pr.watchdog, daemon=True, name="watchdog").start()
-    with ProbeSampler(nvml, h, interval_s=a.interval_s, clock=time.monotonic) as s:
+    use_gpm, use_fv, pr.meta["canaries"] = _canaries(a.interval_s, a.dry_run_cpu)
+    print(f"canaries: {[(c['stage'], c['rc']) for c in pr.meta['canaries']]} -> gpm {use_gpm}, "
+          f"instant-power field {use_fv}", flush=True)
+    pr.meta["before"] = _static(ro, h)
+    pr.write(note="started")
+    with ProbeSampler(nvml, h, interval_s=a.interval_s, clock=time.monotonic, use_gpm=use_gpm,
+                      use_field_values=use_fv) as s:
         pr.sampler = s
         pr.main()
     pr.meta["after"] = _static(ro, h)

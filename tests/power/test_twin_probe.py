@@ -150,10 +150,7 @@ def test_probe_proxy_allows_reads_and_gpm_and_refuses_setters():
 
 
 def test_probe_dry_run_cpu_writes_every_case_with_checks(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("power_twin_probe", ROOT / "benchmarks" / "power_twin_probe.py")
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "power_twin_probe", mod)
-    spec.loader.exec_module(mod)
+    mod = _load_probe_module(monkeypatch)
     rc = mod.main(["--dry-run-cpu", "--out", str(tmp_path), "--warm-s", "0.05", "--steady-s", "0.25",
                    "--idle-s", "0.2", "--interval-s", "0.02"])
     assert rc == 0
@@ -161,6 +158,7 @@ def test_probe_dry_run_cpu_writes_every_case_with_checks(tmp_path, monkeypatch):
     names = [c["name"] for c in doc["cases"]]
     assert names == list(mod.SPLIT)
     assert doc["meta"]["settings_unchanged"] and doc["meta"]["note"] == "complete"
+    assert [c["rc"] for c in doc["meta"]["canaries"]] == [0]  # the GPM canary ran the sampler (fake NVML) and lived
     assert {c["split"] for c in doc["cases"]} == {"fit", "held_out"}
     for c in doc["cases"]:
         assert c["check"]["ok"], c
@@ -170,3 +168,32 @@ def test_probe_dry_run_cpu_writes_every_case_with_checks(tmp_path, monkeypatch):
             assert c["flop_per_s"] == pytest.approx(2 * p["m"] * p["n"] * p["k"] * c["launches"] / c["steady_wall_s"])
     loaded = {c["name"]: c["nvml"]["power_w_energy"] for c in doc["cases"]}
     assert loaded["gemm_8192"] > loaded["idle_ctx"]  # the fake's load follows the workload
+
+
+def _load_probe_module(monkeypatch):
+    spec = importlib.util.spec_from_file_location("power_twin_probe", ROOT / "benchmarks" / "power_twin_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "power_twin_probe", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("rcs, expect", [
+    ({"gpm": 0}, (True, True)),
+    ({"gpm": -11, "field": 0}, (False, True)),  # a SIGSEGV with GPM: the probe goes on without it
+    ({"gpm": -11, "field": -11, "plain": 0}, (False, False)),
+])
+def test_canary_crashes_turn_the_crashing_readings_off(monkeypatch, rcs, expect):
+    import subprocess
+
+    mod = _load_probe_module(monkeypatch)
+    seen = []
+
+    def run(cmd, **kw):
+        stage = cmd[cmd.index("--canary") + 1]
+        seen.append(stage)
+        return subprocess.CompletedProcess(cmd, rcs[stage], stdout="", stderr="Fatal Python error: Segmentation fault")
+    monkeypatch.setattr(mod.subprocess, "run", run)
+    use_gpm, use_fv, recs = mod._canaries(0.05, fake=False)
+    assert (use_gpm, use_fv) == expect
+    assert seen == list(rcs) and [r["rc"] for r in recs] == list(rcs.values())

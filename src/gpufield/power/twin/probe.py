@@ -77,6 +77,8 @@ class ProbeSampler:
         gpm_every: take a GPM snapshot every ``gpm_every`` samples (GPM metrics need two
             snapshots; 10 x 50 ms = 0.5 s windows).
         clock: monotonic time source in seconds (tests pass the fake NVML's clock).
+        use_gpm / use_field_values: ``False`` leaves GPM / the instant-power field out (the probe
+            turns them off when a canary subprocess that used them crashed).
 
     Attributes:
         samples: one dict per tick (keys ``t_s``, ``power_w``, ``power_instant_w``, ``energy_j``,
@@ -91,6 +93,8 @@ class ProbeSampler:
     interval_s: float = 0.05
     gpm_every: int = 10
     clock: Any = time.monotonic
+    use_gpm: bool = True
+    use_field_values: bool = True
     samples: list[dict] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     gpm_supported: bool = False
@@ -102,6 +106,9 @@ class ProbeSampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        if not self.use_gpm:
+            self.errors["gpm_support"] = "disabled"
+            return
         sup = _try(self.errors, "gpm_support", self.nvml.nvmlGpmQueryDeviceSupport, self.handle)
         self.gpm_supported = bool(sup is not None and getattr(sup, "isSupportedDevice", 0))
 
@@ -160,7 +167,11 @@ class ProbeSampler:
         temp = _try(e, "temp", n.nvmlDeviceGetTemperature, h, n.NVML_TEMPERATURE_GPU)
         rs = _try(e, "reasons", n.nvmlDeviceGetCurrentClocksEventReasons, h)
         ut = _try(e, "util", n.nvmlDeviceGetUtilizationRates, h)
-        fv = _try(e, "power_instant", n.nvmlDeviceGetFieldValues, h, [(_FI_POWER_INSTANT, 0)])
+        fv = None
+        if self.use_field_values:
+            fv = _try(e, "power_instant", n.nvmlDeviceGetFieldValues, h, [(_FI_POWER_INSTANT, 0)])
+        else:
+            e.setdefault("power_instant", "disabled")
         inst = None
         if fv is not None and int(fv[0].nvmlReturn) == 0:
             inst = int(fv[0].value.uiVal) / 1000.0

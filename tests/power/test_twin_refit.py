@@ -1,0 +1,92 @@
+"""The committed H200 twin parameters are the refit of the committed raw probe, and their held-out
+error per regime, recomputed here from the raw measurements, is what twin_gpus.json states."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpufield.power.twin.fit import fit_power_model
+from gpufield.power.twin.gpu import Firmware, load_gpu_model
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = ROOT / "benchmarks" / "results" / "h200-run72" / "power-twin" / "power_twin_probe.json"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return json.loads(PROBE.read_text())
+
+
+@pytest.fixture(scope="module")
+def record():
+    return json.loads(resources.files("gpufield.power.data").joinpath("twin_gpus.json").read_text())["gpus"]["H200"]
+
+
+def test_the_raw_probe_ran_read_only_and_checked_its_outputs(probe):
+    meta = probe["meta"]
+    assert meta["settings_unchanged"] and not meta["dry_run_cpu"] and meta["before"]["name"] == "NVIDIA H200"
+    done = [c for c in probe["cases"] if "skipped" not in c]
+    assert all(c["check"]["ok"] for c in done)
+    assert {c["split"] for c in done} == {"fit", "held_out"}
+
+
+def test_committed_parameters_are_the_refit_of_the_committed_probe(probe, record):
+    m = load_gpu_model("H200")
+    fit = fit_power_model(probe, m)
+    for k, v in fit.params.items():
+        assert getattr(m, k) == pytest.approx(v, rel=1e-3, abs=1e-3), k
+    assert record["fit"]["probe"] == str(PROBE.relative_to(ROOT))
+
+
+def _held_out_errors(probe, m):
+    """Per held-out case, predicted / measured - 1, computed from the raw fields with the model's power_w."""
+    samples = probe["samples"]
+    out = {}
+    for c in probe["cases"]:
+        if c.get("split") != "held_out" or "skipped" in c:
+            continue
+        v = c["nvml"]
+        measured = v["power_w_energy"]
+        if c["name"].startswith("idle"):
+            f = [s["sm_clock_mhz"] for s in samples if v["t0_s"] <= s["t_s"] <= v["t1_s"]]
+            pred = float(np.mean(m.idle_power_w(np.array(f, float))))
+        else:
+            f = v["sm_clock_mhz_median"]
+            a_c = c["flop"] / c["steady_wall_s"] / (m.bf16_flops_per_clock * f * 1e6)
+            a_m = c["bytes"] / c["steady_wall_s"] / m.hbm_bandwidth_bytes_per_s
+            pred = float(m.power_w(f, 0, a_c, a_m, c["launches"] / c["steady_wall_s"]))
+        out[c["name"]] = pred / measured - 1.0
+    return out
+
+
+def test_held_out_error_per_regime_is_what_the_record_states(probe, record):
+    errs = _held_out_errors(probe, load_gpu_model("H200"))
+    stated = {k: v for r in record["fit"]["errors"]["held_out"].values() for k, v in r["cases"].items()}
+    assert set(errs) == set(stated)
+    for k, e in errs.items():
+        assert e == pytest.approx(stated[k], abs=1e-3), k
+
+
+def test_held_out_error_within_10pct_per_regime(probe):
+    errs = _held_out_errors(probe, load_gpu_model("H200"))
+    assert errs and all(abs(e) <= 0.10 for e in errs.values()), errs
+
+
+def test_firmware_lands_the_big_gemm_on_its_measured_clock(probe):
+    m = load_gpu_model("H200")
+    c = next(x for x in probe["cases"] if x["name"] == "gemm_8192")
+    f = c["nvml"]["sm_clock_mhz_median"]
+    a_c = c["flop_per_s"] / (m.bf16_flops_per_clock * f * 1e6)  # compute-bound: this fraction of peak at any clock
+    a_m = c["hbm_bytes_per_s"] / m.hbm_bandwidth_bytes_per_s
+    clocks = m.sm_clocks_mhz
+    table = np.stack([m.power_w(clocks, s, a_c, a_m, c["launches_per_s"]) for s in (0, 1)], 1)
+    fw = Firmware(m)
+    ops = [fw.choose(table, 0.05) for _ in range(400)][200:]
+    assert abs(np.median(clocks[[o.clock_index for o in ops]]) - f) <= 30  # two 15 MHz steps
+    measured_capped = c["nvml"]["reasons_frac"].get("4", 0.0) > 0.5  # SwPowerCap in most samples
+    assert measured_capped == all(o.cap_bound for o in ops)
