@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GPUS_JSON = ROOT / "src" / "gpufield" / "power" / "data" / "twin_gpus.json"
 
 
-def firmware_clock(m: GpuModel, a_c: float, a_m: float, lam: float, *, compute_bound: bool) -> float:
+def firmware_clock(m: GpuModel, a_c: float, a_m: float, lam: float, *, compute_bound: bool, busy: float) -> float:
     """Steady clock (MHz) the twin's firmware picks under the default limit for a case's activity.
 
     A compute-bound case keeps its fraction of peak (``a_c``) as the clock moves; a memory-bound
@@ -37,14 +37,14 @@ def firmware_clock(m: GpuModel, a_c: float, a_m: float, lam: float, *, compute_b
     tabs = []
     for s in range(len(m.mem_clocks_mhz)):
         ac = np.full_like(c, a_c) if compute_bound else np.minimum(1.0, a_c * c[0] / c)
-        tabs.append(m.power_w(c, s, ac, a_m, lam))
+        tabs.append(m.power_w(c, s, ac, a_m, lam, busy=busy))
     table = np.stack(tabs, 1)
     fw = Firmware(m)
     ops = [fw.choose(table, 0.05) for _ in range(400)]
     return float(np.median(c[[o.clock_index for o in ops[200:]]]))
 
 
-_SCALED = ("idle_max_clock_w", "sm_dynamic_w", "hbm_w", "mem_path_sm_w")
+_SCALED = ("idle_max_clock_w", "sm_dynamic_w", "hbm_w", "mem_path_sm_w")  # busy_w: like sm_dynamic_w
 
 
 def _rescale_blackwell(data: dict, old_h200: dict) -> None:
@@ -57,13 +57,15 @@ def _rescale_blackwell(data: dict, old_h200: dict) -> None:
         ratio_idle = e["idle_w"] / old_h200["idle_w"]
         for k in _SCALED:
             e[k] = round(new[k] * e[k] / old_h200[k], 4)
+        e["busy_w"] = round(new["busy_w"] * e["sm_dynamic_w"] / new["sm_dynamic_w"], 4) if new["sm_dynamic_w"] else 0.0
         e["idle_ctx_w"] = round(new["idle_ctx_w"] * ratio_idle, 4)
         e["launch_w"] = round(new["launch_w"] * ratio_idle, 4)
         e["idle_hold_s"] = new["idle_hold_s"]
         e["stream_sm_activity"] = new["stream_sm_activity"]
         e["gemm_mem_activity"] = new["gemm_mem_activity"]
         e["sources"]["refit"] = ("[RECON] idle_max_clock_w, sm_dynamic_w, hbm_w, mem_path_sm_w: the H200 refit times "
-                                 "this SKU's former ratio to the former H200 value; idle_ctx_w, launch_w: H200 x "
+                                 "this SKU's former ratio to the former H200 value; busy_w: H200 busy_w / sm_dynamic_w "
+                                 "ratio; idle_ctx_w, launch_w: H200 x "
                                  "idle_w ratio; idle_hold_s, stream_sm_activity, gemm_mem_activity: as H200")
 
 
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         fwc = ""
         if c.regime not in ("idle", "idle_no_ctx"):
             fw_clock[c.name] = firmware_clock(fit.model, c.a_c, c.a_m, c.launches_per_s,
-                                              compute_bound=c.regime == "prefill_gemm")
+                                              compute_bound=c.regime == "prefill_gemm",
+                                              busy=0.0 if c.regime == "launch_bound" else 1.0)
             fwc = f"{fw_clock[c.name]:6.0f}"
         print(f"{c.name:<13} {c.split:<8} {c.regime:<13} {c.clock_mhz:5.0f} {c.a_c:6.3f} {c.a_m:6.3f} "
               f"{c.launches_per_s / 1e3:7.1f} {c.measured_w:7.1f} {c.predicted_w:7.1f} {c.rel_err * 100:+6.1f}% {fwc:>6} "
@@ -109,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
             entry[k] = round(v, 4) if isinstance(v, float) else v
         src = entry.setdefault("sources", {})
         probe_rel = os.path.relpath(Path(a.probe).resolve(), ROOT)
-        for k in ("idle_w", "idle_ctx_w", "idle_max_clock_w", "idle_hold_s", "sm_dynamic_w", "hbm_w", "mem_path_sm_w",
+        for k in ("idle_w", "idle_ctx_w", "idle_max_clock_w", "idle_hold_s", "busy_w", "sm_dynamic_w", "hbm_w", "mem_path_sm_w",
                   "launch_w", "stream_sm_activity", "gemm_mem_activity"):
             src.pop(k, None)
         src.pop("hbm_w/mem_path_sm_w", None)
-        src["fitted (idle_w, idle_ctx_w, idle_max_clock_w, idle_hold_s, sm_dynamic_w, hbm_w + mem_path_sm_w, "
+        src["fitted (idle_w, idle_ctx_w, idle_max_clock_w, idle_hold_s, busy_w, sm_dynamic_w, hbm_w + mem_path_sm_w, "
             "launch_w, gemm_mem_activity)"] = (
             f"gpufield.power.twin.fit on the fit cases of {probe_rel} ({a.run}, read-only, default settings); "
             "see 'fit' for the per-regime error on fit and held-out cases")

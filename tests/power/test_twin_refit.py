@@ -59,7 +59,8 @@ def _held_out_errors(probe, m):
             f = v["sm_clock_mhz_median"]
             a_c = c["flop"] / c["steady_wall_s"] / (m.bf16_flops_per_clock * f * 1e6)
             a_m = c["bytes"] / c["steady_wall_s"] / m.hbm_bandwidth_bytes_per_s
-            pred = float(m.power_w(f, 0, a_c, a_m, c["launches"] / c["steady_wall_s"]))
+            busy = 0.0 if c["name"].startswith("launch") else 1.0  # fit.py docstring: launch-bound = idle between launches
+            pred = float(m.power_w(f, 0, a_c, a_m, c["launches"] / c["steady_wall_s"], busy=busy))
         out[c["name"]] = pred / measured - 1.0
     return out
 

@@ -5,6 +5,8 @@ NVML energy counter over the steady window, median SM clock ``f``, counted FLOP/
 kernel launches/s. The model's inputs follow (twin.gpu docstring)::
 
     a_c = FLOP/s / (bf16_flops_per_clock * f),   a_m = bytes/s / hbm_bandwidth_bytes_per_s,   L = launches/s
+    b   = 1 (kernels back to back: GEMM, decode, copy),   0 (launch-bound: the SMs idle between
+          launches; what the short kernels draw is counted per launch in P_launch)
 
 Fit, in two steps, on the cases the probe's docstring marks ``fit`` (``held_out`` cases are only
 predicted):
@@ -14,9 +16,9 @@ predicted):
    observed end is their mean and the other end is ``idle_pre`` (no context) when that sits at the
    other end of the clock range, else the base model's value (stated in ``notes``).
    ``idle_hold_s``: how long the clock stayed up after load in the fit idle cases with context.
-2. ``P_sm``, ``P_mem``, ``P_launch`` by non-negative least squares on the loaded fit cases, rows
-   weighted by 1/P (the target is relative error):
-   ``P - P_ctx(f) = P_sm * a_c g(f) + P_mem * a_m (s_h r_m + s_p g(f)) + P_launch * g(f) L / 1e5``.
+2. ``P_busy``, ``P_sm``, ``P_mem``, ``P_launch`` by non-negative least squares on the loaded fit
+   cases, rows weighted by 1/P (the target is relative error):
+   ``P - P_ctx(f) = P_busy * b g(f) + P_sm * a_c g(f) + P_mem * a_m (s_h r_m + s_p g(f)) + P_launch * g(f) L / 1e5``.
    At default settings the clock varies little between memory-bound cases, so the split of the memory
    power between the memory clock (``s_h``) and the SM clock (``s_p``) is not identifiable from these
    data; it is kept from the base model (its source: the Illusion paper's clock-locking bound) and
@@ -35,7 +37,7 @@ import numpy as np
 
 from gpufield.power.twin.gpu import LAUNCH_REF_PER_S, GpuModel
 
-__all__ = ["CasePrediction", "PowerFit", "fit_power_model", "regime_of", "case_inputs", "case_power_w"]
+__all__ = ["CasePrediction", "PowerFit", "fit_power_model", "regime_of", "case_inputs", "case_busy", "case_power_w"]
 
 _REGIMES = (("idle_pre", "idle_no_ctx"), ("idle", "idle"), ("gemm", "prefill_gemm"),
             ("decode", "decode_hbm"), ("launch", "launch_bound"), ("copy", "copy"))
@@ -64,6 +66,11 @@ def case_power_w(case: dict) -> float:
     if p is None:
         raise ValueError(f"probe case {case['name']}: no power reading")
     return float(p)
+
+
+def case_busy(case: dict) -> float:
+    """Busy fraction ``b`` of a case (module docstring): 0 for idle and launch-bound cases, else 1."""
+    return 0.0 if regime_of(case["name"]) in ("idle", "idle_no_ctx", "launch_bound") else 1.0
 
 
 def case_inputs(case: dict, gpu: GpuModel) -> tuple[float, float, float, float]:
@@ -224,15 +231,15 @@ def fit_power_model(probe: dict, base: GpuModel) -> PowerFit:
         f, a_c, a_m, lam = case_inputs(c, m0)
         g = float(m0.voltage_scale(f))
         p = case_power_w(c)
-        rows.append([a_c * g, a_m * (s_h + s_p * g), g * lam / LAUNCH_REF_PER_S])
+        rows.append([case_busy(c) * g, a_c * g, a_m * (s_h + s_p * g), g * lam / LAUNCH_REF_PER_S])
         ys.append(p - float(m0.idle_power_w(f)))
         ws.append(1.0 / p)
     w = np.asarray(ws)[:, None]
-    p_sm, p_mem, p_launch = _nnls(np.asarray(rows) * w, np.asarray(ys) * w[:, 0])
+    p_busy, p_sm, p_mem, p_launch = _nnls(np.asarray(rows) * w, np.asarray(ys) * w[:, 0])
     gemm = [c for c in fit if regime_of(c["name"]) == "prefill_gemm"]
     big = max(gemm, key=lambda c: c["flop_per_s"]) if gemm else None
     params = {"idle_w": float(idle_w), "idle_ctx_w": float(p_lo), "idle_max_clock_w": float(p_hi), "idle_hold_s": hold,
-              "sm_dynamic_w": float(p_sm), "hbm_w": float(p_mem * s_h), "mem_path_sm_w": float(p_mem * s_p),
+              "busy_w": float(p_busy), "sm_dynamic_w": float(p_sm), "hbm_w": float(p_mem * s_h), "mem_path_sm_w": float(p_mem * s_p),
               "launch_w": float(p_launch), "stream_sm_activity": 0.0,
               "gemm_mem_activity": float(case_inputs(big, m0)[2]) if big else base.gemm_mem_activity}
     model = dataclasses.replace(m0, **params)
@@ -246,7 +253,7 @@ def fit_power_model(probe: dict, base: GpuModel) -> PowerFit:
         elif regime == "idle":  # the clock moves in an idle window: average the model over its samples
             q = float(np.mean(model.idle_power_w(_window_clocks(probe, c))))
         else:
-            q = float(model.power_w(f, 0, a_c, a_m, lam))
+            q = float(model.power_w(f, 0, a_c, a_m, lam, busy=case_busy(c)))
         preds.append(CasePrediction(name=c["name"], regime=regime, split=c["split"], clock_mhz=f, measured_w=p,
                                     predicted_w=q, rel_err=q / p - 1.0, a_c=a_c, a_m=a_m, launches_per_s=lam))
     return PowerFit(model=model, params=params, cases=tuple(preds), notes=tuple(notes))

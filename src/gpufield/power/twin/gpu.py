@@ -3,12 +3,15 @@
 Power model (power.md section 6.1: Afzal et al.'s linear + super-linear form, with the terms issue #29
 names; H200 coefficients fitted to read-only measurements by :mod:`gpufield.power.twin.fit`)::
 
-    P(f, m; a_c, a_m, L) = P_ctx(f) + a_c * P_sm * g(f) + a_m * (P_hbm * r_m + P_path * g(f))
-                           + P_launch * g(f) * L / 1e5
+    P(f, m; b, a_c, a_m, L) = P_ctx(f) + (b * P_busy + a_c * P_sm) * g(f) + a_m * (P_hbm * r_m + P_path * g(f))
+                              + P_launch * g(f) * L / 1e5
     P_ctx(f)             = idle_ctx_w + (idle_max_clock_w - idle_ctx_w) * (f - f_min) / (f_max - f_min)
     g(f)                 = f * V(f)^2 / (f_max * V(f_max)^2),  V linear above the voltage knee, flat below
 
 * ``f``: SM clock (MHz); ``m``: HBM clock state (0 = full), ``r_m`` its clock ratio.
+* ``b``: busy fraction, the share of time kernels occupy the GPU (1 for back-to-back kernels; the
+  cost model uses ``1 - t_fixed / t_iter``). ``P_busy`` is what busy SMs draw beyond idle whatever
+  they compute (a GEMV waiting on HBM draws it too).
 * ``a_c``: SM (tensor) activity = achieved FLOP/s over the dense peak at ``f``
   (``bf16_flops_per_clock * f``, FP8 doubles it), 0..1. The SM-clock-scaled power of SMs that
   issue memory traffic is in ``P_path`` (``stream_sm_activity`` adds ``a_c`` per unit of memory
@@ -76,6 +79,7 @@ class GpuModel:
     stream_sm_activity: float
     gemm_mem_activity: float
     idle_ctx_w: float | None = None
+    busy_w: float = 0.0
     launch_w: float = 0.0
     idle_hold_s: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)
@@ -94,7 +98,7 @@ class GpuModel:
             object.__setattr__(self, "idle_ctx_w", self.idle_w)
         if not self.idle_hold_s >= 0:
             raise ValueError(f"{self.name}: idle_hold_s must be >= 0")
-        for n in ("idle_w", "idle_ctx_w", "hbm_w", "mem_path_sm_w", "sm_dynamic_w", "launch_w"):
+        for n in ("idle_w", "idle_ctx_w", "hbm_w", "mem_path_sm_w", "sm_dynamic_w", "busy_w", "launch_w"):
             if getattr(self, n) < 0:
                 raise ValueError(f"{self.name}: {n} must be >= 0")
         if not 0 < self.mem_efficiency <= 1 or not 0 < self.voltage_min_ratio <= 1:
@@ -121,17 +125,19 @@ class GpuModel:
         frac = (f - self.sm_clock_min_mhz) / (self.sm_clock_max_mhz - self.sm_clock_min_mhz)
         return self.idle_ctx_w + (self.idle_max_clock_w - self.idle_ctx_w) * np.clip(frac, 0.0, 1.0)
 
-    def power_w(self, clock_mhz, mem_state, sm_activity, mem_activity, launches_per_s=0.0) -> np.ndarray:
+    def power_w(self, clock_mhz, mem_state, sm_activity, mem_activity, launches_per_s=0.0,
+                busy=1.0) -> np.ndarray:
         """Board power (W) from the model in the module docstring; arguments broadcast.
 
         Args:
             clock_mhz: SM clock ``f`` (MHz). mem_state: HBM state index (0 = full clock).
             sm_activity: ``a_c`` (0..1). mem_activity: ``a_m`` = bytes/s over the datasheet peak.
-            launches_per_s: kernel launches per second ``L``.
+            launches_per_s: kernel launches per second ``L``. busy: busy fraction ``b`` (0..1).
         """
         g = self.voltage_scale(clock_mhz)
         r = self.mem_ratio[np.asarray(mem_state)]
-        return (self.idle_power_w(clock_mhz) + np.asarray(sm_activity) * self.sm_dynamic_w * g
+        return (self.idle_power_w(clock_mhz)
+                + (np.asarray(busy) * self.busy_w + np.asarray(sm_activity) * self.sm_dynamic_w) * g
                 + np.asarray(mem_activity) * (self.hbm_w * r + self.mem_path_sm_w * g)
                 + self.launch_w * g * (np.asarray(launches_per_s, dtype=float) / LAUNCH_REF_PER_S))
 

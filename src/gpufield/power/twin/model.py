@@ -11,8 +11,9 @@ Decode iteration of batch ``b`` with ``ctx`` context tokens in total, on ``tp`` 
     a_m        = bytes / tp / t_iter / BW_peak
 
 ``a_c`` and ``a_m`` are the GPU power model's inputs (twin.gpu): achieved FLOP/s over the dense peak
-at the clock and achieved bytes/s over the datasheet peak, both averaged over the iteration, so the
-fixed time (launch, sampling) is spent at ``P_ctx(f)``: the launch-bound regime of small batches.
+at the clock and achieved bytes/s over the datasheet peak, both averaged over the iteration; its busy
+fraction is ``(t_iter - t_fixed) / t_iter``, so the fixed time (launch, sampling) is spent at
+``P_ctx(f)``: the launch-bound regime of small batches.
 
 A dense model is the special case ``n_experts = 0``. Prefill of ``n`` new tokens uses the same
 formulas with all experts of the batch and attention over ``n * (prior + n/2)`` pairs. The returned
@@ -163,7 +164,7 @@ class CostModel:
         # the kernels' activity relative to a dense GEMM; plus the (H200-fit: zero) streaming SM share
         u_c = flops / self.tp / t / self._flops
         a_c = np.minimum(1.0, sm_act * u_c + self.gpu.stream_sm_activity * t_mem / t)
-        p = self.gpu.power_w(self._f, self._mem, a_c, a_m)
+        p = self.gpu.power_w(self._f, self._mem, a_c, a_m, busy=core / t)
         return t, p
 
     def decode(self, batch: int, ctx_tokens: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
