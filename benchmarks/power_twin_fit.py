@@ -55,18 +55,19 @@ def _rescale_blackwell(data: dict, old_h200: dict) -> None:
     for sku in ("B200", "B300"):
         e = data["gpus"][sku]
         ratio_idle = e["idle_w"] / old_h200["idle_w"]
+        former = e.setdefault("_former", {k: e[k] for k in _SCALED})  # this SKU before any refit (idempotent)
         for k in _SCALED:
-            e[k] = round(new[k] * e[k] / old_h200[k], 4)
+            e[k] = round(new[k] * former[k] / old_h200[k], 4)
         e["busy_w"] = round(new["busy_w"] * e["sm_dynamic_w"] / new["sm_dynamic_w"], 4) if new["sm_dynamic_w"] else 0.0
-        e["idle_ctx_w"] = round(new["idle_ctx_w"] * ratio_idle, 4)
+        e["idle_ctx_w"] = round(e["idle_w"] * new["idle_ctx_w"] / new["idle_w"], 4)
         e["launch_w"] = round(new["launch_w"] * ratio_idle, 4)
         e["idle_hold_s"] = new["idle_hold_s"]
         e["stream_sm_activity"] = new["stream_sm_activity"]
         e["gemm_mem_activity"] = new["gemm_mem_activity"]
         e["sources"]["refit"] = ("[RECON] idle_max_clock_w, sm_dynamic_w, hbm_w, mem_path_sm_w: the H200 refit times "
                                  "this SKU's former ratio to the former H200 value; busy_w: H200 busy_w / sm_dynamic_w "
-                                 "ratio; idle_ctx_w, launch_w: H200 x "
-                                 "idle_w ratio; idle_hold_s, stream_sm_activity, gemm_mem_activity: as H200")
+                                 "ratio; idle_ctx_w: this SKU's idle_w x the H200 "
+                                 "idle_ctx_w / idle_w; launch_w: H200 x idle_w ratio; idle_hold_s, stream_sm_activity, gemm_mem_activity: as H200")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         print("note:", n)
     if a.write:
         entry = data["gpus"]["H200"]
-        old_h200 = dict(entry)
+        # the Blackwell ratios refer to the H200 values before any refit (kept in the record: idempotent)
+        old_h200 = dict(entry.get("fit", {}).get("former") or {k: entry[k] for k in (*_SCALED, "idle_w")})
         for k, v in fit.params.items():
             entry[k] = round(v, 4) if isinstance(v, float) else v
         src = entry.setdefault("sources", {})
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         "errors": {s: {r: {"max_abs_rel_err": round(v["max_abs_rel_err"], 4),
                                            "cases": {k: round(x, 4) for k, x in v["cases"].items()}}
                                        for r, v in e.items()} for s, e in errs.items()},
-                        "firmware_clock_mhz": fw_clock}
+                        "firmware_clock_mhz": fw_clock, "former": old_h200}
         _rescale_blackwell(data, old_h200)
         tmp = GPUS_JSON.with_name(f".{GPUS_JSON.name}.tmp")
         tmp.write_text(json.dumps(data, indent=2) + "\n")

@@ -160,8 +160,8 @@ class GpuModel:
 
 
 def gpu_model_from_dict(name: str, d: dict) -> GpuModel:
-    """Build a :class:`GpuModel` from one ``twin_gpus.json`` entry (its ``fit`` record is ignored)."""
-    d = {k: v for k, v in d.items() if k != "fit"}
+    """Build a :class:`GpuModel` from one ``twin_gpus.json`` entry (its ``fit`` record and ``_`` keys are ignored)."""
+    d = {k: v for k, v in d.items() if k != "fit" and not k.startswith("_")}
     d["mem_clocks_mhz"] = tuple(d["mem_clocks_mhz"])
     return GpuModel(name=name, **d)
 
