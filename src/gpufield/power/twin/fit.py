@@ -19,10 +19,10 @@ predicted):
 2. ``P_busy``, ``P_sm``, ``P_mem``, ``P_launch`` by non-negative least squares on the loaded fit
    cases, rows weighted by 1/P (the target is relative error):
    ``P - P_ctx(f) = P_busy * b g(f) + P_sm * a_c g(f) + P_mem * a_m (s_h r_m + s_p g(f)) + P_launch * g(f) L / 1e5``.
-   At default settings the clock varies little between memory-bound cases, so the split of the memory
-   power between the memory clock (``s_h``) and the SM clock (``s_p``) is not identifiable from these
-   data; it is kept from the base model (its source: the Illusion paper's clock-locking bound) and
-   only the total ``P_mem`` is fitted. ``stream_sm_activity`` is folded into ``P_path`` (set to 0).
+   At default settings memory-bound cases leave the top clock only when they are also cap-bound and
+   compute-heavy (large decode batches), which confounds the split of the memory power between the
+   memory clock (``s_h``) and the SM clock (``s_p``) with ``P_sm``; the split is kept from the base
+   model (its source: the Illusion paper's clock-locking bound) and only the total ``P_mem`` is fitted. ``stream_sm_activity`` is folded into ``P_path`` (set to 0).
 
 The voltage curve ``V(f)`` is kept ([RECON]): default-settings data see only the cap-bound GEMM clock
 and the top clock.
