@@ -51,7 +51,10 @@ Crash isolation: run 72 of this probe died with SIGSEGV inside the first 8 s, be
 anything else, the exact sampler code runs for ~1.5 s in a canary subprocess: first with GPM and the
 instant-power field, then (if that crashed) without GPM, then without the field; the probe uses only
 what a canary survived, records the canaries in ``meta.canaries``, and ``faulthandler`` prints the
-stacks of a crash. The JSON is written before the first case and after every case.
+stacks of a crash. Run 72b (the lead's re-run with GPM and three other calls stubbed out) showed the
+crash inside ``nvmlGpmMetricsGet`` called from the sampler thread, so GPM metrics are now computed
+only in the main thread, over each case's whole window. The JSON is written before the first case
+and after every case.
 
 Checks (METHOD.md): random data (never zeros); outputs filled with NaN before a case and checked
 finite everywhere after; GEMM / decode / one launch-bound layer compared with a float64 reference on a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -133,6 +134,14 @@ def test_gpm_metrics_by_id_and_a_failing_metric_is_absent(monkeypatch):
             assert m[k] == pytest.approx(mid + 5.0)
     assert "gpm_dram_bw_util_pct" in s.errors
     assert s.gpm_metrics(None, b) == {k: None for k in GPM_METRICS}
+    # by default the sampler thread never calls GPM (run 72: SIGSEGV in nvmlGpmMetricsGet from it)
+    n0 = sum(1 for name, _ in fake.calls if name.startswith("nvmlGpm"))
+    with s:
+        for _ in range(20):
+            fake.advance(0.05)
+            time.sleep(0.005)
+    assert sum(1 for name, _ in fake.calls if name.startswith("nvmlGpm")) == n0
+    assert s.samples and all(x["sm_util_pct"] is None for x in s.samples)
 
 
 def test_probe_proxy_allows_reads_and_gpm_and_refuses_setters():

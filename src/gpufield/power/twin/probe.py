@@ -74,8 +74,10 @@ class ProbeSampler:
         nvml: a ``pynvml``-like module, already initialised (wrapped here in :class:`ProbeNvml`).
         handle: the device handle.
         interval_s: sampling period (s).
-        gpm_every: take a GPM snapshot every ``gpm_every`` samples (GPM metrics need two
-            snapshots; 10 x 50 ms = 0.5 s windows).
+        gpm_every: take a GPM snapshot in the sampler thread every ``gpm_every`` samples (GPM
+            metrics need two snapshots; 10 x 50 ms = 0.5 s windows); 0 (default) = never: on the H200
+            of run 72 ``nvmlGpmMetricsGet`` called from this thread crashed the process (SIGSEGV),
+            so the probe takes GPM snapshots only from its main thread, at window edges.
         clock: monotonic time source in seconds (tests pass the fake NVML's clock).
         use_gpm / use_field_values: ``False`` leaves GPM / the instant-power field out (the probe
             turns them off when a canary subprocess that used them crashed).
@@ -91,7 +93,7 @@ class ProbeSampler:
     nvml: Any
     handle: Any
     interval_s: float = 0.05
-    gpm_every: int = 10
+    gpm_every: int = 0
     clock: Any = time.monotonic
     use_gpm: bool = True
     use_field_values: bool = True
@@ -100,8 +102,8 @@ class ProbeSampler:
     gpm_supported: bool = False
 
     def __post_init__(self) -> None:
-        if not self.interval_s > 0 or self.gpm_every < 1:
-            raise ValueError("interval_s must be > 0 and gpm_every >= 1")
+        if not self.interval_s > 0 or self.gpm_every < 0:
+            raise ValueError("interval_s must be > 0 and gpm_every >= 0")
         self.nvml = ProbeNvml(self.nvml)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -184,13 +186,14 @@ class ProbeSampler:
                 "util_mem_pct": None if ut is None else int(ut.memory)}
 
     def _run(self) -> None:
-        prev, k = self.gpm_snapshot(), 0
+        threaded_gpm = self.gpm_supported and self.gpm_every > 0
+        prev, k = (self.gpm_snapshot() if threaded_gpm else None), 0
         gpm = {name: None for name in GPM_METRICS}
         while not self._stop.is_set():
             t0 = time.monotonic()
             s = self.read()
             k += 1
-            if self.gpm_supported and k % self.gpm_every == 0:
+            if threaded_gpm and k % self.gpm_every == 0:
                 cur = self.gpm_snapshot()
                 gpm = self.gpm_metrics(prev, cur)
                 self.gpm_free(prev)
