@@ -96,3 +96,20 @@ def test_firmware_puts_cap_bound_cases_near_their_measured_clock(probe, name):
     assert all(o.cap_bound for o in ops)
     # measured in run72b: the twin's clock is +97 / +60 / -135 MHz off (power_RESULTS.md section 6)
     assert abs(np.median(clocks[[o.clock_index for o in ops]]) / f - 1) <= 0.10
+
+
+def test_idle_after_cap_bound_gemms_runs_at_the_top_clock_like_idle_mid(probe):
+    # run72b: idle_mid (held out) came right after four cap-bound GEMMs (1485-1755 MHz) and sat at the
+    # top clock; the twin's firmware idles at the window top, not at the last (capped) busy clock
+    m = load_gpu_model("H200")
+    mid = next(x for x in probe["cases"] if x["name"] == "idle_mid")["nvml"]
+    assert mid["sm_clock_mhz_median"] == m.sm_clock_max_mhz
+    clocks = m.sm_clocks_mhz
+    table = np.stack([m.power_w(clocks, s, 0.83, 0.05) for s in (0, 1)], 1)
+    fw = Firmware(m)
+    for _ in range(200):
+        op = fw.choose(table, 0.05)
+    assert op.cap_bound and clocks[op.clock_index] < m.sm_clock_max_mhz
+    assert fw.idle(8.0) / 8.0 == pytest.approx(mid["power_w_median"], rel=0.10)
+    limited = Firmware(m, window_mhz=(345, 990))  # a clock ceiling lowers idle power with it
+    assert limited.idle(8.0) / 8.0 == pytest.approx(float(m.idle_power_w(990)))

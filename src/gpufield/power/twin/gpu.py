@@ -29,8 +29,9 @@ the start of every busy segment of length ``d`` the firmware picks the highest S
 whose power keeps the exponential average (tau = 1 s) at or below the cap by the end of the segment;
 it lowers the SM clock first and drops HBM to its lower state only when the clock would fall below
 ``hbm_gate_mhz`` (the "decode power floor" of Dynamo's power-planner design). A clock-window floor
-yields to the cap, as NVML documents for ``nvmlDeviceSetGpuLockedClocks``. Idle gaps hold the last
-clock for ``idle_hold_s`` (measured on the H200 with a live context) before parking at the floor.
+yields to the cap, as NVML documents for ``nvmlDeviceSetGpuLockedClocks``. Idle gaps run at the top
+of the clock window for ``idle_hold_s`` (measured on the H200 with a live context: it never parked
+within 8 s) before parking at the floor.
 """
 
 from __future__ import annotations
@@ -267,16 +268,18 @@ class Firmware:
     def idle(self, duration_s: float) -> float:
         """Advance through an idle gap; return its energy (J).
 
-        The clock stays at the last busy clock for up to ``idle_hold_s`` (with a live context), then
-        parks at the window floor (a locked floor keeps idle power up).
+        With a live context the idle clock goes to the top of the clock window (H200 run72b: 1980 MHz
+        right after GEMMs the cap had held at 1485-1755 MHz; the earlier probe: 124 W at 1980 MHz after
+        load) and stays there for ``idle_hold_s``, then parks at the window floor (a locked floor keeps
+        idle power up).
         """
         if duration_s <= 0:
             return 0.0
         m = self.model
         park = max(float(m.sm_clocks_mhz[-1]), float(self._lo_clock))
         hold = min(duration_s, m.idle_hold_s)
-        last = max(float(m.sm_clocks_mhz[self.last_clock_index]), park)
-        p_hold, p_park = float(m.idle_power_w(last)), float(m.idle_power_w(park))
+        top = max(float(m.sm_clocks_mhz[self._hi_index]), park)
+        p_hold, p_park = float(m.idle_power_w(top)), float(m.idle_power_w(park))
         energy = p_hold * hold + p_park * (duration_s - hold)
         e = math.exp(-duration_s / _TAU_S)
         self.ema_w = self.ema_w * e + (energy / duration_s) * (1 - e)
