@@ -1,6 +1,9 @@
 """Fit the twin's H200 power model to a power-probe JSON and report the error per regime.
 
-    PYTHONPATH=src python3 benchmarks/power_twin_fit.py PROBE_JSON [--write] [--run RUN --commit SHA]
+    PYTHONPATH=src python3 benchmarks/power_twin_fit.py PROBE_JSON [PROBE_JSON ...] [--write] [--commit SHA,...]
+
+Several probes (runs on different boards) are fitted together (``twin.fit.merge_probes``; cases named
+``case@run``, the run taken from the results folder name ``h200-<run>``).
 
 Fits :func:`gpufield.power.twin.fit.fit_power_model` on the probe's ``fit`` cases (the split is fixed
 in benchmarks/power_twin_probe.py's docstring), prints every case (measured, predicted, error) and the
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufield.power.twin.fit import fit_power_model
+from gpufield.power.twin.fit import fit_power_model, merge_probes
 from gpufield.power.twin.gpu import Firmware, GpuModel, gpu_model_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,12 +75,13 @@ def _rescale_blackwell(data: dict, old_h200: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("probe")
+    ap.add_argument("probes", nargs="+")
     ap.add_argument("--write", action="store_true", help="store the fit in twin_gpus.json (H200)")
-    ap.add_argument("--run", default="run72")
-    ap.add_argument("--commit", default="")
+    ap.add_argument("--commit", default="", help="commit(s) the probe ran at, comma-separated")
     a = ap.parse_args(argv)
-    probe = json.loads(Path(a.probe).read_text())
+    runs = [Path(p).resolve().parent.parent.name.removeprefix("h200-") for p in a.probes]
+    raw = {r: json.loads(Path(p).read_text()) for r, p in zip(runs, a.probes, strict=True)}
+    probe = raw[runs[0]] if len(runs) == 1 else merge_probes(raw)
     data = json.loads(GPUS_JSON.read_text())
     base = gpu_model_from_dict("H200", data["gpus"]["H200"])
     fit = fit_power_model(probe, base)
@@ -113,22 +117,23 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in fit.params.items():
             entry[k] = round(v, 4) if isinstance(v, float) else v
         src = entry.setdefault("sources", {})
-        probe_rel = os.path.relpath(Path(a.probe).resolve(), ROOT)
+        probe_rel = [os.path.relpath(Path(p).resolve(), ROOT) for p in a.probes]
         for k in ("idle_w", "idle_ctx_w", "idle_max_clock_w", "idle_hold_s", "busy_w", "sm_dynamic_w", "hbm_w", "mem_path_sm_w",
                   "launch_w", "stream_sm_activity", "gemm_mem_activity"):
             src.pop(k, None)
         src.pop("hbm_w/mem_path_sm_w", None)
         src["fitted (idle_w, idle_ctx_w, idle_max_clock_w, idle_hold_s, busy_w, sm_dynamic_w, hbm_w + mem_path_sm_w, "
             "launch_w, gemm_mem_activity)"] = (
-            f"gpufield.power.twin.fit on the fit cases of {probe_rel} ({a.run}, read-only, default settings); "
+            f"gpufield.power.twin.fit on the fit cases of {', '.join(probe_rel)} ({', '.join(runs)}; read-only, "
+            "default settings); "
             "see 'fit' for the per-regime error on fit and held-out cases")
         src["hbm_w/mem_path_sm_w split"] = ("kept from the previous H200 model (15.5% of the memory power on the SM "
                                             "clock: 'The Illusion of Power Capping in LLM Decode', arXiv 2605.11999, "
                                             "clock locking recovers <= 32%); not identifiable at default settings")
         src["stream_sm_activity"] = "0: folded into mem_path_sm_w by the fit (twin.fit docstring)"
-        entry["fit"] = {"probe": probe_rel, "run": a.run, "commit": a.commit,
+        entry["fit"] = {"probes": probe_rel, "runs": runs, "commits": a.commit.split(",") if a.commit else [],
                         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%MZ"),
-                        "device": probe.get("meta", {}).get("before", {}),
+                        "devices": {r: raw[r].get("meta", {}).get("before", {}) for r in runs},
                         "notes": list(fit.notes),
                         "errors": {s: {r: {"max_abs_rel_err": round(v["max_abs_rel_err"], 4),
                                            "cases": {k: round(x, 4) for k, x in v["cases"].items()}}

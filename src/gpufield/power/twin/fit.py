@@ -11,9 +11,11 @@ kernel launches/s. The model's inputs follow (twin.gpu docstring)::
 Fit, in two steps, on the cases the probe's docstring marks ``fit`` (``held_out`` cases are only
 predicted):
 
+Several runs (boards) are fitted together through :func:`merge_probes`.
+
 1. ``P_ctx(f)`` from the idle cases with a live CUDA context (``idle_ctx``, ``idle_post``): a line
    through their (mean clock, mean power) points when their clocks span >= 200 MHz; otherwise the
-   observed end is their mean and the other end is ``idle_pre`` (no context) when that sits at the
+   observed end is their mean and the other end is ``idle_pre`` (no context; the mean over runs) when that sits at the
    other end of the clock range, else the base model's value (stated in ``notes``).
    ``idle_hold_s``: how long the clock stayed up after load in the fit idle cases with context.
 2. ``P_busy``, ``P_sm``, ``P_mem``, ``P_launch`` by non-negative least squares on the loaded fit
@@ -37,10 +39,34 @@ import numpy as np
 
 from gpufield.power.twin.gpu import LAUNCH_REF_PER_S, GpuModel
 
-__all__ = ["CasePrediction", "PowerFit", "fit_power_model", "regime_of", "case_inputs", "case_busy", "case_power_w"]
+__all__ = ["CasePrediction", "PowerFit", "fit_power_model", "merge_probes", "regime_of", "case_inputs", "case_busy",
+           "case_power_w"]
 
 _REGIMES = (("idle_pre", "idle_no_ctx"), ("idle", "idle"), ("gemm", "prefill_gemm"),
             ("decode", "decode_hbm"), ("launch", "launch_bound"), ("copy", "copy"))
+
+
+def merge_probes(probes: dict[str, dict]) -> dict:
+    """Several probe runs (e.g. two H200 boards) as one probe for :func:`fit_power_model`.
+
+    Args:
+        probes: ``{label: parsed power_twin_probe.json}``.
+
+    Returns:
+        A probe whose cases are named ``"<case>@<label>"`` (splits kept), with each run's times shifted
+        by 1e7 s times its position so windows of different runs (different monotonic clocks) never
+        overlap.
+    """
+    cases, samples = [], []
+    for i, (label, pr) in enumerate(probes.items()):
+        off = 1e7 * i
+        for c in pr["cases"]:
+            c = {**c, "name": f"{c['name']}@{label}"}
+            if "nvml" in c:
+                c["nvml"] = {**c["nvml"], "t0_s": c["nvml"]["t0_s"] + off, "t1_s": c["nvml"]["t1_s"] + off}
+            cases.append(c)
+        samples.extend({**x, "t_s": x["t_s"] + off} for x in pr.get("samples", []))
+    return {"meta": {"merged": list(probes)}, "cases": cases, "samples": samples}
 
 
 def regime_of(name: str) -> str:
@@ -190,14 +216,14 @@ def fit_power_model(probe: dict, base: GpuModel) -> PowerFit:
         raise ValueError("the probe has no idle case with a CUDA context in its fit set")
     fi = np.array([_window_clocks(probe, c).mean() for c in idle])
     pi = np.array([case_power_w(c) for c in idle])
-    pre = [c for c in cases if regime_of(c["name"]) == "idle_no_ctx"]
-    idle_w = case_power_w(pre[0]) if pre else base.idle_w
+    pre = [c for c in fit if regime_of(c["name"]) == "idle_no_ctx"]
+    idle_w = float(np.mean([case_power_w(c) for c in pre])) if pre else base.idle_w
     if np.ptp(fi) >= 200:
         slope, icpt = np.polyfit(fi, pi, 1)
         p_lo, p_hi = icpt + slope * f_lo, icpt + slope * f_hi
     elif fi.mean() > (f_lo + f_hi) / 2:
         p_hi = float(pi.mean())
-        pre_f = float(pre[0]["nvml"]["sm_clock_mhz_median"]) if pre else None
+        pre_f = float(np.median([c["nvml"]["sm_clock_mhz_median"] for c in pre])) if pre else None
         if pre_f is not None and pre_f < f_lo + 100:
             p_lo = idle_w
             notes.append(f"idle with context seen only near the top clock ({fi.mean():.0f} MHz): the parked "
