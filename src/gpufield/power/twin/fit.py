@@ -1,33 +1,35 @@
-"""Fit the twin's GPU power model (twin.gpu) to a read-only power probe (benchmarks/power_twin_probe.py).
+"""Fit the twin's GPU power model (twin.gpu) to read-only power probes (benchmarks/power_twin_probe.py).
 
-Inputs per probe case (all measured or counted by the probe, none assumed): mean board power from the
-NVML energy counter over the steady window, median SM clock ``f``, counted FLOP/s, HBM bytes/s and
-kernel launches/s. The model's inputs follow (twin.gpu docstring)::
+Inputs per probe case (all measured or counted by the probe, none assumed): mean board power (the NVML
+energy counter over the steady window; the median of the 50 ms power samples where a run has no
+counter), median SM clock ``f``, counted FLOP/s, HBM bytes/s and kernel launches/s. The model's inputs
+follow (twin.gpu docstring)::
 
     a_c = FLOP/s / (bf16_flops_per_clock * f),   a_m = bytes/s / hbm_bandwidth_bytes_per_s,   L = launches/s
     b   = 1 (kernels back to back: GEMM, decode, copy),   0 (launch-bound: the SMs idle between
           launches; what the short kernels draw is counted per launch in P_launch)
 
 Fit, in two steps, on the cases the probe's docstring marks ``fit`` (``held_out`` cases are only
-predicted):
-
-Several runs (boards) are fitted together through :func:`merge_probes`.
+predicted); several runs (boards) are fitted together through :func:`merge_probes`:
 
 1. ``P_ctx(f)`` from the idle cases with a live CUDA context (``idle_ctx``, ``idle_post``): a line
    through their (mean clock, mean power) points when their clocks span >= 200 MHz; otherwise the
-   observed end is their mean and the other end is ``idle_pre`` (no context; the mean over runs) when that sits at the
-   other end of the clock range, else the base model's value (stated in ``notes``).
-   ``idle_hold_s``: how long the clock stayed up after load in the fit idle cases with context.
+   observed end is their mean and the other end is ``idle_pre`` (no context; the mean over runs)
+   when that sits at the other end of the clock range, else the base model's value (stated in
+   ``notes``). ``idle_hold_s``: how long the clock stayed up in the fit idle cases with context.
 2. ``P_busy``, ``P_sm``, ``P_mem``, ``P_launch`` by non-negative least squares on the loaded fit
-   cases, rows weighted by 1/P (the target is relative error):
-   ``P - P_ctx(f) = P_busy * b g(f) + P_sm * a_c g(f) + P_mem * a_m (s_h r_m + s_p g(f)) + P_launch * g(f) L / 1e5``.
+   cases, rows weighted by 1/P (the target is relative error)::
+
+       P - P_ctx(f) = P_busy * b g(f) + P_sm * a_c g(f) + P_mem * a_m (s_h r_m + s_p g(f)) + P_launch * g(f) L / 1e5
+
    At default settings memory-bound cases leave the top clock only when they are also cap-bound and
    compute-heavy (large decode batches), which confounds the split of the memory power between the
    memory clock (``s_h``) and the SM clock (``s_p``) with ``P_sm``; the split is kept from the base
-   model (its source: the Illusion paper's clock-locking bound) and only the total ``P_mem`` is fitted. ``stream_sm_activity`` is folded into ``P_path`` (set to 0).
+   model (its source: the Illusion paper's clock-locking bound) and only the total ``P_mem`` is
+   fitted. ``stream_sm_activity`` is folded into ``P_path`` (set to 0).
 
-The voltage curve ``V(f)`` is kept ([RECON]): default-settings data see only the cap-bound GEMM clock
-and the top clock.
+The voltage curve ``V(f)`` is kept ([RECON]): default-settings data see only the cap-bound clocks and
+the top clock, and fitting it overfits (benchmarks/power_RESULTS.md section 6).
 """
 
 from __future__ import annotations
