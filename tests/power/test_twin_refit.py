@@ -136,3 +136,26 @@ def test_idle_after_cap_bound_gemms_runs_at_the_top_clock_like_idle_mid(probes, 
     assert fw.idle(8.0) / 8.0 == pytest.approx(_measured(mid), rel=0.10)
     limited = Firmware(m, window_mhz=(345, 990))  # a clock ceiling lowers idle power with it
     assert limited.idle(8.0) / 8.0 == pytest.approx(float(m.idle_power_w(990)))
+
+
+def test_cost_model_decode_of_the_probe_gemv_matches_held_out_decode_b16(probes):
+    # end to end through the twin's own decode cost model (twin.model) instead of the probe's measured
+    # rates: the probe's decode workload as a "model" (32 bf16 matrices of 16384 x 8192 = 4.29e9 params,
+    # no attention/KV to speak of, kernels back to back), batch 16, at the default settings
+    from gpufield.power.twin.model import CostModel, EngineSpec, ModelSpec
+
+    m = load_gpu_model("H200")
+    n_params = 32 * 16384 * 8192
+    spec = ModelSpec(name="probe-gemv", total_params=n_params, active_params=n_params, n_layers=1, n_q_heads=1,
+                     n_kv_heads=1, head_dim=1)
+    cost = CostModel(m, spec, EngineSpec(decode_fixed_s=1e-9), tp=1)
+    t, p, _neg = cost.decode(16, 0.0)
+    fw = Firmware(m)
+    for _ in range(3000):  # 6 s of steps: the 1 s average is settled
+        op = fw.choose(p, float(t[0, 0]))
+    assert m.sm_clocks_mhz[op.clock_index] == 1980 and op.mem_state == 0 and not op.cap_bound
+    measured = [_measured(next(c for c in pr["cases"] if c["name"] == "decode_b16")["nvml"]) for pr in probes.values()]
+    assert op.power_w == pytest.approx(np.mean(measured), rel=0.10)  # the boards: 589 and 672 W
+    # and the twin's step time is the streaming time the probe measured (its 32 launches per step)
+    c = next(c for c in probes["run74"]["cases"] if c["name"] == "decode_b16")
+    assert float(t[0, 0]) == pytest.approx(c["steady_wall_s"] / (c["launches"] / 32), rel=0.10)
