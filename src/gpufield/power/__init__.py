@@ -105,6 +105,7 @@ from gpufield.power.shadow import (
     shadow_plan,
 )
 from gpufield.power.twin.engine import LanePair, SimResult, simulate
+from gpufield.power.twin.fit import PowerFit, fit_power_model
 from gpufield.power.twin.gpu import Firmware, GpuModel, load_gpu_model
 from gpufield.power.twin.server import TwinMetricsServer
 from gpufield.power.types import GpuCaps, GpuState, Intent, Lane, LaneSetting, LaneSignals, Mode
@@ -125,6 +126,6 @@ __all__ = [
     "Scenario", "SloTargets", "bundled_scenarios", "load_scenario",
     "LatencyWindowSource", "attest", "attestation_unchanged", "run_shadow", "shadow_plan",
     "LanePair", "SimResult", "simulate",
-    "Firmware", "GpuModel", "load_gpu_model", "TwinMetricsServer",
+    "Firmware", "GpuModel", "load_gpu_model", "TwinMetricsServer", "PowerFit", "fit_power_model",
     "GpuCaps", "GpuState", "Intent", "Lane", "LaneSetting", "LaneSignals", "Mode",
 ]
