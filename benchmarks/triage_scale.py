@@ -17,6 +17,8 @@ engineers: compare the CPU columns and the ratios measured side by side.
 Run::
 
     PYTHONPATH=src .venv/bin/python benchmarks/triage_scale.py --sizes-mb 10 100 [1000]
+    git archive <rev> src | tar -x -C /tmp/base     # then, side by side with that revision:
+    PYTHONPATH=src .venv/bin/python benchmarks/triage_scale.py --sizes-mb 10 100 1000 --baseline-src /tmp/base/src
 """
 
 from __future__ import annotations
@@ -101,37 +103,62 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, float,
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024, data
 
 
+def _comparable(d: dict) -> dict:
+    """The CLI's JSON without what may differ between two runs of the same analysis (timings)."""
+    d = json.loads(json.dumps(d))
+    d.get("stats", {}).pop("seconds", None)
+    return d
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes-mb", type=int, nargs="+", default=[10, 100])
     ap.add_argument("--dir", default=None, help="where to write the logs (default: a new temporary directory)")
+    ap.add_argument("--baseline-src", default=None, metavar="DIR",
+                    help="also run the CLI of another checkout's src/ (e.g. main, from 'git archive <rev> src') on "
+                         "each file, alternating with this one, and check that both print the same JSON (timings aside)")
+    ap.add_argument("--one-worker-too", action="store_true",
+                    help="also run this code with --workers 1 (one process; the default uses 2 on 2+ CPUs)")
     a = ap.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="triage-scale-"))
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    src = str(REPO / "src")
+    codes = [("this", src, [])] + ([("this-1-worker", src, ["--workers", "1"])] if a.one_worker_too else []) \
+        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else [])
     rows = []
     try:
         for mb in a.sizes_mb:
             f = work / f"dense-{mb}MB.log"
             info = build(f, mb)
             gw, _, _, gout = timed(["grep", "-c", "-E", GREP, str(f)])
-            w, cpu, rss, out = timed([sys.executable, "-m", "gpufield", "triage", str(f), "--json"], env)
-            try:
-                d = json.loads(out)
-            except ValueError:
-                d = {}
-            st = d.get("stats", {})
-            inc = d.get("incidents", [])
-            rows.append({"size_mb": mb, **info, "grep_s": round(gw, 3), "grep_count": int(gout or 0),
-                         "wall_s": round(w, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": round(rss, 1),
-                         "mb_per_s_wall": round(info["bytes"] / 1e6 / w, 1), "mb_per_cpu_s": round(info["bytes"] / 1e6 / cpu, 1),
-                         "ratio_to_grep": round(w / gw, 1), "events": st.get("events"), "events_kept": st.get("events_kept"),
-                         "incidents": len(inc), "classes": sorted({i.get("cls") or i.get("class") for i in inc}, key=str),
-                         "load": os.getloadavg()[0]})
-            print(json.dumps(rows[-1]), flush=True)
+            outs = {}
+            for code, path, extra in codes[::-1] if mb % 2 else codes:  # alternate which code runs first
+                env = {**os.environ, "PYTHONPATH": path}
+                # CPU seconds from os.wait4 include the helper process (reaped by the CLI)
+                w, cpu, rss, out = timed([sys.executable, "-m", "gpufield", "triage", str(f), "--json", *extra], env)
+                try:
+                    d = json.loads(out)
+                except ValueError:
+                    d = {}
+                st = d.get("stats", {})
+                inc = d.get("incidents", [])
+                outs[code] = _comparable(d)
+                rows.append({"code": code, "size_mb": mb, **info, "grep_s": round(gw, 3), "grep_count": int(gout or 0),
+                             "wall_s": round(w, 2), "cpu_s": round(cpu, 2), "peak_rss_mb": round(rss, 1),
+                             "mb_per_s_wall": round(info["bytes"] / 1e6 / w, 1),
+                             "mb_per_cpu_s": round(info["bytes"] / 1e6 / cpu, 1),
+                             "ratio_to_grep": round(w / gw, 1), "events": st.get("events"),
+                             "events_kept": st.get("events_kept"), "incidents": len(inc),
+                             "classes": sorted({i.get("cls") or i.get("class") for i in inc}, key=str),
+                             "load": os.getloadavg()[0]})
+                print(json.dumps(rows[-1]), flush=True)
+            if len(outs) > 1:
+                print(json.dumps({"size_mb": mb, "same_json_all_codes": all(o == outs["this"] for o in outs.values())}),
+                      flush=True)
             f.unlink()
     finally:
         if a.dir is None:
             shutil.rmtree(work, ignore_errors=True)
+    rows = [r for r in rows if r["code"] == "this"]
     for x, y in zip(rows, rows[1:], strict=False):
         print(f"{x['size_mb']} -> {y['size_mb']} MB: wall x{y['wall_s'] / x['wall_s']:.2f}, CPU x{y['cpu_s'] / x['cpu_s']:.2f} "
               f"for x{y['bytes'] / x['bytes']:.2f} the bytes; same classes: {x['classes'] == y['classes']}")

@@ -12,8 +12,17 @@ from gpufield.cli import EXIT_STDOUT_CLOSED
 
 
 def _gpufield(*args: str, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufield", *args], stdout=stdout, stderr=subprocess.PIPE,
-                          text=True, timeout=300)
+    # standard input is a terminal, as for a user typing the command: bare "gpufield triage" then
+    # triages the bundled example (with stdin redirected, even from /dev/null, it reads stdin instead)
+    import pty
+
+    main, term = pty.openpty()
+    try:
+        return subprocess.run([sys.executable, "-m", "gpufield", *args], stdin=term, stdout=stdout,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(term)
+        os.close(main)
 
 
 def test_python_m_gpufield_runs_the_cli():

@@ -26,7 +26,9 @@ def test_json_on_this_machine(capsys, tmp_path):
     assert doc["schema"] == SCHEMA
     assert set(doc) >= {"host", "started_utc", "elapsed_s", "status", "exit_code", "counts", "checks", "nvml_wedged"}
     names = [c["name"] for c in doc["checks"]]
-    assert names == [n for n in check_names() if not n.startswith("comm.")]
+    assert names == list(check_names())  # --skip comm: the all-reduce is listed as skipped, not dropped
+    comm = [c for c in doc["checks"] if c["name"].startswith("comm.")]
+    assert comm and all(c["status"] == "skip" and "--skip" in c["reason"] and c["elapsed_s"] == 0 for c in comm)
     assert doc["checks"][0]["name"] == "gpu.visible"
     for c in doc["checks"]:
         assert set(c) == {"name", "status", "severity", "reason", "values", "fix", "elapsed_s"}

@@ -53,10 +53,12 @@ def test_twin_energy_is_power_times_time_and_idle_is_counted():
     # a lower decode cap can only lower decode energy per token (flat memory-bound power)
     r2 = simulate(sc.lane_pair(), w, static_policy(LaneSetting(), LaneSetting(power_limit_w=500.0)))
     assert r2.decode_energy_j < r.decode_energy_j
-    # the prefill lane does not depend on the decode policy; only its parked idle energy up to the
-    # run's end (the last decode token) moves with the end
-    idle_to_end = sc.lanes["prefill_gpus"] * sc.gpu.idle_w * (r2.end_s - r.end_s)
-    assert r2.prefill_energy_j - idle_to_end == pytest.approx(r.prefill_energy_j, rel=1e-9)
+    # the prefill lane does not depend on the decode policy; only its idle energy up to the run's end
+    # (the last decode token) moves with the end. With a live context the idle clock does not park
+    # (H200 probe, twin.fit), so that idle power lies between P_ctx at the lowest and the top clock.
+    n_pre, d_end = sc.lanes["prefill_gpus"], r2.end_s - r.end_s
+    lo, hi = sorted((n_pre * sc.gpu.idle_ctx_w * d_end, n_pre * sc.gpu.idle_max_clock_w * d_end))
+    assert lo - 1e-6 <= r2.prefill_energy_j - r.prefill_energy_j <= hi + 1e-6
 
 
 def test_cli_lists_and_simulates_json(capsys):

@@ -114,3 +114,20 @@ def test_per_class_counts_each_case_once_under_its_first_class(tmp_path):
     assert per == {"NCCL_COLLECTIVE_TIMEOUT": (1, 1), "STRAGGLER_COMPUTE": (0, 1)}
     assert sum(t for _, t in per.values()) == len(rep.results)
     assert rep.to_dict()["per_class"]["STRAGGLER_COMPUTE"] == {"correct": 0, "total": 1}
+
+
+def test_eval_tables_fold_long_class_names_on_80_columns(shared_dir):
+    """New-user trial: on an 80-column terminal the cases table cut class names with an ellipsis."""
+    from rich.console import Console
+
+    from gpufield.triage import render_eval
+
+    report = evaluate(shared_dir / "data" / "triage-cases")
+    con = Console(width=80, record=True, color_system=None)
+    render_eval(report, con)
+    text = con.export_text()
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    flat = "".join(ch for ch in text if ch.isalnum() or ch == "_")  # folded cells read back in order per column
+    longest = max((c for r in report.results for c in r.case.classes), key=len)
+    assert len(longest) > 20 and longest[:10] in flat

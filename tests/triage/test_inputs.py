@@ -87,18 +87,64 @@ def test_dash_reads_gzip_from_stdin(capsys, monkeypatch):
     assert (root["file"], root["line"]) == ("<stdin>", 51)
 
 
-def test_stdin_dev_null_or_captured_runs_the_example(capsys, monkeypatch):
+def test_captured_stdin_runs_the_example(capsys):
+    # pytest's capture replaces sys.stdin by an object without a file descriptor: nothing to read
+    assert not inputs_mod.stdin_has_input()
+    rc, out, _ = _cli(capsys, "--quiet")
+    assert rc == 0 and out.startswith("GPU_FELL_OFF_BUS") and "node-b" in out  # the bundled example
+
+
+NO_INPUT = "gpufield: error: no input: standard input is empty"
+
+
+def test_stdin_dev_null_is_read_and_is_no_input(capsys, monkeypatch):
     with open(os.devnull) as null:
         monkeypatch.setattr(sys, "stdin", null)
-        assert not inputs_mod.stdin_has_input()
-        rc, out, _ = _cli(capsys, "--quiet")
-    assert rc == 0 and out.startswith("GPU_FELL_OFF_BUS") and "node-b" in out  # the bundled example
+        assert inputs_mod.stdin_has_input()
+        rc, out, err = _cli(capsys, "--quiet")
+    assert rc == 2 and out == "" and err.startswith(NO_INPUT)
 
 
 def test_empty_stdin_is_an_error_not_the_example(capsys, monkeypatch):
     _pipe_stdin(monkeypatch, b"")
     rc, out, err = _cli(capsys, "--quiet")
-    assert rc == 2 and out == "" and err.startswith("gpufield: error: ") and "<stdin>: empty file" in err
+    assert rc == 2 and out == "" and err.startswith(NO_INPUT)
+
+
+def test_empty_stdin_beside_an_empty_file_names_both(capsys, monkeypatch, tmp_path):
+    (tmp_path / "e.log").write_bytes(b"")
+    _pipe_stdin(monkeypatch, b"")
+    rc, out, err = _cli(capsys, "-", str(tmp_path / "e.log"), "--quiet")
+    assert rc == 2 and "<stdin>: empty file" in err and "e.log: empty file" in err
+
+
+def _gpufield_triage(stdin, *argv: str):
+    import subprocess
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "gpufield", "triage", *argv], stdin=stdin, capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_real_process_dev_null_says_no_input_and_exits_2():
+    with open(os.devnull, "rb") as null:
+        p = _gpufield_triage(null, "--quiet")
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.startswith(NO_INPUT), p.stderr
+    assert "Traceback" not in p.stderr and "node-b" not in p.stdout  # not the bundled example
+
+
+def test_real_process_on_a_terminal_runs_the_example():
+    import pty
+
+    main_fd, term = pty.openpty()
+    try:
+        p = _gpufield_triage(term, "--quiet")
+    finally:
+        os.close(term)
+        os.close(main_fd)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("GPU_FELL_OFF_BUS") and "node-b" in p.stdout
 
 
 # --- journalctl -o json -----------------------------------------------------------------------------

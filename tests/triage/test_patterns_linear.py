@@ -92,6 +92,12 @@ def _same(p: Pattern, std: re.Pattern[str], line: str) -> None:
         assert a.span() == b.span(), (p.pattern, line[:200])
         assert a.groups() == b.groups(), (p.pattern, line[:200])
         assert a.groupdict() == b.groupdict()
+        assert {k: a[k] for k in p.groupindex} == {k: b[k] for k in std.groupindex}  # by name
+    for pos in (0, len(line) // 3):  # match at a position (the prefix parser's call)
+        a, b = p.match(line, pos), std.match(line, pos)
+        assert (a is None) == (b is None), (p.pattern, pos, line[:200])
+        if a is not None:
+            assert a.span() == b.span() and a.groups() == b.groups(), (p.pattern, pos, line[:200])
 
 
 def _corpus_lines(shared: Path | None) -> list[str]:

@@ -91,3 +91,50 @@ def test_sampling_past_the_per_file_cap_keeps_the_mean_and_the_line_numbers(tmp_
         assert text[got[r].line - 1].startswith(f"[rank{r}] step ")
         assert text[f["first_line"] - 1].startswith(f"[rank{r}] step ")
         assert not any(t.startswith(f"[rank{r}] step ") for t in text[: f["first_line"] - 1])
+
+
+def _block_search_rows(block: bytes, scan) -> list[int]:
+    """The reference: lines where the RE2 search over the whole block stops (``StepTimes`` before
+    sampling), as row indices."""
+    rows, pos, end = [], 0, len(block)
+    while pos < end:
+        hit = scan.find(block, pos, end)
+        if hit < 0:
+            break
+        rows.append(block.count(b"\n", 0, hit))
+        le = block.find(b"\n", hit, end)
+        pos = end if le < 0 else le + 1
+    return rows
+
+
+def test_vectorised_step_rows_equal_the_block_search_also_across_line_ends():
+    # the per-line pass (pyarrow) must stop at exactly the lines the block search stops at, including
+    # matches that run on into the next line through \s ("step\n5", "time :\n 3 ms")
+    import random
+
+    from gpufield.triage import steptime as stp
+    from gpufield.triage.parsers._regex import ByteScanner
+    from gpufield.triage.parsers._regex import compile as re2_compile
+
+    scan = ByteScanner(stp._BLOCK_PATTERN)
+    per_line = re2_compile(stp._BLOCK_PATTERN)
+    words = ["step", "iter", "iteration", "global_step", "time", "train time", "step_time", "s/step", "ms/it",
+             "iter time (ms):", "elapsed time per iteration (ms):", "'train_steps_per_second':", ":", "=", " ", "\t",
+             "\r", "\n", "\n", "0", "12", "3.5", "ms", "s", "loss", "x", "steps", "\xe9", "-"]
+    rng = random.Random(24)
+    checked = runs_on = 0
+    for _ in range(600):
+        text = "".join(rng.choice(words) for _ in range(rng.randint(1, 150)))
+        block = text.encode() + (b"\n" if rng.random() < 0.8 else b"")
+        nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        n = len(nl) + (0 if block.endswith(b"\n") else 1)
+        starts = np.empty(n + 1, dtype=np.int32)
+        starts[0] = 0
+        starts[1:len(nl) + 1] = nl + 1
+        starts[n] = len(block)
+        want = _block_search_rows(block, scan)
+        lo = rng.randint(0, n - 1) if n > 1 else 0
+        assert stp._hit_rows(block, starts, lo, n, scan).tolist() == [r for r in want if r >= lo], block
+        checked += len(want)
+        runs_on += sum(1 for r in want if not per_line.search(block[starts[r]:starts[r + 1]].decode()))
+    assert checked > 200 and runs_on > 25  # both kinds of stop were exercised

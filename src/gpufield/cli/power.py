@@ -6,6 +6,10 @@ seconds, fed by the library's ``progress`` callback. It never touches stdout (``
 the same with or without it) and is off when stderr is not a terminal or with ``--quiet``. Ctrl-C
 ends the run with a one-line message on stderr and exit status 130 (no partial report: the library
 returns nothing until every arm has run, and calibrate writes its profiles only at the end).
+
+``run`` is the long-running controller (:func:`gpufield.power.run_lanes`): it runs until SIGTERM or
+SIGINT, then exits 0 after restoring (write mode) and closing its decision log; start-up problems
+exit 4 with every problem listed, a bad ``lanes.toml`` exits 2 naming file, line and key.
 """
 
 from __future__ import annotations
@@ -207,3 +211,37 @@ def restore(ctx: typer.Context,
     cfg = WriteConfig(allow_uuids=frozenset(allow), i_own_this_gpu=i_own_this_gpu, state_dir=state_dir)
     with NvmlActuator(cfg, install_signal_handlers=False) as act:
         typer.echo(f"restored: {act.orphans_restored or 'nothing'}")
+
+
+@app.command("run")
+def run_cmd(ctx: typer.Context,
+            config: str = typer.Option(..., "--config", help="lanes.toml (see gpufield.power.lanes_config)"),
+            shadow: bool = typer.Option(False, "--shadow", help="log intents, write nothing (the default)"),
+            write: bool = typer.Option(False, "--write", help="apply settings to the GPUs named by --allow"),
+            allow: list[str] = typer.Option([], "--allow", help="GPU UUID that --write may change (repeat)"),  # noqa: B008
+            max_ticks: int = typer.Option(None, "--max-ticks", min=1, help="stop after this many ticks"),
+            ) -> None:
+    """Run the controller of a deployment's lanes until SIGTERM/SIGINT (shadow unless --write --allow UUID).
+
+    Example: gpufield power run --config lanes.toml --shadow
+    """
+    from gpufield.cli import _click
+
+    if shadow and write:
+        raise _click().exceptions.UsageError("--shadow and --write exclude each other", ctx=ctx)
+    if write and not allow:
+        raise _click().exceptions.UsageError("--write needs --allow UUID for every GPU it may change (repeat per "
+                                             "GPU); refusing to start", ctx=ctx)
+    if allow and not write:
+        raise _click().exceptions.UsageError("--allow only applies with --write (shadow mode writes nothing)", ctx=ctx)
+    bad = [u for u in allow if not u.startswith(("GPU-", "MIG-"))]
+    if bad:
+        raise typer.BadParameter(f"expected NVML UUIDs starting with 'GPU-' or 'MIG-', got {', '.join(bad)}",
+                                 param_hint="'--allow'")
+    from gpufield.power.lanes_config import load_run_config
+    from gpufield.power.serve import run_lanes
+
+    s = run_lanes(load_run_config(config), write=write, allow=allow, max_ticks=max_ticks)
+    typer.echo(f"{s.mode}: {s.ticks} ticks, period {s.period_mean_s:.3f} s (max {s.period_max_s:.3f}), tick "
+               f"{s.tick_p50_ms:.2f} ms p50, {s.intents} intents, would have saved "
+               f"{sum(s.would_save_j.values()):.1f} J of {sum(s.energy_j.values()):.1f} J; log {s.log_path}")

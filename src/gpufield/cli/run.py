@@ -18,6 +18,7 @@ from typing import Annotated
 import typer
 
 from gpufield.cli._interrupt import interrupted
+from gpufield.errors import InputError
 
 _KEEP_QUIET = ("detect", "decision", "end", "control", "control_rejected", "nodes")
 
@@ -65,6 +66,15 @@ def run(
         None, help="gate an excluded host must pass to return: a command, {host} replaced, exit 0 = pass "
                    "(e.g. 'ssh {host} gpufield preflight --skip comm'); default: none, excluded hosts stay out"),
     validate_timeout_s: float = typer.Option(300.0, min=0.001, help="limit for one gate run, s"),
+    cluster: bool = typer.Option(False, "--cluster", help="one gpufield run per node: agree with the other nodes' "
+                                 "supervisors through the store on the budget, decisions and exclusions"),
+    store: str | None = typer.Option(None, help="with --cluster: HOST:PORT of the store node 0 hosts "
+                                     "(default: the command's c10d --rdzv-endpoint)"),
+    node_rank: int | None = typer.Option(None, min=0, help="with --cluster: this node's index in the node list "
+                                         "(default: SLURM_NODEID)"),
+    job_id: str | None = typer.Option(None, help="with --cluster: key prefix in the store (default: SLURM_JOB_ID, "
+                                      "else the --rdzv-id)"),
+    gather_s: float = typer.Option(60.0, min=0.001, help="with --cluster: wait for the other nodes' reports, s"),
     echo: bool = typer.Option(False, help="copy the job's output to stdout"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print detections and decisions only"),
 ) -> int:
@@ -77,6 +87,18 @@ def run(
 
     if command and command[0] == "--":
         command = command[1:]
+    host_list = tuple(h for h in (nodes or "").split(",") if h)
+    cl = None
+    if cluster:
+        from gpufield.harden.supervise.cluster import cluster_config
+
+        try:
+            cl = cluster_config(tuple(command), store=store, node_rank=node_rank, nodes=host_list, job_id=job_id,
+                                gather_s=gather_s)
+        except ValueError as e:
+            raise InputError(f"gpufield run --cluster: {e}") from None
+    elif store is not None or node_rank is not None:
+        raise InputError("gpufield run: --store and --node-rank need --cluster")
     cfg = SuperviseConfig(
         command=tuple(command), run_dir=run_dir or Path("runs") / f"run-{int(time.time())}",
         thresholds=Thresholds(hang_floor_s=hang_floor_s, hang_factor=hang_factor, startup_timeout_s=startup_timeout_s,
@@ -85,7 +107,7 @@ def run(
         policy=PolicyConfig(max_retries=max_retries, backoff_s=backoff_s, backoff_max_s=max(300.0, backoff_s),
                             no_progress_restarts=no_progress_restarts, min_progress_steps=min_progress_steps,
                             transient_retries=transient_retries, exclude_stragglers=exclude_stragglers),
-        nodes=tuple(h for h in (nodes or "").split(",") if h), exclude_file=exclude_file, hostfile=hostfile,
+        nodes=host_list, cluster=cl, exclude_file=exclude_file, hostfile=hostfile,
         control_file=control_file, metrics_port=metrics_port,
         step_pattern=DEFAULT_STEP_PATTERN if step_pattern is None else step_pattern,
         metric_pattern=DEFAULT_METRIC_PATTERN if metric_pattern is None else metric_pattern,
@@ -99,6 +121,9 @@ def run(
 
     try:
         res = supervise(cfg, on_event=show)
+    except ConnectionError as e:  # the store could not be reached, or was lost mid-run (node 0 gone)
+        typer.echo(f"gpufield run --cluster: {e}; events in {cfg.run_dir}", err=True)
+        return 1
     except KeyboardInterrupt:
         interrupted(f"gpufield run: interrupted; the job's processes were ended; events in {cfg.run_dir}/events.jsonl")
     typer.echo(f"gpufield run: {'OK' if res.ok else 'FAILED'} after {res.attempts} launch(es); "

@@ -1,8 +1,8 @@
 """`gpufield triage`: command-line layer over :mod:`gpufield.triage`.
 
 ``gpufield triage [PATHS...]`` is shorthand for ``gpufield triage analyze [PATHS...]``; ``-`` is
-standard input; bare ``gpufield triage`` reads standard input when something is piped into it and
-triages the bundled example incident only when standard input is a terminal (or ``/dev/null``).
+standard input; bare ``gpufield triage`` reads standard input unless it is a terminal (``</dev/null``
+is read too: no input, exit 2) and triages the bundled example incident only on a terminal.
 A first argument that names a
 subcommand (``analyze``, ``eval``) is the subcommand: write ``./eval`` to triage a file called
 ``eval``.
@@ -39,8 +39,8 @@ app = typer.Typer(
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     help="Find the root incident behind a failed multi-node job and recommend an action.\n\n"
     "gpufield triage [PATHS...] [--json] [--html FILE] [--db FILE] [--quiet] [--force] is shorthand for "
-    "'gpufield triage analyze'; with no PATHS it reads piped standard input, else triages the bundled example "
-    "incident.",
+    "'gpufield triage analyze'; with no PATHS it reads standard input (piped or redirected), and triages the "
+    "bundled example incident only when standard input is a terminal.",
 )
 
 
@@ -53,7 +53,7 @@ def _tolerance(value: float, param: typer.CallbackParam) -> float:
 
 @app.callback()
 def _default(ctx: typer.Context) -> None:
-    """Triage logs (default: stdin when piped, else the bundled example); see ``analyze`` and ``eval``."""
+    """Triage logs (default: standard input, or the bundled example on a terminal); see ``analyze`` and ``eval``."""
     if ctx.invoked_subcommand is None:
         _run([], json_out=False, html=None, db=None, quiet=False, force=False, skew_tolerance_s=30.0)
 
@@ -77,11 +77,13 @@ def analyze_cmd(
     telemetry: Annotated[list[str] | None, typer.Option("--telemetry", metavar="FILE", help="GPU telemetry to plot "
                                                         "and store: nvidia-smi --query-gpu CSV or Prometheus / "
                                                         "dcgm-exporter text (repeatable)")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", min=1, max=2, help="processes parsing one large plain "
+                                                "log (default: 2 on a machine with 2+ CPUs; same result)")] = None,
 ) -> None:
     """Triage logs of a failed job and print the verdict.
 
-    With no PATHS, standard input is read when something is piped or redirected into it, else the
-    bundled example incident is triaged.
+    With no PATHS, standard input is read when it is not a terminal (piped or redirected, also
+    ``</dev/null``, which is no input: exit 2); on a terminal the bundled example incident is triaged.
 
     Example:
         gpufield triage /var/log/job-1234/ --html report.html
@@ -89,7 +91,7 @@ def analyze_cmd(
         journalctl -k -o json | gpufield triage -
     """
     _run(paths or [], json_out=json_out, html=html, db=db, quiet=quiet, force=force, skew_tolerance_s=skew_tolerance_s,
-         allow_missing=allow_missing, run_id=run_id, telemetry=telemetry or [])
+         allow_missing=allow_missing, run_id=run_id, telemetry=telemetry or [], workers=workers)
 
 
 #: inputs larger than this (bytes on disk) get a progress bar when stderr is a terminal
@@ -98,7 +100,7 @@ PROGRESS_MIN_BYTES = 4 << 20
 
 def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, quiet: bool, force: bool,
          skew_tolerance_s: float, allow_missing: bool = False, run_id: str | None = None,
-         telemetry: list[str] | None = None) -> None:
+         telemetry: list[str] | None = None, workers: int | None = None) -> None:
     from gpufield.triage import analyze, check_writable, dumps, one_line, render, write_html
     from gpufield.triage.inputs import STDIN, stdin_has_input
 
@@ -122,7 +124,8 @@ def _run(paths: list[str], *, json_out: bool, html: str | None, db: str | None, 
         for t in telemetry:
             samples.extend(read_telemetry(t))
     with _progress(paths, quiet or json_out) as progress:
-        result = analyze(paths, skew_tolerance_s=skew_tolerance_s, allow_missing=allow_missing, progress=progress)
+        result = analyze(paths, skew_tolerance_s=skew_tolerance_s, allow_missing=allow_missing, progress=progress,
+                         workers=workers)
     for w in result.stats.get("warnings", [])[:20]:
         print(f"gpufield: warning: {w}", file=sys.stderr)
     if html:

@@ -5,7 +5,9 @@ Rules, in order:
 1. **Budget.** One budget of ``max_retries`` restarts for the whole job, counted by the supervisor
    across every launch (``gpufield run`` starts torchrun with ``--max-restarts 0``, so a torchrun
    agent cannot restart on its own: torchrun counts ``--max-restarts`` per agent, pytorch #108158,
-   and a quick exit-and-rejoin bypasses it, #147064). When it is spent: STOP.
+   and a quick exit-and-rejoin bypasses it, #147064). With one supervisor per node the count is a
+   counter in the job's store (``budget``: atomic ``add``), so all nodes spend one budget. When it
+   is spent: STOP.
 2. **No progress.** ``no_progress_restarts`` consecutive restarts that each made fewer than
    ``min_progress_steps`` steps: STOP (NVRx defaults: 3 restarts without 200 iterations;
    ``nvrx-watch`` exits 93 for it, and so does ``gpufield run``).
@@ -25,7 +27,9 @@ Back-off before restart ``n`` (1-based): ``min(backoff_s * backoff_factor**(n-1)
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufield.triage import NO_RETRY
 
@@ -147,6 +151,10 @@ class RetryPolicy:
         stalled: consecutive restarts without progress so far.
         blamed: how often each host was blamed.
         nan_checkpoints: checkpoints that produced a NaN, with counts.
+        budget: a shared restart counter, or None (this object counts): ``budget(delta)`` adds
+            ``delta`` atomically and returns the new total (``torch.distributed.Store.add``, so the
+            supervisors of several nodes spend one budget; a restart is granted only when the
+            total after its increment is within ``max_retries``).
     """
 
     config: PolicyConfig = field(default_factory=PolicyConfig)
@@ -155,16 +163,41 @@ class RetryPolicy:
     transient_streak: int = 0
     blamed: Counter = field(default_factory=Counter)
     nan_checkpoints: Counter = field(default_factory=Counter)
+    budget: Callable[[int], int] | None = None
+
+    def state(self) -> dict[str, Any]:
+        """The decision state as a JSON-able dict (what :meth:`load` restores; the budget is not in it)."""
+        return {"retries_used": self.retries_used, "stalled": self.stalled, "transient_streak": self.transient_streak,
+                "blamed": dict(self.blamed), "nan_checkpoints": dict(self.nan_checkpoints)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state` dict (the node that decides next continues where the last one stopped)."""
+        self.retries_used = int(state.get("retries_used", 0))
+        self.stalled = int(state.get("stalled", 0))
+        self.transient_streak = int(state.get("transient_streak", 0))
+        self.blamed = Counter(state.get("blamed", {}))
+        self.nan_checkpoints = Counter(state.get("nan_checkpoints", {}))
 
     def _restart(self, action: str, reason: str, host: str | None = None) -> Decision:
         c = self.config
+        if self.budget is not None:
+            self.retries_used = min(self.budget(0), c.max_retries)
         if self.retries_used >= c.max_retries:
             return Decision(action=STOP, reason=f"restart budget spent ({self.retries_used}/{c.max_retries}); " + reason,
                             retries_used=self.retries_used)
         if self.stalled >= c.no_progress_restarts:
             return Decision(action=STOP, no_progress=True, retries_used=self.retries_used,
                             reason=f"{self.stalled} restarts in a row without {c.min_progress_steps} steps of progress")
-        self.retries_used += 1
+        if self.budget is not None:
+            total = self.budget(1)  # atomic: of two deciders racing for the last restart, one gets it
+            if total > c.max_retries:
+                self.retries_used = c.max_retries
+                return Decision(action=STOP, retries_used=c.max_retries,
+                                reason=f"restart budget spent ({c.max_retries}/{c.max_retries}, taken concurrently); "
+                                       + reason)
+            self.retries_used = total
+        else:
+            self.retries_used += 1
         delay = min(c.backoff_s * c.backoff_factor ** (self.retries_used - 1), c.backoff_max_s)
         return Decision(action=action, reason=reason, host=host, delay_s=delay, retries_used=self.retries_used)
 

@@ -52,7 +52,13 @@ Shadow mode on a real GPU (nothing is written)::
 
     PYTHONPATH=src python3 benchmarks/power_shadow_gpu.py --out results/
 
-Controlling real GPUs (root, explicit flag, allow-listed UUIDs)::
+A long-running controller beside a serving deployment (shadow by default; example config and
+systemd unit in ``examples/power/``)::
+
+    gpufield power run --config lanes.toml --shadow
+    sudo gpufield power run --config lanes.toml --write --allow GPU-... --allow GPU-...
+
+Controlling real GPUs from Python (root, explicit flag, allow-listed UUIDs)::
 
     from gpufield.power import NvmlActuator, WriteConfig, RuntimeLoop
     with NvmlActuator(WriteConfig(allow_uuids=frozenset({"GPU-..."}), i_own_this_gpu=True)) as act:
@@ -85,10 +91,12 @@ from gpufield.power.controller import (
 )
 from gpufield.power.engines import ENGINES, EngineAdapter, PromLaneSource
 from gpufield.power.guard import AtCalibrated, Fallback, Raised, SloGuard
+from gpufield.power.lanes_config import LaneConfig, RunConfig, load_run_config
 from gpufield.power.profiles import Profile, ProfileKey, load_profile, save_profile
 from gpufield.power.protocols import Actuator, Policy, TelemetrySource
 from gpufield.power.runtime import RuntimeLoop, apply_setting
 from gpufield.power.scenario import Scenario, SloTargets, bundled_scenarios, load_scenario
+from gpufield.power.serve import RunSummary, run_lanes
 from gpufield.power.shadow import (
     LatencyWindowSource,
     attest,
@@ -97,6 +105,7 @@ from gpufield.power.shadow import (
     shadow_plan,
 )
 from gpufield.power.twin.engine import LanePair, SimResult, simulate
+from gpufield.power.twin.fit import PowerFit, fit_power_model
 from gpufield.power.twin.gpu import Firmware, GpuModel, load_gpu_model
 from gpufield.power.twin.server import TwinMetricsServer
 from gpufield.power.types import GpuCaps, GpuState, Intent, Lane, LaneSetting, LaneSignals, Mode
@@ -113,9 +122,10 @@ __all__ = [
     "Profile", "ProfileKey", "load_profile", "save_profile",
     "Actuator", "Policy", "TelemetrySource",
     "RuntimeLoop", "apply_setting",
+    "LaneConfig", "RunConfig", "load_run_config", "RunSummary", "run_lanes",
     "Scenario", "SloTargets", "bundled_scenarios", "load_scenario",
     "LatencyWindowSource", "attest", "attestation_unchanged", "run_shadow", "shadow_plan",
     "LanePair", "SimResult", "simulate",
-    "Firmware", "GpuModel", "load_gpu_model", "TwinMetricsServer",
+    "Firmware", "GpuModel", "load_gpu_model", "TwinMetricsServer", "PowerFit", "fit_power_model",
     "GpuCaps", "GpuState", "Intent", "Lane", "LaneSetting", "LaneSignals", "Mode",
 ]

@@ -3,7 +3,10 @@
 Bundled scenarios live in ``gpufield/power/data/scenarios/<name>.json``; a path to any JSON file of
 the same shape works too (see ``moe-agentic-b200.json`` for every key). Load kinds: ``agentic``
 (:func:`~gpufield.power.twin.load.agentic_sessions`), ``poisson`` and ``mooncake`` (``path`` relative
-to the scenario file).
+to the scenario file). Agentic and poisson loads take ``"spikes": [{"start_s", "duration_s",
+"rate_factor"}]``: during each spike, extra sessions (requests) arrive at ``(rate_factor - 1)`` times
+the base rate, drawn from the same distributions with their own seed and prefix blocks (the shared
+system prompts stay shared).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from gpufield._files import read_text
 from gpufield.errors import InputError
@@ -74,13 +79,15 @@ class Scenario:
         return self.lanes["prefill_gpus"] + self.lanes["decode_gpus"]
 
     def workload(self, *, duration_s: float | None = None, rate_factor: float = 1.0,
-                 seed: int | None = None) -> Workload:
+                 seed: int | None = None, spikes: bool = True) -> Workload:
         """Generate (or read) the scenario's load.
 
         Args:
             duration_s: override the load duration (tests use short horizons).
             rate_factor: scale the arrival rate (the peak bucket uses ``peak_rate_factor``).
             seed: override the seed.
+            spikes: include ``load.spikes`` (calibration's peak bucket leaves them out: it stands
+                for the steady load a profile is calibrated on, and a spike is what the guard is for).
 
         Raises:
             InputError: the override would generate more requests than the twin accepts.
@@ -94,16 +101,42 @@ class Scenario:
         s = self.seed if seed is None else seed
         if duration_s is not None:
             d["duration_s"] = duration_s
-        if kind == "agentic":
-            d["session_rate_per_s"] *= rate_factor
-            return agentic_sessions(seed=s, **d)
-        if kind == "poisson":
-            d["rate_per_s"] *= rate_factor
-            return poisson(seed=s, **d)
+        spike_list = d.pop("spikes", [])
+        if not spikes:
+            spike_list = []
+        if kind in ("agentic", "poisson"):
+            rate_key, gen = (("session_rate_per_s", agentic_sessions) if kind == "agentic"
+                             else ("rate_per_s", poisson))
+            d[rate_key] *= rate_factor
+            parts = [gen(seed=s, **d)]
+            for i, sp in enumerate(spike_list):
+                if sp["rate_factor"] <= 1.0 or sp["start_s"] >= d["duration_s"]:
+                    continue
+                extra = gen(seed=s + 7919 * (i + 1), **{**d, rate_key: d[rate_key] * (sp["rate_factor"] - 1.0),
+                                                         "duration_s": min(sp["duration_s"], d["duration_s"] - sp["start_s"])})
+                parts.append((extra, float(sp["start_s"]), (i + 1) * 10**9))
+            return _merge(parts[0], parts[1:])
         if kind == "mooncake":
             w = read_mooncake(self.base_dir / d["path"], time_scale=d.get("time_scale", 1.0) / rate_factor)
             return w.window(0.0, d["duration_s"]) if "duration_s" in d else w
         raise InputError(f"load.kind must be agentic, poisson or mooncake, got {kind!r}")
+
+
+def _merge(base: Workload, extras: list[tuple[Workload, float, int]]) -> Workload:
+    """``base`` plus each ``(workload, shift_s, id_offset)``: arrivals shifted, own prefix blocks offset.
+
+    Block ids below 1e6 are the agents' system prompts (:func:`agentic_sessions`) and stay shared.
+    """
+    if not extras:
+        return base
+    arr = [base.arrival_s] + [w.arrival_s + t for w, t, _ in extras]
+    hids = list(base.hash_ids) + [tuple(h + off if h >= 1_000_000 else h for h in ids)
+                                  for w, _t, off in extras for ids in w.hash_ids]
+    a = np.concatenate(arr)
+    order = np.argsort(a, kind="stable")
+    inp = np.concatenate([base.input_tokens] + [w.input_tokens for w, _, _ in extras])
+    out = np.concatenate([base.output_tokens] + [w.output_tokens for w, _, _ in extras])
+    return Workload(a[order], inp[order], out[order], tuple(hids[i] for i in order))
 
 
 def bundled_scenarios() -> list[str]:

@@ -63,6 +63,22 @@ def _spec_numbers(d: dict, cls: type, prefix: str, where: str) -> None:
             raise InputError(f"{prefix}.{k}: expected true or false, got {v!r}", path=where)
 
 
+def _check_spikes(v: Any, kind: Any, where: str) -> None:
+    """``load.spikes``: a list of ``{start_s, duration_s, rate_factor}`` (agentic and poisson loads)."""
+    if kind not in ("agentic", "poisson"):
+        raise InputError(f"load.spikes: only agentic and poisson loads take spikes, not {kind!r}", path=where)
+    if not isinstance(v, list) or len(v) > 100:
+        raise InputError(f"load.spikes: expected a list of at most 100 objects, got {v!r}", path=where)
+    for i, sp in enumerate(v):
+        key = f"load.spikes[{i}]"
+        if not isinstance(sp, dict) or set(sp) != {"start_s", "duration_s", "rate_factor"}:
+            raise InputError(f"{key}: expected an object with exactly start_s, duration_s, rate_factor, got {sp!r}",
+                             path=where)
+        _num(sp["start_s"], f"{key}.start_s", where, lo=0, hi=1e9)
+        _num(sp["duration_s"], f"{key}.duration_s", where, lo=0, hi=1e9, lo_open=True)
+        _num(sp["rate_factor"], f"{key}.rate_factor", where, lo=1.0, hi=100.0)
+
+
 def check_request_budget(load: dict, where: str, *, rate_factor: float = 1.0,
                          duration_s: float | None = None) -> None:
     """Refuse loads that would generate more than :data:`MAX_REQUESTS` requests.
@@ -72,6 +88,8 @@ def check_request_budget(load: dict, where: str, *, rate_factor: float = 1.0,
     """
     kind = load.get("kind")
     dur = load.get("duration_s") if duration_s is None else duration_s
+    # a spike adds (factor - 1) x the rate over its duration
+    dur = dur + sum((sp["rate_factor"] - 1.0) * sp["duration_s"] for sp in load.get("spikes", ()))
     if kind == "poisson":
         n, what = load["rate_per_s"] * dur * rate_factor, "load.rate_per_s x load.duration_s"
     elif kind == "agentic":
@@ -132,6 +150,9 @@ def check_scenario_dict(d: Any, where: str) -> None:
         if k == "path":
             if not isinstance(v, str):
                 raise InputError(f"load.path: expected a string, got {v!r}", path=where)
+            continue
+        if k == "spikes":
+            _check_spikes(v, kind, where)
             continue
         _num(v, f"load.{k}", where, lo=0, hi=1e9)
     need = {"poisson": ("rate_per_s", "duration_s"), "agentic": ("session_rate_per_s", "duration_s", "turns_mean"),

@@ -35,6 +35,18 @@ EXAMPLE_YEAR = 2026  # the example's year-less stamps (syslog, glog) belong to t
 LOSS_EVERY = 1000
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: processes :func:`analyze` parses one large plain file with (``IngestOptions.workers``): 2 where
+#: at least 2 CPUs are usable, else 1 (same events either way, see ``gpufield.triage._split``)
+WORKERS = 2 if _cpus() >= 2 else 1
+
+
 @dataclass(slots=True)
 class TriageResult:
     """What :func:`analyze` found.
@@ -92,7 +104,8 @@ def _files_under(paths: Iterable[str]) -> list[str]:
 
 def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | None = None,
             progress: Callable[[str, int], None] | None = None,
-            labels: dict[str, str] | None = None) -> tuple[list[Event], list[PhaseMark], dict[str, Any], list[str]]:
+            labels: dict[str, str] | None = None,
+            workers: int = 1) -> tuple[list[Event], list[PhaseMark], dict[str, Any], list[str]]:
     """Events, phase marks, stats and the files read of one read of the inputs
     (:func:`gpufield.triage.ingest.ingest` with loss lines thinned, see :data:`LOSS_EVERY`; phase
     banners found by its ``on_block`` hook; ``progress(path, n_bytes)`` called once per block read).
@@ -122,12 +135,15 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
         if miner is not None:
             miner.note_event(e)
 
-    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY),
+    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY, workers=workers),
                  on_block=on_block, sink=sink)
     st = res.stats
     labels = labels or {}
     warnings = [str(replace(w, path=labels.get(w.path, w.path))) for w in st.warnings]
     if st.nothing_read:
+        if labels and set(labels) >= {f.path for f in st.files} and st.bytes == 0 and st.files:
+            raise LogFormatError("no input: standard input is empty (nothing was piped or redirected into it); name "
+                                 "log files or directories, or pipe a log in (journalctl -k | gpufield triage)")
         raise LogFormatError(f"nothing could be read from the given logs: {'; '.join(warnings) or 'no input paths given'}")
     if miner is not None:
         miner.finish()
@@ -249,7 +265,7 @@ def _check_paths(paths: Sequence[str]) -> None:
 
 def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = None, *,
             skew_tolerance_s: float = 30.0, allow_missing: bool = False,
-            progress: Callable[[str, int], None] | None = None) -> TriageResult:
+            progress: Callable[[str, int], None] | None = None, workers: int | None = None) -> TriageResult:
     """Triage the logs at ``paths`` and return incidents, most likely root first.
 
     Args:
@@ -264,6 +280,8 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = 
         allow_missing: a missing path among existing ones is a warning instead of an error.
         progress: called as ``progress(path, n_bytes)`` after each block (8 MiB) of decompressed
             input is read (the CLI draws a progress bar with it).
+        workers: processes that parse one large plain file (``IngestOptions.workers``; None:
+            :data:`WORKERS`). The result is the same with any number.
 
     Returns:
         A :class:`TriageResult`. A run whose logs match no rule has no incidents (exit 0 in the CLI:
@@ -274,7 +292,7 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = 
         InputError: a path is missing (any, without ``allow_missing``; all, with it); a named pipe
             has no writer.
         LogFormatError: nothing at all could be read (empty directory, only binary files).
-        ValueError: ``skew_tolerance_s`` is negative, NaN or infinite.
+        ValueError: ``skew_tolerance_s`` is negative, NaN or infinite; ``workers`` is below 1.
     """
     if not (isinstance(skew_tolerance_s, int | float) and math.isfinite(skew_tolerance_s) and skew_tolerance_s >= 0):
         raise ValueError(f"skew_tolerance_s must be a finite number of seconds >= 0, got {skew_tolerance_s!r}")
@@ -287,7 +305,8 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = 
     labels = {} if inp is None else inp.labels
     miner = TemplateMiner(year=EXAMPLE_YEAR if example else time.gmtime().tm_year)
     events, marks, stats, files = _ingest(given, year=EXAMPLE_YEAR if example else None, miner=miner,
-                                          progress=progress, labels=labels)
+                                          progress=progress, labels=labels,
+                                          workers=WORKERS if workers is None else workers)
     if inp is not None and inp.missing:
         stats["warnings"] = [f"{m}: no such file or directory (skipped: --allow-missing)" for m in inp.missing] \
             + stats["warnings"]

@@ -69,6 +69,10 @@ class IngestOptions:
             kept are never parsed. 1 = every loss line. Non-finite losses are ``nan_loss`` events
             and always kept.
         block_bytes: read size in bytes (>= 4096).
+        workers: processes that parse one large plain file (>= 1). With 2, a file of at least
+            :data:`gpufield.triage._split.MIN_BYTES` is parsed by this process and one helper
+            process in alternating stretches (:mod:`gpufield.triage._split`): the events are the
+            same, in the same order, as with 1.
     """
 
     year: int | None = None
@@ -76,8 +80,11 @@ class IngestOptions:
     with_loss: bool = False
     loss_every: int = 1
     block_bytes: int = BLOCK_BYTES
+    workers: int = 1
 
     def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 64:
+            raise ValueError(f"workers must be 1..64, got {self.workers}")
         if self.loss_every < 1:
             raise ValueError(f"loss_every must be >= 1, got {self.loss_every}")
         if self.block_bytes < 4096:
@@ -117,6 +124,9 @@ class FileStats:
         seconds: wall time spent on this file.
         truncated_lines: lines longer than ``parsers._regex.MAX_LINE_CHARS`` bytes, matched on
             their head only.
+        helper_blocks: read blocks parsed by a helper process (``IngestOptions.workers``);
+            ``helper_stop``: why a helper stretch was last refused (or the helper stopped);
+            ``helper_redone``: helper stretches refused and parsed by this process again.
     """
 
     path: str
@@ -128,6 +138,9 @@ class FileStats:
     events: int = 0
     seconds: float = 0.0
     truncated_lines: int = 0
+    helper_blocks: int = 0
+    helper_stop: str | None = None
+    helper_redone: int = 0
 
 
 @dataclass(slots=True)
@@ -302,8 +315,7 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     """
     opts = options or IngestOptions()
     st = stats if stats is not None else IngestStats()
-    table = Table(PARSERS + ((LOSS_PARSER,) if opts.with_loss else ()),
-                  thin=(len(PARSERS), opts.loss_every) if opts.with_loss else None)
+    table = make_table(opts.with_loss, opts.loss_every)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     t0 = time.perf_counter()
@@ -334,6 +346,12 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     st.seconds = time.perf_counter() - t0
 
 
+def make_table(with_loss: bool, loss_every: int) -> Table:
+    """The parser table of one ingestion (the loss parser appended and thinned with ``with_loss``)."""
+    return Table(PARSERS + ((LOSS_PARSER,) if with_loss else ()),
+                 thin=(len(PARSERS), loss_every) if with_loss else None)
+
+
 def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table, opts: IngestOptions,
                st: IngestStats, on_block: BlockHook | None = None) -> Iterator[Event]:
     try:
@@ -347,7 +365,8 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
         st.warnings.append(IngestWarning(path, None, "empty file"))
         st.files_skipped += 1
         return
-    if head[:2] in UTF16_BOMS:  # UTF-16 text (a Windows export): read as UTF-8, not skipped as binary
+    transcoded = head[:2] in UTF16_BOMS
+    if transcoded:  # UTF-16 text (a Windows export): read as UTF-8, not skipped as binary
         stream = Utf16Text(stream, head)
         head = stream.read(_SNIFF_BYTES)
     whole = next((fp for fp in FILE_PARSERS if fp.sniff(head)), None)
@@ -368,12 +387,18 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
         st.warnings.append(IngestWarning(path, lines or None, f"{kind or 'file'} stream truncated or corrupt after "
                                                               f"line {lines} ({type(e).__name__}: {e}); kept what was read"))
 
+    from gpufield.triage import _split
+
     try:
-        yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
-                        opts.block_bytes, on_error, not_after, on_block)
+        if opts.workers > 1 and kind is None and not transcoded and _split.eligible(path, opts.block_bytes):
+            yield from _split.scan_split(_Sniffed(stream, head), path, table, year, opts, counters, not_after, on_block)
+        else:
+            yield from scan(_Sniffed(stream, head), path, table, year, opts.utc_offset_s, counters,  # type: ignore[arg-type]
+                            opts.block_bytes, on_error, not_after, on_block)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
         fs.truncated_lines = counters.truncated_lines
+        fs.helper_blocks, fs.helper_stop, fs.helper_redone = counters.helper_blocks, counters.helper_stop, counters.helper_redone
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
     st.files_read += 1
     if counters.events == 0:

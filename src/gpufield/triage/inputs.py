@@ -7,9 +7,10 @@ Rules (the CLI and :func:`gpufield.triage.analyze` follow them):
   raises ``TypeError``. A single ``os.PathLike`` (``pathlib.Path``) is accepted as one path.
 * **``-`` is standard input**, read as a stream (through a duplicate of its file descriptor, never by
   reopening it). Its events are labelled ``<stdin>``. ``gpufield triage`` with no path reads standard
-  input when something is piped or redirected into it (a pipe, FIFO, socket or regular file); only
-  when standard input is a terminal or a character device such as ``/dev/null`` (cron, CI) does it
-  triage the bundled example incident.
+  input whenever it is not a terminal (a pipe, FIFO, socket, regular file, or a character device
+  such as ``/dev/null``: ``gpufield triage </dev/null`` reads nothing and says there was no input,
+  exit 2); only when standard input is a terminal (or closed) does it triage the bundled example
+  incident.
 * **A missing path among several is an error** (exit 2 in the CLI, every missing path named) unless
   ``allow_missing=True`` (``--allow-missing``), which turns it into a warning as long as one path
   exists.
@@ -73,18 +74,20 @@ def _stdin_fd() -> int | None:
 
 
 def stdin_has_input() -> bool:
-    """True when standard input is a pipe, FIFO, socket or regular file (something was piped or
-    redirected in); False for a terminal, a character device (``/dev/null``) or no usable stdin."""
+    """True when standard input is to be read: it is open and not a terminal (a pipe, FIFO, socket,
+    regular file or a character device such as ``/dev/null``, which reads as empty input); False
+    for a terminal or no usable standard input (closed, or replaced by an object without a file
+    descriptor, as test runners do)."""
     fd = _stdin_fd()
     if fd is None:
         return False
     try:
         if os.isatty(fd):
             return False
-        mode = os.fstat(fd).st_mode
-    except OSError:
+        os.fstat(fd)
+    except OSError:  # fd 0 closed under the Python object
         return False
-    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)
+    return True
 
 
 def resolve_inputs(paths: object, *, allow_missing: bool = False) -> InputSet:

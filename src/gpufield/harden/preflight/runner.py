@@ -108,11 +108,20 @@ def run_preflight(config: PreflightConfig | None = None, *, only: Iterable[str] 
         InputError: an unknown check name in ``only`` / ``skip``.
     """
     chosen = select_checks(only, skip)
+    skipped = {c.name for c in select_checks(only, ())} - {c.name for c in chosen}
     ctx = context or PreflightContext(config, root=root, environ=environ, nvml=nvml)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t_all = time.perf_counter()
     results: list[CheckResult] = []
-    for check in chosen:
+    for check in CHECKS:
+        if check.name in skipped:  # listed, so a reader sees what was not looked at
+            r = result(check.name, "skip", "not run: left out with --skip")
+            results.append(r)
+            if on_result is not None:
+                on_result(r)
+            continue
+        if check not in chosen:
+            continue
         t0 = time.perf_counter()
         try:
             r = check.run(ctx)

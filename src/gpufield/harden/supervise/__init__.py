@@ -24,8 +24,9 @@ are reported (event, metric) while the job goes on. Exclusions are written to ``
 ``hostfile``; an excluded host returns before a later launch only when ``validate_node(host)``
 returns True (the preflight gate; without a gate it stays out).
 
-**Not done**: one supervisor per node agreeing through the torch.distributed store (each node's
-supervisor decides alone; the budget is per supervisor, shared by all launches it makes).
+**Several nodes** (``cluster``): one supervisor per node, each around its own torchrun, agreeing
+through a torch.distributed store on one restart budget, one decision per incident and one exclude
+list (:mod:`gpufield.harden.supervise.cluster`; Slurm: :mod:`gpufield.harden.supervise.slurm`).
 """
 
 from __future__ import annotations
@@ -39,18 +40,27 @@ from typing import Any
 
 from gpufield.harden.policy import (
     CONTINUE,
-    EXCLUDE,
     STOP,
     Decision,
     Failure,
     PolicyConfig,
     RetryPolicy,
 )
+from gpufield.harden.supervise.cluster import ClusterConfig
+from gpufield.harden.supervise.coord import LocalCoordinator, StoreCoordinator
+from gpufield.harden.supervise.evidence import COMM_RE
 from gpufield.harden.supervise.export import Control, EventLog, Metrics, write_atomic
-from gpufield.harden.supervise.launch import job_nodes, prepare, world_size
+from gpufield.harden.supervise.launch import (
+    job_nodes,
+    prepare,
+    rdzv_endpoint,
+    with_rdzv_id,
+    world_size,
+)
 from gpufield.harden.supervise.parse import DEFAULT_METRIC_PATTERN, DEFAULT_STEP_PATTERN, LineParser
 from gpufield.harden.supervise.progress import Thresholds
 from gpufield.harden.supervise.runner import Attempt, Detection, _public
+from gpufield.harden.supervise.slurm import exclude_text, hostfile_text
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -64,7 +74,7 @@ class SuperviseConfig:
         thresholds: detector thresholds (changeable while it runs through ``control_file``).
         policy: retry policy thresholds.
         nodes: the job's hosts; empty: ``SLURM_JOB_NODELIST`` expanded, else this host.
-        exclude_file: where excluded hosts are written (one per line), or None.
+        exclude_file: where excluded hosts are written (one comma-separated line: ``--exclude=$(cat FILE)``), or None.
         hostfile: where the remaining hosts are written (one per line), or None.
         validate_node: the gate an excluded host must pass to return (``host -> ok``), or None.
         control_file: JSON file of threshold changes, re-read while running, or None.
@@ -81,6 +91,9 @@ class SuperviseConfig:
         gpu_telemetry: put one NVML sample of the local GPUs beside a straggler report.
         nvml: a ``pynvml``-like module for that sample (``gpufield.testing.FakeNvml`` in tests), None: the real one.
         nvml_timeout_s: give up on NVML after this many seconds (a wedged driver blocks its calls).
+        cluster: one supervisor per node agreeing through a store (:mod:`...supervise.cluster`), or
+            None (this supervisor decides alone; ``nodes`` are then only names for the exclude list).
+            With it, this node's events and attempts go to ``run_dir/<node name>/``.
     """
 
     command: tuple[str, ...]
@@ -106,6 +119,7 @@ class SuperviseConfig:
     gpu_telemetry: bool = True
     nvml: Any = None
     nvml_timeout_s: float = 5.0
+    cluster: ClusterConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -179,12 +193,27 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
         InputError: the command cannot be started (no such program).
     """
     cfg = config
+    if cfg.cluster is not None:  # one run folder may be shared by every node: each writes below its name
+        cfg = dataclasses.replace(cfg, run_dir=cfg.run_dir / cfg.cluster.node)
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     log = EventLog(cfg.run_dir / "events.jsonl", echo=on_event)
     metrics = Metrics(cfg.metrics_port)
     control = Control(cfg.control_file, cfg.thresholds)
     policy = RetryPolicy(config=cfg.policy)
-    nodes = list(cfg.nodes) or job_nodes()
+    if cfg.cluster is not None:
+        from gpufield.harden.supervise.cluster import Cluster
+
+        try:
+            coord: LocalCoordinator | StoreCoordinator = StoreCoordinator(Cluster(cfg.cluster), policy, log,
+                                                                          cfg.validate_node)
+        except BaseException:
+            metrics.close()
+            log.close()
+            raise
+        nodes = list(cfg.cluster.nodes)
+    else:
+        nodes = list(cfg.nodes) or job_nodes()
+        coord = LocalCoordinator(nodes, policy, log, cfg.validate_node)
     excluded: list[str] = []
     detections: list[Detection] = []
     decisions: list[Decision] = []
@@ -192,69 +221,60 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
     metrics.budget.set(cfg.policy.max_retries)
     last_ckpt: str | None = None
     result_code, ok, attempt_no = 1, False, 0
-    log.emit("start", command=list(cfg.command), nodes=nodes, metrics_port=metrics.port,
+    log.emit("start", command=list(cfg.command), nodes=nodes, node=coord.me, metrics_port=metrics.port,
              thresholds=dataclasses.asdict(cfg.thresholds), policy=dataclasses.asdict(cfg.policy))
     try:
         while True:
-            for h in list(excluded):  # the validation gate: a host returns only when it passes
-                if cfg.validate_node is not None and cfg.validate_node(h):
-                    excluded.remove(h)
-                    log.emit("nodes", returned=h, reason="validation gate passed")
-            hosts = [h for h in nodes if h not in excluded]
+            hosts, excluded = coord.plan(attempt_no)
             _write_nodes(cfg, hosts, excluded)
             metrics.excluded.set(len(excluded))
             if not hosts:
                 log.emit("decision", action=STOP, reason="no hosts left after exclusions", excluded=excluded)
                 break
-            folder = cfg.run_dir / f"attempt-{attempt_no}"
-            folder.mkdir(parents=True, exist_ok=True)
-            subst = {"hosts": ",".join(hosts), "nnodes": str(len(hosts)), "exclude": ",".join(excluded),
-                     "attempt": str(attempt_no)}
-            argv, notes = prepare(cfg.command, folder / "torchrun", subst)
-            metrics.attempt.set(attempt_no)
-            log.emit("launch", attempt=attempt_no, argv=argv, notes=notes, hosts=hosts, resume=last_ckpt)
-            att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv))
-            t_launch = time.time()
-            det = att.run()
-            detections.extend(att.stragglers)
-            detections.append(det)
-            if det.kind == "ok":
-                log.emit("exit", attempt=attempt_no, rc=0, steps=att.progress.steps_made(),
-                         seconds=round(time.time() - t_launch, 2))
-                ok, result_code = True, 0
-                break
-            metrics.detections.labels(kind=det.kind).inc()
-            log.emit("detect", attempt=attempt_no, **_public(det))
-            tri = _triage(folder / "console.log") if cfg.triage else {}
-            triages.append(tri)
-            log.emit("triage", attempt=attempt_no, **tri)
-            host = att.blamed_host(det.ranks) or tri.get("host")
-            if tri.get("host") and tri.get("action_kind") in ("EXCLUDE_NODE", "RESET_GPU"):
-                host = tri["host"]
-            exc = att.facts.user_exception()
-            failure = Failure(kind=det.kind, cls=tri.get("cls") or ("HANG" if det.kind == "hang" else None),
-                              action_kind=tri.get("action_kind"), confidence=float(tri.get("confidence") or 1.0)
-                              if tri.get("cls") else 1.0, host=host,
-                              rank=det.ranks[0] if det.ranks else None, steps=att.progress.steps_made(),
-                              nan=det.kind == "nan", checkpoint=last_ckpt, user_exception=exc is not None)
-            dec = policy.decide(failure)
+            if coord.me is not None and coord.me not in hosts:  # excluded: this node sits the launch out
+                log.emit("nodes", attempt=attempt_no, sitting_out=coord.me, hosts=hosts)
+                user_exc = None
+                if coord.sit_out(attempt_no, hosts):
+                    ok, result_code = True, 0
+                    break
+                dec = coord.follow(attempt_no)
+            else:
+                user_exc = None
+                det, att, folder = _launch(cfg, attempt_no, hosts, excluded, log, metrics, control, coord, last_ckpt)
+                detections.extend(att.stragglers)
+                detections.append(det)
+                if det.kind == "ok" and coord.finished(attempt_no, hosts):
+                    ok, result_code = True, 0
+                    break
+                if det.kind == "ok":  # this node was fine; another node's incident decides
+                    dec = coord.follow(attempt_no)
+                else:
+                    metrics.detections.labels(kind=det.kind).inc()
+                    log.emit("detect", attempt=attempt_no, **_public(det))
+                    tri = _triage(folder / "console.log") if cfg.triage and det.kind != "peer" else {}
+                    triages.append(tri)
+                    if tri:
+                        log.emit("triage", attempt=attempt_no, **tri)
+                    rep = _report(det, att, tri, last_ckpt)
+                    user_exc = rep["user_exception"]
+                    dec = coord.resolve(attempt_no, hosts, rep)
+                last_ckpt = att.facts.checkpoint or last_ckpt
             decisions.append(dec)
             metrics.decisions.labels(action=dec.action).inc()
-            metrics.retries.set(policy.retries_used)
+            metrics.retries.set(dec.retries_used)
             log.emit("decision", attempt=attempt_no, action=dec.action, reason=dec.reason, host=dec.host,
                      delay_s=dec.delay_s, retries_used=dec.retries_used, budget=cfg.policy.max_retries,
-                     user_exception=exc[1] if exc else None)
-            last_ckpt = att.facts.checkpoint or last_ckpt
+                     user_exception=user_exc)
             if dec.action in (STOP, CONTINUE):
                 result_code = 93 if dec.no_progress else 1
                 break
-            if dec.action == EXCLUDE and dec.host and dec.host not in excluded:
-                excluded.append(dec.host)
             time.sleep(dec.delay_s)
+            coord.after(attempt_no, dec)
             attempt_no += 1
     finally:
         text = metrics.text()
         metrics.close()
+        coord.close()
         log.emit("end", ok=ok, attempts=attempt_no + 1, exit_code=result_code, excluded=excluded)
         log.close()
     return RunResult(ok=ok, attempts=attempt_no + 1, detections=detections, decisions=decisions,
@@ -262,11 +282,56 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
                      metrics_text=text, triage=triages)
 
 
+def _launch(cfg: SuperviseConfig, attempt_no: int, hosts: list[str], excluded: list[str], log: EventLog,
+            metrics: Metrics, control: Control, coord, last_ckpt: str | None) -> tuple[Detection, Attempt, Path]:
+    """Run launch ``attempt_no`` on this node to its detection."""
+    folder = cfg.run_dir / f"attempt-{attempt_no}"
+    folder.mkdir(parents=True, exist_ok=True)
+    subst = {"hosts": ",".join(hosts), "nnodes": str(len(hosts)), "exclude": ",".join(excluded),
+             "attempt": str(attempt_no)}
+    argv, notes = prepare(cfg.command, folder / "torchrun", subst)
+    if cfg.cluster is not None and rdzv_endpoint(argv) is not None:
+        argv, note = with_rdzv_id(argv, attempt_no)
+        notes.append(note)
+    metrics.attempt.set(attempt_no)
+    log.emit("launch", attempt=attempt_no, argv=argv, notes=notes, hosts=hosts, resume=last_ckpt)
+    att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv), peer=coord.peer_check(attempt_no),
+                  node=coord.me)
+    t_launch = time.time()
+    det = att.run()
+    if det.kind == "ok":
+        log.emit("exit", attempt=attempt_no, rc=0, steps=att.progress.steps_made(),
+                 seconds=round(time.time() - t_launch, 2))
+    return det, att, folder
+
+
+def _report(det: Detection, att: Attempt, tri: dict[str, Any], last_ckpt: str | None) -> dict[str, Any]:
+    """This node's report of a failed launch: the detection and the policy's :class:`Failure` fields
+    (None for a launch another node's incident ended, unless a rank here is stopped)."""
+    host = att.blamed_host(det.ranks) or tri.get("host")
+    if tri.get("host") and tri.get("action_kind") in ("EXCLUDE_NODE", "RESET_GPU"):
+        host = tri["host"]
+    exc = att.facts.user_exception()
+    kind = det.kind
+    if kind == "peer":
+        kind = "hang" if det.ranks else None  # a rank stopped here (state T/D) explains the others' wait
+    failure = None if kind is None else dataclasses.asdict(Failure(
+        kind=kind, cls=tri.get("cls") or ("HANG" if kind == "hang" else None),
+        action_kind=tri.get("action_kind"),
+        confidence=float(tri.get("confidence") or 1.0) if tri.get("cls") else 1.0, host=host,
+        rank=det.ranks[0] if det.ranks else None, steps=att.progress.steps_made(), nan=kind == "nan",
+        checkpoint=last_ckpt, user_exception=exc is not None))
+    victim = bool(det.ranks) and all(r in att.facts.exceptions and COMM_RE.search(att.facts.exceptions[r])
+                                     for r in det.ranks)
+    return {"kind": det.kind, "t": det.t, "ranks": list(det.ranks), "why": det.why, "victim": victim,
+            "failure": failure, "triage": tri, "user_exception": exc[1] if exc else None}
+
+
 def _write_nodes(cfg: SuperviseConfig, hosts: list[str], excluded: list[str]) -> None:
     if cfg.exclude_file is not None:
-        write_atomic(cfg.exclude_file, "".join(h + "\n" for h in excluded))
+        write_atomic(cfg.exclude_file, exclude_text(excluded))
     if cfg.hostfile is not None:
-        write_atomic(cfg.hostfile, "".join(h + "\n" for h in hosts))
+        write_atomic(cfg.hostfile, hostfile_text(hosts))
 
 
-__all__ = ["Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]
+__all__ = ["ClusterConfig", "Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]

@@ -10,8 +10,9 @@ localhost endpoint, the excluded-node files a scheduler reads, and the control f
   ``gpufield_run_retry_budget``, ``gpufield_run_excluded_nodes``,
   ``gpufield_run_straggler_slowdown{rank}``, ``gpufield_run_detections_total{kind}``,
   ``gpufield_run_decisions_total{action}``.
-- **Excluded nodes**: ``exclude_file`` holds the excluded hosts, one per line (Slurm
-  ``srun --exclude=<file>`` reads a file when the argument contains a ``/``); ``hostfile`` holds the
+- **Excluded nodes**: ``exclude_file`` holds the excluded hosts on one comma-separated line
+  (``sbatch --exclude=$(cat FILE)``; Slurm's ``--exclude=<file>`` also reads a file when the argument
+  contains a ``/``; :mod:`gpufield.harden.supervise.slurm`); ``hostfile`` holds the
   remaining hosts, one per line (an MPI/DeepSpeed hostfile, or ``{hosts}`` of the command). Both are
   written to a temp file beside the target and renamed.
 - **Control file**: a JSON object of :class:`~gpufield.harden.supervise.progress.Thresholds`

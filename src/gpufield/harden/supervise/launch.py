@@ -20,7 +20,6 @@ empty), ``{attempt}`` (0-based launch number).
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -112,34 +111,84 @@ def world_size(cmd: Sequence[str]) -> int:
 
 
 def expand_nodelist(text: str) -> list[str]:
-    """Expand a Slurm host list (``gpu[01-03,07],login1`` -> ``gpu01 gpu02 gpu03 gpu07 login1``).
-
-    Handles one bracket group per name (what Slurm prints for ``SLURM_JOB_NODELIST`` of flat
-    clusters); ``scontrol show hostnames`` is the complete reference.
+    """Expand a Slurm host list (``gpu[01-03,07],login1`` -> ``gpu01 gpu02 gpu03 gpu07 login1``) with
+    :func:`gpufield.harden.supervise.slurm.parse_hostlist` (no ``scontrol`` call).
 
     Raises:
         ValueError: an unbalanced bracket or a bad range.
     """
-    hosts: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text):
-        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", part)
-        if not m:
-            if "[" in part or "]" in part:
-                raise ValueError(f"Slurm node list {text!r}: cannot read {part!r}")
-            hosts.append(part)
-            continue
-        pre, body, post = m.groups()
-        for rng in body.split(","):
-            lo, sep, hi = rng.partition("-")
-            if not lo.isdigit() or (sep and not hi.isdigit()):
-                raise ValueError(f"Slurm node list {text!r}: bad range {rng!r}")
-            for n in range(int(lo), int(hi if sep else lo) + 1):
-                hosts.append(f"{pre}{n:0{len(lo)}d}{post}")
-    return hosts
+    from gpufield.harden.supervise.slurm import parse_hostlist
+
+    return parse_hostlist(text)
 
 
 def job_nodes(env: dict[str, str] | None = None) -> list[str]:
     """The job's hosts: ``SLURM_JOB_NODELIST`` (or ``SLURM_NODELIST``) expanded, else this host."""
+    from gpufield.harden.supervise.slurm import expand_hostlist
+
     env = os.environ if env is None else env
     nl = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    return expand_nodelist(nl) if nl else [socket.gethostname()]
+    return expand_hostlist(nl) if nl else [socket.gethostname()]
+
+
+def option_value(cmd: Sequence[str], *names: str) -> str | None:
+    """The value of the first of ``names`` in a command (``--opt V`` or ``--opt=V``), or None."""
+    for i, t in enumerate(cmd):
+        key, eq, val = t.partition("=")
+        if key in names:
+            if eq:
+                return val
+            return cmd[i + 1] if i + 1 < len(cmd) else None
+    return None
+
+
+def rdzv_endpoint(cmd: Sequence[str]) -> tuple[str, int] | None:
+    """``(host, port)`` of a torchrun command's c10d rendezvous (``--rdzv-backend c10d --rdzv-endpoint H:P``),
+    or None (no torchrun, another backend, or no endpoint). A missing port is torchrun's default 29400.
+
+    Raises:
+        ValueError: the endpoint's port is not a number.
+    """
+    if launcher_index(cmd) is None:
+        return None
+    if option_value(cmd, "--rdzv-backend", "--rdzv_backend") != "c10d":
+        return None
+    ep = option_value(cmd, "--rdzv-endpoint", "--rdzv_endpoint")
+    if not ep:
+        return None
+    host, sep, port = ep.rpartition(":")
+    if not sep:
+        return ep, 29400
+    if not port.isdigit():
+        raise ValueError(f"--rdzv-endpoint {ep!r}: the port is not a number")
+    return host.strip("[]"), int(port)
+
+
+def with_rdzv_id(cmd: list[str], attempt: int) -> tuple[list[str], str | None]:
+    """A torchrun command whose ``--rdzv-id`` names the launch (``<id>-a<attempt>``, ``none`` when absent).
+
+    A c10d rendezvous that an agent shut down is closed for good in its store; when the store
+    outlives the launches (the multi-node supervisor hosts it), every launch needs its own id.
+
+    Returns:
+        ``(argv, note)``; the note is None when ``cmd`` is not a torchrun command.
+    """
+    idx = launcher_index(cmd)
+    if idx is None:
+        return cmd, None
+    out = list(cmd)
+    tail = out[idx + 1:]
+    script = next((i for i, t in enumerate(tail) if not t.startswith("-") and (i == 0 or not _takes_value(tail[i - 1]))),
+                  len(tail))
+    for i in range(idx + 1, idx + 1 + script):  # the launcher's options only, not the script's
+        t = out[i]
+        key, eq, val = t.partition("=")
+        if key in ("--rdzv-id", "--rdzv_id"):
+            if eq:
+                out[i] = f"{key}={val}-a{attempt}"
+                return out, f"--rdzv-id {val}-a{attempt}: one rendezvous per launch"
+            if i + 1 < len(out):
+                out[i + 1] = f"{out[i + 1]}-a{attempt}"
+                return out, f"--rdzv-id {out[i + 1]}: one rendezvous per launch"
+    out[idx + 1:idx + 1] = ["--rdzv-id", f"none-a{attempt}"]
+    return out, f"--rdzv-id none-a{attempt}: one rendezvous per launch"

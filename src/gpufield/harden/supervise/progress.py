@@ -151,6 +151,8 @@ class Progress:
     start_t: float
     ranks: dict[int, RankView] = field(default_factory=dict)
     intervals: deque = field(default_factory=lambda: deque(maxlen=512))
+    n_intervals: int = 0  # intervals appended so far (the deque keeps the last 512)
+    p99_cache: tuple[int, float] | None = None  # (n_intervals, p99) of the last computation
     rounds: dict[str, dict[int, dict[int, float]]] = field(default_factory=lambda: {"collective": {}, "step_line": {}})
     named: set = field(default_factory=set)
     nan_seen: bool = False
@@ -184,6 +186,7 @@ class Progress:
             return
         if v.progress_t is not None and (v.step is None or step > v.step):
             self.intervals.append(now - v.progress_t)
+            self.n_intervals += 1
         if v.first_step is None:
             v.first_step = step
         if v.step is None or step > v.step:
@@ -227,7 +230,9 @@ class Progress:
         if not any(v.progress_t is not None for v in self.ranks.values()):
             return th.startup_timeout_s, "startup"
         if len(self.intervals) >= 3:
-            p99 = statistics.quantiles(self.intervals, n=100, method="inclusive")[98]
+            if self.p99_cache is None or self.p99_cache[0] != self.n_intervals:  # per new step, not per tick
+                self.p99_cache = (self.n_intervals, statistics.quantiles(self.intervals, n=100, method="inclusive")[98])
+            p99 = self.p99_cache[1]
             return max(th.hang_factor * p99, th.hang_floor_s), None
         return th.hang_floor_s, None
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ class Detection:
     """What ended (or flagged) an attempt.
 
     Attributes:
-        kind: ``hang``, ``crash``, ``exit``, ``nan``, ``straggler`` or ``ok`` (clean exit 0).
+        kind: ``hang``, ``crash``, ``exit``, ``nan``, ``straggler``, ``peer`` (another node's incident
+            ended it) or ``ok`` (clean exit 0).
         t: wall time of the detection (unix s).
         ranks: blamed ranks.
         why: one sentence.
@@ -59,14 +61,16 @@ class Attempt:
     """
 
     def __init__(self, argv: list[str], folder: Path, cfg, log: EventLog, metrics: Metrics, control: Control,
-                 world: int) -> None:
+                 world: int, *, peer: Callable[[], bool] | None = None, node: str | None = None) -> None:
         self.argv, self.folder, self.cfg, self.log, self.metrics, self.control = argv, folder, cfg, log, metrics, control
         self.monitor_dir = folder / "monitor"
         self.monitor_dir.mkdir(parents=True, exist_ok=True)
         self.parser = LineParser(cfg.step_pattern, cfg.metric_pattern)
         self.facts = LineFacts()
         self.tail = MonitorTail(self.monitor_dir)
-        self.progress = Progress(world=world, start_t=time.monotonic())
+        # with one supervisor per node the local ranks are a slice of the global ones: no ranks 0..n-1 up front
+        multi = getattr(cfg, "cluster", None) is not None
+        self.progress = Progress(world=0 if multi else world, start_t=time.monotonic())
         self.seen_pids: dict[int, int] = {}
         self.stragglers: list[Detection] = []
         self.host = socket.gethostname()
@@ -75,6 +79,9 @@ class Attempt:
         self.gone: tuple[float, float, tuple[int, ...]] | None = None  # (wall, monotonic, ranks) of the first exit
         self.world = world
         self.full_scan_t = 0.0
+        self.peer = peer  # has another node's supervisor recorded an incident of this launch?
+        self.node = node  # this node's name in a multi-node job (its ranks' host), else None
+        self.peer_s = cfg.cluster.poll_s if getattr(cfg, "cluster", None) is not None else cfg.scan_s
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -105,7 +112,7 @@ class Attempt:
         sel.register(proc.stdout, selectors.EVENT_READ)
         buf = b""
         det: Detection | None = None
-        last_scan = 0.0
+        last_scan = last_peer = 0.0
         try:
             while det is None:
                 for _key, _ in sel.select(timeout=self.cfg.tick_s):
@@ -127,7 +134,11 @@ class Attempt:
                     break
                 if det is None and self.gone is None:  # once a rank exited, the crash path owns the attempt
                     det = self._check(now)
-            if det.kind in ("hang", "nan") or (det.kind == "crash" and proc.poll() is None):
+                if det is None and self.peer is not None and now - last_peer >= self.peer_s:
+                    last_peer = now
+                    if self.peer():
+                        det = self._peer()
+            if det.kind in ("hang", "nan", "peer") or (det.kind == "crash" and proc.poll() is None):
                 self._end(proc, det, buf, console)
         finally:
             sel.close()
@@ -217,6 +228,16 @@ class Attempt:
         return Detection(kind="crash", t=wall, ranks=ranks, why="rank process(es) "
                          f"{list(ranks)} exited first (pid {[self.seen_pids[r] for r in ranks]})",
                          details={"steps": self._steps(), "silent_s": self._silent(self.gone[1])})
+
+    def _peer(self) -> Detection:
+        """Another node recorded an incident: this launch ends too; ranks stopped here are named."""
+        self._scan_workers(self.proc)
+        stopped = tuple(r for r, s in sorted(self.states.items()) if s in ("T", "t", "D"))
+        why = "another node recorded an incident of this launch"
+        if stopped:
+            why += f"; rank(s) {list(stopped)} here are stopped (/proc state T/D)"
+        return Detection(kind="peer", t=time.time(), ranks=stopped, why=why,
+                         details={"steps": self._steps(), "states": {r: s or "gone" for r, s in self.states.items()}})
 
     def _exited(self, rc: int) -> Detection:
         """The launcher ended: clean, a rank crash it reported, or its own failure."""
@@ -313,11 +334,12 @@ class Attempt:
             proc.wait()
 
     def blamed_host(self, ranks: tuple[int, ...]) -> str | None:
-        """Host of the first blamed rank (monitor ``I`` record, else this host: the workers are local)."""
+        """Host of the first blamed rank: this node's name in a multi-node job (its ranks are local),
+        else the monitor's ``I`` record, else this host."""
         for r in ranks:
             v = self.progress.ranks.get(r)
             if v is not None:
-                return v.host or self.host
+                return self.node or v.host or self.host
         return None
 
 

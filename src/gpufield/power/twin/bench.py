@@ -95,7 +95,7 @@ class TwinBench:
         # the peak segment is taken from steady state: sessions started during the warm-up carry
         # their grown contexts into it (a fresh start would under-state context and KV traffic)
         self.peak = sc.workload(duration_s=self.warmup_s + self.gate_s, rate_factor=sc.peak_rate_factor,
-                                seed=sc.seed + 1)
+                                seed=sc.seed + 1, spikes=False)
         self._in = self.peak.arrival_s >= self.warmup_s
         self._pre = simulate_prefill(self.pair, self.peak, static_policy(LaneSetting(), LaneSetting()),
                                      progress=self._obs("peak replay, prefill lane"))

@@ -1,20 +1,37 @@
 """Per-GPU power and clock model of the twin, and the firmware that enforces caps and clock windows.
 
-Power model (power.md section 6.1, in the form of Afzal et al.'s linear + super-linear fit)::
+Power model (power.md section 6.1: Afzal et al.'s linear + super-linear form, with the terms issue #29
+names; H200 coefficients fitted to read-only measurements by :mod:`gpufield.power.twin.fit`)::
 
-    P(f, m, a_c, a_m) = P_idle(f) + a_c * P_sm * g(f) + a_m * (P_hbm * r_m + P_path * g(f))
-    P_idle(f)         = idle_w + (idle_max_clock_w - idle_w) * (f - f_min) / (f_max - f_min)
-    g(f)              = f * V(f)^2 / (f_max * V(f_max)^2),  V linear above the voltage knee, flat below
+    P(f, m; b, a_c, a_m, L) = P_ctx(f) + (b * P_busy + a_c * P_sm) * g(f) + a_m * (P_hbm * r_m + P_path * g(f))
+                              + P_launch * g(f) * L / 1e5
+    P_ctx(f)             = idle_ctx_w + (idle_max_clock_w - idle_ctx_w) * (f - f_min) / (f_max - f_min)
+    g(f)                 = f * V(f)^2 / (f_max * V(f_max)^2),  V linear above the voltage knee, flat below
 
-with ``f`` the SM clock (MHz), ``m`` the HBM clock state (0 = full), ``r_m`` the memory-clock ratio,
-``a_c`` SM/tensor activity and ``a_m`` the fraction of peak HBM bandwidth in use.
+* ``f``: SM clock (MHz); ``m``: HBM clock state (0 = full), ``r_m`` its clock ratio.
+* ``b``: busy fraction, the share of time kernels occupy the GPU (1 for back-to-back kernels; the
+  cost model uses ``1 - t_fixed / t_iter``). ``P_busy`` is what busy SMs draw beyond idle whatever
+  they compute (a GEMV waiting on HBM draws it too).
+* ``a_c``: SM (tensor) activity = achieved FLOP/s over the dense peak at ``f``
+  (``bf16_flops_per_clock * f``, FP8 doubles it), 0..1. The SM-clock-scaled power of SMs that
+  issue memory traffic is in ``P_path`` (``stream_sm_activity`` adds ``a_c`` per unit of memory
+  time in the cost model; the measured H200 fit folds it into ``P_path`` and sets it to 0).
+* ``a_m``: HBM traffic = achieved bytes/s over the datasheet peak ``hbm_bandwidth_bytes_per_s``,
+  so ``a_m * (P_hbm + P_path)`` is an energy per byte (times bytes/s) at ``f_max``.
+* ``L``: kernel launches per second. Launch-bound regime (batch-1 decode without CUDA graphs): the
+  SMs idle between launches, ``a_c`` and ``a_m`` are small, the clock stays at the top, so the power
+  is ``P_ctx(f_max)`` (idle with a live CUDA context at full clock) plus ``P_launch`` per 1e5
+  launches/s.
+* ``P_ctx``: idle with a live CUDA context; ``idle_w`` is idle before any context (parked clock).
 
 Firmware: the power cap is enforced on a ~1 s running average (LACT issue #1128, power.md 6.3): at
 the start of every busy segment of length ``d`` the firmware picks the highest SM clock of the window
 whose power keeps the exponential average (tau = 1 s) at or below the cap by the end of the segment;
 it lowers the SM clock first and drops HBM to its lower state only when the clock would fall below
 ``hbm_gate_mhz`` (the "decode power floor" of Dynamo's power-planner design). A clock-window floor
-yields to the cap, as NVML documents for ``nvmlDeviceSetGpuLockedClocks``.
+yields to the cap, as NVML documents for ``nvmlDeviceSetGpuLockedClocks``. Idle gaps run at the top
+of the clock window for ``idle_hold_s`` (measured on the H200 with a live context: it never parked
+within 8 s) before parking at the floor.
 """
 
 from __future__ import annotations
@@ -26,9 +43,10 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["GpuModel", "Firmware", "OperatingPoint", "load_gpu_model", "fit_h200_dynamic_power"]
+__all__ = ["GpuModel", "Firmware", "OperatingPoint", "load_gpu_model", "gpu_model_from_dict", "LAUNCH_REF_PER_S"]
 
 _TAU_S = 1.0  # cap enforcement averaging window (LACT #1128; NVML GetPowerUsage is a 1 s average)
+LAUNCH_REF_PER_S = 1e5  #: launches/s at which ``launch_w`` is given
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -61,6 +79,10 @@ class GpuModel:
     hbm_gate_mhz: int
     stream_sm_activity: float
     gemm_mem_activity: float
+    idle_ctx_w: float | None = None
+    busy_w: float = 0.0
+    launch_w: float = 0.0
+    idle_hold_s: float = 1.0
     sources: dict[str, str] = field(default_factory=dict)
     sm_clocks_mhz: np.ndarray = field(init=False, repr=False, compare=False)
     mem_ratio: np.ndarray = field(init=False, repr=False, compare=False)
@@ -73,7 +95,11 @@ class GpuModel:
             raise ValueError(f"{self.name}: sm_clock_min_mhz must be < sm_clock_max_mhz")
         if list(self.mem_clocks_mhz) != sorted(self.mem_clocks_mhz, reverse=True):
             raise ValueError(f"{self.name}: mem_clocks_mhz must be highest first (NVML order)")
-        for n in ("idle_w", "hbm_w", "mem_path_sm_w", "sm_dynamic_w"):
+        if self.idle_ctx_w is None:
+            object.__setattr__(self, "idle_ctx_w", self.idle_w)
+        if not self.idle_hold_s >= 0:
+            raise ValueError(f"{self.name}: idle_hold_s must be >= 0")
+        for n in ("idle_w", "idle_ctx_w", "hbm_w", "mem_path_sm_w", "sm_dynamic_w", "busy_w", "launch_w"):
             if getattr(self, n) < 0:
                 raise ValueError(f"{self.name}: {n} must be >= 0")
         if not 0 < self.mem_efficiency <= 1 or not 0 < self.voltage_min_ratio <= 1:
@@ -95,17 +121,26 @@ class GpuModel:
         return f * v * v / self.sm_clock_max_mhz
 
     def idle_power_w(self, clock_mhz: np.ndarray | float) -> np.ndarray:
-        """Power with no kernel running at SM clock ``clock_mhz`` (W)."""
+        """``P_ctx(f)``: power with a live CUDA context and no kernel running at ``clock_mhz`` (W)."""
         f = np.asarray(clock_mhz, dtype=float)
         frac = (f - self.sm_clock_min_mhz) / (self.sm_clock_max_mhz - self.sm_clock_min_mhz)
-        return self.idle_w + (self.idle_max_clock_w - self.idle_w) * np.clip(frac, 0.0, 1.0)
+        return self.idle_ctx_w + (self.idle_max_clock_w - self.idle_ctx_w) * np.clip(frac, 0.0, 1.0)
 
-    def power_w(self, clock_mhz, mem_state, sm_activity, mem_activity) -> np.ndarray:
-        """Board power (W) from the model in the module docstring; arguments broadcast."""
+    def power_w(self, clock_mhz, mem_state, sm_activity, mem_activity, launches_per_s=0.0,
+                busy=1.0) -> np.ndarray:
+        """Board power (W) from the model in the module docstring; arguments broadcast.
+
+        Args:
+            clock_mhz: SM clock ``f`` (MHz). mem_state: HBM state index (0 = full clock).
+            sm_activity: ``a_c`` (0..1). mem_activity: ``a_m`` = bytes/s over the datasheet peak.
+            launches_per_s: kernel launches per second ``L``. busy: busy fraction ``b`` (0..1).
+        """
         g = self.voltage_scale(clock_mhz)
         r = self.mem_ratio[np.asarray(mem_state)]
-        return (self.idle_power_w(clock_mhz) + np.asarray(sm_activity) * self.sm_dynamic_w * g
-                + np.asarray(mem_activity) * (self.hbm_w * r + self.mem_path_sm_w * g))
+        return (self.idle_power_w(clock_mhz)
+                + (np.asarray(busy) * self.busy_w + np.asarray(sm_activity) * self.sm_dynamic_w) * g
+                + np.asarray(mem_activity) * (self.hbm_w * r + self.mem_path_sm_w * g)
+                + self.launch_w * g * (np.asarray(launches_per_s, dtype=float) / LAUNCH_REF_PER_S))
 
     def flops_per_s(self, clock_mhz, *, fp8: bool) -> np.ndarray:
         """Dense tensor-core peak at ``clock_mhz`` (FLOP/s); FP8 doubles BF16 (Hopper/Blackwell)."""
@@ -125,6 +160,13 @@ class GpuModel:
         return int(ok.max()) if ok.size else int(c[-1])
 
 
+def gpu_model_from_dict(name: str, d: dict) -> GpuModel:
+    """Build a :class:`GpuModel` from one ``twin_gpus.json`` entry (its ``fit`` record and ``_`` keys are ignored)."""
+    d = {k: v for k, v in d.items() if k != "fit" and not k.startswith("_")}
+    d["mem_clocks_mhz"] = tuple(d["mem_clocks_mhz"])
+    return GpuModel(name=name, **d)
+
+
 def load_gpu_model(name: str) -> GpuModel:
     """Load the twin parameters of ``name`` (``"H200"``, ``"B200"``, ``"B300"``) from package data.
 
@@ -136,26 +178,7 @@ def load_gpu_model(name: str) -> GpuModel:
     key = name.upper().replace("NVIDIA ", "").split()[0] if name else name
     if key not in gpus:
         raise ValueError(f"unknown GPU {name!r}; the twin knows {sorted(gpus)}")
-    d = dict(gpus[key])
-    d["mem_clocks_mhz"] = tuple(d["mem_clocks_mhz"])
-    return GpuModel(name=key, **d)
-
-
-def fit_h200_dynamic_power(baseline: dict, model: GpuModel) -> float:
-    """Fit ``sm_dynamic_w`` so a BF16 GEMM at the probe's clock draws the probe's power.
-
-    Args:
-        baseline: parsed ``h200-baseline.json`` (keys ``phase_compute_bf16_gemm``).
-        model: the H200 model whose other parameters are used.
-
-    Returns:
-        ``sm_dynamic_w`` in W.
-    """
-    ph = baseline["phase_compute_bf16_gemm"]
-    f, p = float(ph["sm_mhz_median"]), float(ph["power_w_median"])
-    g = float(model.voltage_scale(f))
-    rest = float(model.idle_power_w(f)) + model.gemm_mem_activity * (model.hbm_w + model.mem_path_sm_w * g)
-    return (p - rest) / g
+    return gpu_model_from_dict(key, gpus[key])
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,16 +268,18 @@ class Firmware:
     def idle(self, duration_s: float) -> float:
         """Advance through an idle gap; return its energy (J).
 
-        The clock stays at the last busy clock for up to 1 s (the probe's post-load 124 W at
-        1980 MHz), then parks at the window floor (a locked floor keeps idle power up).
+        With a live context the idle clock goes to the top of the clock window (H200 run72b: 1980 MHz
+        right after GEMMs the cap had held at 1485-1755 MHz; the earlier probe: 124 W at 1980 MHz after
+        load) and stays there for ``idle_hold_s``, then parks at the window floor (a locked floor keeps
+        idle power up).
         """
         if duration_s <= 0:
             return 0.0
         m = self.model
         park = max(float(m.sm_clocks_mhz[-1]), float(self._lo_clock))
-        hold = min(duration_s, 1.0)
-        last = max(float(m.sm_clocks_mhz[self.last_clock_index]), park)
-        p_hold, p_park = float(m.idle_power_w(last)), float(m.idle_power_w(park))
+        hold = min(duration_s, m.idle_hold_s)
+        top = max(float(m.sm_clocks_mhz[self._hi_index]), park)
+        p_hold, p_park = float(m.idle_power_w(top)), float(m.idle_power_w(park))
         energy = p_hold * hold + p_park * (duration_s - hold)
         e = math.exp(-duration_s / _TAU_S)
         self.ema_w = self.ema_w * e + (energy / duration_s) * (1 - e)

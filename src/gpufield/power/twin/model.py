@@ -7,6 +7,13 @@ Decode iteration of batch ``b`` with ``ctx`` context tokens in total, on ``tp`` 
     flops      = 2 * N_active * b + 4 * n_layers * n_q_heads * head_dim * ctx
     t_mem      = bytes / tp / (BW(m) * min(1, f / f_mlp)),   t_comp = flops / tp / (eta * F(f))
     t_iter     = t_fixed + (t_mem^4 + t_comp^4)^(1/4)
+    a_c        = sm_act * flops / tp / t_iter / F(f) + stream_sm_activity * t_mem / t_iter
+    a_m        = bytes / tp / t_iter / BW_peak
+
+``a_c`` and ``a_m`` are the GPU power model's inputs (twin.gpu): achieved FLOP/s over the dense peak
+at the clock and achieved bytes/s over the datasheet peak, both averaged over the iteration; its busy
+fraction is ``(t_iter - t_fixed) / t_iter``, so the fixed time (launch, sampling) is spent at
+``P_ctx(f)``: the launch-bound regime of small batches.
 
 A dense model is the special case ``n_experts = 0``. Prefill of ``n`` new tokens uses the same
 formulas with all experts of the batch and attention over ``n * (prior + n/2)`` pairs. The returned
@@ -153,8 +160,11 @@ class CostModel:
         core = (t_mem ** _P_NORM + t_comp ** _P_NORM) ** (1.0 / _P_NORM)
         t = fixed_s + core
         a_m = np.minimum(1.0, bytes_ / self.tp / t / self._peak_bw)
-        a_c = np.minimum(1.0, (self.gpu.stream_sm_activity * t_mem + sm_act * t_comp) / t)
-        p = self.gpu.power_w(self._f, self._mem, a_c, a_m)
+        # a_c: achieved FLOP/s over the dense peak at each clock (the GPU model's SM activity), scaled by
+        # the kernels' activity relative to a dense GEMM; plus the (H200-fit: zero) streaming SM share
+        u_c = flops / self.tp / t / self._flops
+        a_c = np.minimum(1.0, sm_act * u_c + self.gpu.stream_sm_activity * t_mem / t)
+        p = self.gpu.power_w(self._f, self._mem, a_c, a_m, busy=core / t)
         return t, p
 
     def decode(self, batch: int, ctx_tokens: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -190,7 +190,7 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.local_rank = int(m["n"])
             pos = m.end()
             continue
-        m = SYSLOG_RE.match(line, pos) if c in _MONTH_INITIALS else None
+        m = SYSLOG_RE.match(line, pos) if c in _MONTH_INITIALS and line[pos:pos + 3] in _MONTHS else None
         if m:
             p.ts_ns = _yearless(year, _MONTHS[m["mon"]], int(m["day"]), m["hms"], m["frac"], utc_offset_s, not_after_ns)
             _check(p, line[m.start("mon"):m.end("frac") if m["frac"] else m.end("hms")])
@@ -238,7 +238,8 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.pid = int(m["tid"])  # glog's field is the thread id; torchrun writes the pid there
             pos = m.end()
             continue
-        m = NCCL_PREFIX_RE.match(line, pos) if not bracket and c not in " \t" else None
+        # (the host part is followed by ':', so a line with no ':' after pos cannot match)
+        m = NCCL_PREFIX_RE.match(line, pos) if not bracket and c not in " \t" and line.find(":", pos) > pos else None
         if m:
             p.host, p.pid, p.gpu_index = m["host"], int(m["pid"]), int(m["dev"])
             pos = m.end()

@@ -55,13 +55,10 @@ class Match:
             raise IndexError(f"no such group: {group!r}") from None
 
     def __getitem__(self, group: int | str) -> str | None:
-        if group.__class__ is str:  # the common case: m["name"]
-            i = self._p.groupindex.get(group)  # type: ignore[call-overload]
-            if i is None:
-                raise IndexError(f"no such group: {group!r}")
-            s = self._spans[i]
-        else:
-            s = self._spans[self._index(group)]
+        try:  # names and group numbers alike, one dict look-up (the parsers call this ~10 times per line)
+            s = self._spans[self._p._slot[group]]
+        except (KeyError, TypeError):
+            s = self._spans[self._index(group)]  # raises IndexError for an unknown group
         return None if s[0] < 0 else self._text[s[0]:s[1]]
 
     def __repr__(self) -> str:
@@ -117,7 +114,7 @@ class Pattern:
         ValueError: RE2 cannot compile ``pattern`` (the message says why).
     """
 
-    __slots__ = ("pattern", "ignore_case", "groups", "groupindex", "_rx", "_raw")
+    __slots__ = ("pattern", "ignore_case", "groups", "groupindex", "_rx", "_raw", "_slot")
 
     def __init__(self, pattern: str, *, ignore_case: bool = False) -> None:
         opts = re2.Options()
@@ -131,6 +128,8 @@ class Pattern:
         self._rx, self._raw = rx, rx._regexp
         self.groups: int = rx.groups
         self.groupindex: dict[str, int] = dict(rx.groupindex)
+        #: group name or number -> index into a match's spans (``Match.__getitem__``)
+        self._slot: dict[int | str, int] = {**{i: i for i in range(rx.groups + 1)}, **self.groupindex}
 
     def __repr__(self) -> str:
         return f"gpufield.triage.parsers._regex.compile({self.pattern!r})"
@@ -167,10 +166,31 @@ class Pattern:
 
     def search(self, text: str, pos: int | None = None, endpos: int | None = None) -> Match | None:
         """First match anywhere in ``text[pos:endpos]``, or None."""
+        if pos is None and endpos is None and text.isascii():  # the common call: the whole ASCII line
+            if _last[0] is text:
+                b = _last[1]
+            else:
+                b = text.encode("ascii")
+                _last[0], _last[1] = text, b
+            spans = self._raw.Match(_UNANCHORED, b, 0, len(b))
+            return None if spans[0][0] < 0 else Match(self, text, spans)
         return self._run(_UNANCHORED, text, pos, endpos)
 
     def match(self, text: str, pos: int | None = None, endpos: int | None = None) -> Match | None:
         """Match starting exactly at ``pos``, or None."""
+        if endpos is None and text.isascii():  # the prefix parser's call: match(line, pos)
+            if _last[0] is text:
+                b = _last[1]
+            else:
+                b = text.encode("ascii")
+                _last[0], _last[1] = text, b
+            n = len(b)
+            if pos is None or pos < 0:
+                pos = 0
+            elif pos > n:
+                pos = n
+            spans = self._raw.Match(_START, b, pos, n)
+            return None if spans[0][0] < 0 else Match(self, text, spans)
         return self._run(_START, text, pos, endpos)
 
     def fullmatch(self, text: str, pos: int | None = None, endpos: int | None = None) -> Match | None:

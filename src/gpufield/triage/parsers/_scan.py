@@ -51,6 +51,27 @@ class _ThinState:
 
 
 @dataclass(slots=True)
+class ScanState:
+    """Where a scan of one stream stands between two reads (see ``scan(state=..., stop_after_reads=...)``).
+
+    Attributes:
+        carry: bytes read after the last newline of the last block (the head of the next block).
+        base: lines of the stream before the next block.
+        reads: ``stream.read`` calls made so far.
+        thin: the thinned parser's per-file state.
+        pending: an open record ``(parser index, lines, first line number)`` waiting for the next block.
+        stopped: True when the scan returned at ``stop_after_reads`` (not at the end of the stream).
+    """
+
+    carry: bytes = b""
+    base: int = 0
+    reads: int = 0
+    thin: _ThinState = field(default_factory=_ThinState)
+    pending: tuple[int, list[str], int] | None = None
+    stopped: bool = False
+
+
+@dataclass(slots=True)
 class ScanCounters:
     """What one file scan saw (filled in while the generator runs)."""
 
@@ -61,6 +82,9 @@ class ScanCounters:
     warnings: list[tuple[int | None, str]] = field(default_factory=list)
     bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
     truncated_lines: int = 0  # lines longer than MATCH_BYTES: only their head was matched
+    helper_blocks: int = 0  # blocks whose events a helper process parsed (``gpufield.triage._split``)
+    helper_stop: str | None = None  # why the helper's last refused stretch was refused (or why it stopped)
+    helper_redone: int = 0  # helper stretches refused and parsed here again
 
     def count(self, ev: Event) -> None:
         """Count one emitted event; warn (``line: message``) when its timestamp was unreadable."""
@@ -127,7 +151,9 @@ def _line(block: bytes, starts: np.ndarray, i: int) -> str:
 def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int,
          counters: ScanCounters, block_bytes: int = BLOCK_BYTES,
          on_error: Callable[[Exception, int], None] | None = None,
-         not_after_ns: int | None = None, on_block: BlockHook | None = None) -> Iterator[Event]:
+         not_after_ns: int | None = None, on_block: BlockHook | None = None, *,
+         state: ScanState | None = None, stop_after_reads: int | None = None,
+         parse: bool = True) -> Iterator[Event]:
     """Yield the events of one (already opened, decompressed) byte stream.
 
     Args:
@@ -144,16 +170,25 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         on_block: called as ``on_block(block, starts, n, base)`` for every block of whole lines
             (line ``i`` is ``block[starts[i]:starts[i + 1]]``, file line ``base + i + 1``), so a
             caller can run its own vectorised pass without reading the file again.
+        state: resume from this state (``stream`` positioned where it was left); updated in place.
+        stop_after_reads: return once this many reads were made in all (``state.stopped`` set; no
+            end-of-stream handling: the open record and the carried bytes stay in ``state``).
+        parse: False: only cut blocks and call ``on_block``; no event is parsed, and ``None`` is
+            yielded after each block instead (``gpufield.triage._split`` interleaves the events a
+            helper process parsed from the same blocks).
 
     Yields:
         Events in file order.
     """
-    carry = b""
-    thin = _ThinState()
-    base = 0  # lines before the current block
-    pending: tuple[int, list[str], int] | None = None  # (parser index, lines, first line number)
+    st = state if state is not None else ScanState()
+    carry, thin, base, pending = st.carry, st.thin, st.base, st.pending
     eof = False
     while not eof:
+        if stop_after_reads is not None and st.reads >= stop_after_reads:
+            st.carry, st.base, st.pending, st.stopped = carry, base, pending, True
+            counters.lines = base
+            return
+        st.reads += 1
         try:
             chunk = stream.read(block_bytes)
         except (EOFError, OSError, ValueError) as e:  # truncated / corrupt compressed stream
@@ -197,6 +232,11 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                 counters.warnings.append((first_long, f"line longer than {MATCH_BYTES} bytes: only its "
                                           f"first {MATCH_BYTES} bytes are matched (see truncated_lines for the count)"))
             counters.truncated_lines += len(long)
+        if not parse:
+            base += n
+            counters.lines = base
+            yield None  # type: ignore[misc]  (a block boundary: the caller interleaves events parsed elsewhere)
+            continue
         cand, codes = _candidates(block, starts, n, table)
         counters.candidates += len(cand)
         nxt = 0
@@ -254,6 +294,7 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                 break
         base += n
         counters.lines = base
+    st.carry, st.base, st.pending, st.stopped = b"", base, None, False
     if pending is not None:
         pi, lines, first = pending
         yield from _emit(table.parsers[pi].parse_record(lines, _ctx(path, first, year, utc_offset_s, not_after_ns)), counters)  # type: ignore[attr-defined]

@@ -123,21 +123,22 @@ class NcclParser:
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one NCCL line (see module docstring)."""
-        m = self._CAUGHT.search(line)
+        # each search below is skipped when a literal its pattern requires is absent (same result, no RE2 call)
+        m = self._CAUGHT.search(line) if "Caught signal " in line else None
         if m:
             n = int(m["n"])
             name = {7: "SIGBUS", 11: "SIGSEGV", 6: "SIGABRT", 9: "SIGKILL"}.get(n)
             return event("nccl", "signal_death", ctx, line, prefix_of(line, ctx), code=-n, severity="error",
                          fields={"signal": n, "signal_name": name, "message": line[m.start():].strip()})
-        m = self._SHM_SEG.search(line)
+        m = self._SHM_SEG.search(line) if "shared memory segment " in line else None
         if m and "NCCL WARN" not in line:
             return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="error",
                          fields={"message": line[m.start():].strip()})
-        m = self._RETRY.search(line)
+        m = self._RETRY.search(line) if "NCCL INFO Call to connect returned " in line else None
         if m:  # an INFO line, but the only trace of a peer NCCL cannot reach (route, firewall, wrong interface)
             return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="warning",
                          fields={"message": m["msg"]})
-        m = self._FRAME.search(line)
+        m = self._FRAME.search(line) if "0x" in line and "nccl" in line else None
         if m:
             return event("nccl", "native_frame", ctx, line, prefix_of(line, ctx), severity="debug",
                          fields={"function": m["fn"]})
@@ -195,7 +196,7 @@ class NcclParser:
         if host is None:  # "[0] node0:13571:13571 [0] NCCL INFO ..." (mpirun --tag-output) and the like
             h = NCCL_PREFIX_RE.search(line)
             host = h["host"] if h else None
-        m = COMM_RE.search(line)
+        m = COMM_RE.search(line) if "NCCL INFO comm " in line else None
         if m:
             return event("nccl", "nccl_init", ctx, line, pre, severity="info", host=host, bdf=bus_id_to_bdf(m["bus"]),
                          gpu_index=int(m["dev"]),

@@ -8,6 +8,14 @@ from rich.table import Table
 from gpufield.triage.evaluate import EvalReport
 
 
+def _fold(table: Table) -> Table:
+    """Fold long cells onto the next line instead of cutting them with an ellipsis (class names are one
+    long word: ``NCCL_COLLECTIVE_TIMEOUT`` must stay readable on an 80-column terminal)."""
+    for col in table.columns:
+        col.overflow = "fold"
+    return table
+
+
 def render_eval(report: EvalReport, console: Console | None = None, *, cases: bool = True) -> None:
     """Print per-case results (optional), per-class accuracy, confusion, calibration, precision/recall,
     blame/action accuracy, clean-run incidents and per-split accuracy."""
@@ -22,14 +30,14 @@ def render_eval(report: EvalReport, console: Console | None = None, *, cases: bo
             t.add_row(r.case.number, exp, r.predicted if not r.error else f"ERROR: {r.error[:40]}",
                       "[green]yes[/]" if r.correct else "[red]no[/]", "yes" if r.strict else "no", root,
                       f"{r.confidence:.2f}")
-        console.print(t)
+        console.print(_fold(t))
     pc = Table(title="per-class accuracy (by first expected class)", title_justify="left")
     pc.add_column("class")
     pc.add_column("correct", justify="right")
     pc.add_column("total", justify="right")
     for cls, (c, n) in report.per_class().items():
         pc.add_row(cls, str(c), str(n), style=None if c == n else "red")
-    console.print(pc)
+    console.print(_fold(pc))
     conf = report.confusion()
     if conf:
         ct = Table(title="confusion (misclassified only)", title_justify="left")
@@ -37,13 +45,13 @@ def render_eval(report: EvalReport, console: Console | None = None, *, cases: bo
             ct.add_column(col)
         for (e, p), n in conf.most_common():
             ct.add_row(e, p, str(n))
-        console.print(ct)
+        console.print(_fold(ct))
     cal = Table(title="calibration (confidence vs accuracy)", title_justify="left")
     for col in ("bin", "cases", "mean conf", "accuracy"):
         cal.add_column(col)
     for b, n, c, a in report.calibration():
         cal.add_row(b, str(n), f"{c:.2f}", f"{a:.2f}")
-    console.print(cal)
+    console.print(_fold(cal))
     pr = report.precision_recall()
     if pr:
         pt = Table(title="per-class precision / recall (top incident)", title_justify="left")
@@ -53,7 +61,7 @@ def render_eval(report: EvalReport, console: Console | None = None, *, cases: bo
             pt.add_row(cls, str(m["tp"]), str(m["predicted"]), str(m["expected"]),
                        "-" if m["precision"] is None else f"{m['precision']:.2f}",
                        "-" if m["recall"] is None else f"{m['recall']:.2f}")
-        console.print(pt)
+        console.print(_fold(pt))
     b, a = report.blame_accuracy(), report.action_accuracy()
     if b["labelled"]:
         keys = ", ".join(f"{k} {v['right']}/{v['labelled']}" for k, v in b["per_key"].items())
