@@ -220,8 +220,8 @@ class _Case:
         Returns:
             None when nothing ran, else the :class:`~gpufield.verify.refine.RefineResult`.
         """
-        if self.cfg.refine is None or not hasattr(self, "ref"):
-            return None
+        if self.cfg.refine is None or not hasattr(self, "ref") or not self.g.relu_only:
+            return None  # branch and bound splits ReLUs only (Sigmoid, Tanh, MaxPool: not yet)
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
         if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return None

@@ -23,6 +23,7 @@ from gpufield.verify.ops import OPS, AddSub, Affine, Conv, Linear, Relu, Reshape
 
 _FOLDABLE = {
     "Identity": lambda a, at: a[0],
+    "Dropout": lambda a, at: a[0],
     "Add": lambda a, at: a[0] + a[1],
     "Sub": lambda a, at: a[0] - a[1],
     "Mul": lambda a, at: a[0] * a[1],
@@ -172,6 +173,9 @@ class _Builder:
         ty = n.op_type
         x = ins[0]
         shape = self.shapes.get(x)
+        build = getattr(OPS[ty][0], "from_onnx", None) if OPS[ty] else None
+        if build is not None:  # the op class builds itself (see gpufield.verify.ops.OPS)
+            return build(self, n, at, ins)
         if ty == "Relu":
             return Relu(), [x]
         if ty == "Gemm":

@@ -4,6 +4,12 @@
 loader builds for it (one file per op family, auto_LiRPA/jax_verify style). The loader in
 :mod:`gpufield.verify.io.onnx_load` turns attributes and constant operands into op fields;
 an op type missing here makes the model unsupported.
+
+An op class with a ``from_onnx(b, node, attrs, ins) -> (op, [input names])`` classmethod builds
+itself (so adding such an op touches its own file and this table): ``b`` is the loader, with
+``b.shapes`` (tensor name -> node shape without batch), ``b.const`` (name -> numpy constant),
+``b.uses`` (name -> number of consuming nodes), ``b.t(array)`` (a tensor in the model's float
+dtype) and ``b.err(msg, node)`` (a :class:`~gpufield.errors.ModelFormatError` naming file and node).
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufield.verify.ops.activation import Relu
+from gpufield.verify.ops.dropout import Dropout
 from gpufield.verify.ops.elementwise import AddSub, Affine
 from gpufield.verify.ops.linear import Conv, Linear
 from gpufield.verify.ops.shape import Reshape, Transpose
@@ -31,9 +38,10 @@ OPS: Mapping[str, tuple[type, ...]] = {
     "Transpose": (Transpose,),
     "Conv": (Conv,),
     "BatchNormalization": (Affine, Conv, Linear),
+    "Dropout": (Dropout,),
     "Constant": (),
 }
 """ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
 ``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
 
-__all__ = ["OPS", "Affine", "AddSub", "Conv", "Linear", "Relu", "Reshape", "Transpose"]
+__all__ = ["OPS", "Affine", "AddSub", "Conv", "Dropout", "Linear", "Relu", "Reshape", "Transpose"]
