@@ -17,10 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufield.verify.ops.activation import Relu
+from gpufield.verify.ops.averagepool import AveragePool
+from gpufield.verify.ops.concat import Concat
 from gpufield.verify.ops.dropout import Dropout
 from gpufield.verify.ops.elementwise import AddSub, Affine
 from gpufield.verify.ops.linear import Conv, Linear
+from gpufield.verify.ops.maxpool import MaxPool
+from gpufield.verify.ops.pad import Pad
 from gpufield.verify.ops.shape import Reshape, Transpose
+from gpufield.verify.ops.sigmoid import Sigmoid
+from gpufield.verify.ops.slice import Slice
+from gpufield.verify.ops.tanh import Tanh
 
 OPS: Mapping[str, tuple[type, ...]] = {
     "Gemm": (Linear,),
@@ -39,9 +46,18 @@ OPS: Mapping[str, tuple[type, ...]] = {
     "Conv": (Conv,),
     "BatchNormalization": (Affine, Conv, Linear),
     "Dropout": (Dropout,),
+    "Sigmoid": (Sigmoid,),
+    "Tanh": (Tanh,),
+    "MaxPool": (MaxPool,),
+    "AveragePool": (AveragePool,),
+    "Concat": (Concat,),
+    "Slice": (Slice,),
+    "Split": (Slice,),
+    "Pad": (Pad,),
     "Constant": (),
 }
 """ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
 ``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
 
-__all__ = ["OPS", "Affine", "AddSub", "Conv", "Dropout", "Linear", "Relu", "Reshape", "Transpose"]
+__all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Concat", "Conv", "Dropout", "Linear", "MaxPool",
+           "Pad", "Relu", "Reshape", "Sigmoid", "Slice", "Tanh", "Transpose"]
