@@ -1,4 +1,5 @@
-"""The v3 ONNX ops (Dropout, Sigmoid, Tanh, MaxPool, AveragePool, Concat, Slice, Split, Pad):
+"""The v3 ONNX ops (Dropout, Sigmoid, Tanh, MaxPool, AveragePool, Concat, Slice, Split, Pad,
+ConvTranspose, Gather, Sign, LeakyRelu):
 every check against an independent source.
 
 (a) the loaded graph's forward equals onnxruntime on random inputs of a tiny onnx.helper model;
@@ -119,6 +120,28 @@ def _pad():
     return _model(nodes, inits, [2, 6, 6], 3)
 
 
+def _convtranspose():
+    """ConvTranspose 2->3 3x3 stride 2 pad 1 output_padding 1 (4x4 -> 8x8), ReLU, Flatten, Gemm."""
+    inits = {"K": _w(2, 3, 3, 3, scale=0.4), "kb": _w(3, scale=0.2)}
+    nodes = [helper.make_node("ConvTranspose", ["x", "K", "kb"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1],
+                              output_padding=[1, 1], name="convt"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Flatten", ["r"], ["f"], axis=1, name="flat"),
+             _gemm("g", "f", "y", 3 * 8 * 8, 3, inits)]
+    return _model(nodes, inits, [2, 4, 4], 3)
+
+
+def _gather():
+    """Gemm 5->8, Gather of columns [[0, 3], [5, 5]] (a repeated index), Flatten, ReLU, Gemm."""
+    inits = {"gi": np.array([[0, 3], [5, -3]], dtype=np.int64)}
+    nodes = [_gemm("g0", "x", "z", 5, 8, inits),
+             helper.make_node("Gather", ["z", "gi"], ["ga"], axis=1, name="gather"),
+             helper.make_node("Flatten", ["ga"], ["f"], axis=1, name="flat"),
+             helper.make_node("Relu", ["f"], ["r"], name="relu"),
+             _gemm("g1", "r", "y", 4, 3, inits)]
+    return _model(nodes, inits, [5], 3)
+
+
 MODELS = {
     "sigmoid": _mlp("Sigmoid"),
     "tanh": _mlp("Tanh"),
@@ -130,6 +153,10 @@ MODELS = {
     "dropout": _dropout(),
     "concat_split_slice": _concat_split_slice(),
     "pad": _pad(),
+    "convtranspose": _convtranspose(),
+    "gather": _gather(),
+    "sign": _mlp("Sign"),
+    "leakyrelu": _mlp("LeakyRelu", alpha=0.1),
 }
 
 
@@ -212,7 +239,7 @@ def _vnnlib(path, lo, hi, atoms, n_out=3):
     path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("name", ["sigmoid", "maxpool", "dropout", "concat_split_slice"])
+@pytest.mark.parametrize("name", ["sigmoid", "maxpool", "dropout", "concat_split_slice", "leakyrelu"])
 def test_verify_end_to_end(loaded, name, tmp_path):
     p, g, sess = loaded[name]
     n = int(np.prod(g.input_shape))
@@ -251,12 +278,14 @@ def _step_check(op, boxes, lA, uA, xs_list):
 
 
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "maxpool", "maxpool_pad_overlap", "avgpool",
-                                  "avgpool_incl_pad", "pad", "concat_split_slice"])
+                                  "avgpool_incl_pad", "pad", "concat_split_slice", "convtranspose",
+                                  "gather", "sign", "leakyrelu"])
 def test_crown_step_sound_at_corners(loaded, name):
     """Each v3 op's own CROWN step, random A, inputs at the corners and inside random boxes."""
     _, g, _ = loaded[name]
     g64 = g.cast(torch.float64)
-    kinds = ("Sigmoid", "Tanh", "MaxPool", "AveragePool", "Pad", "Concat", "Slice")
+    kinds = ("Sigmoid", "Tanh", "MaxPool", "AveragePool", "Pad", "Concat", "Slice", "ConvTranspose",
+             "Gather", "Sign", "LeakyRelu")
     for node in g64.nodes:
         if type(node.op).__name__ not in kinds:
             continue

@@ -19,13 +19,17 @@ from collections.abc import Mapping
 from gpufield.verify.ops.activation import Relu
 from gpufield.verify.ops.averagepool import AveragePool
 from gpufield.verify.ops.concat import Concat
+from gpufield.verify.ops.convtranspose import ConvTranspose
 from gpufield.verify.ops.dropout import Dropout
 from gpufield.verify.ops.elementwise import AddSub, Affine
+from gpufield.verify.ops.gather import Gather
+from gpufield.verify.ops.leakyrelu import LeakyRelu
 from gpufield.verify.ops.linear import Conv, Linear
 from gpufield.verify.ops.maxpool import MaxPool
 from gpufield.verify.ops.pad import Pad
 from gpufield.verify.ops.shape import Reshape, Transpose
 from gpufield.verify.ops.sigmoid import Sigmoid
+from gpufield.verify.ops.sign import Sign
 from gpufield.verify.ops.slice import Slice
 from gpufield.verify.ops.tanh import Tanh
 
@@ -54,10 +58,15 @@ OPS: Mapping[str, tuple[type, ...]] = {
     "Slice": (Slice,),
     "Split": (Slice,),
     "Pad": (Pad,),
+    "ConvTranspose": (ConvTranspose,),
+    "Gather": (Gather,),
+    "Sign": (Sign,),
+    "LeakyRelu": (LeakyRelu,),
     "Constant": (),
 }
 """ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
 ``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
 
-__all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Concat", "Conv", "Dropout", "Linear", "MaxPool",
-           "Pad", "Relu", "Reshape", "Sigmoid", "Slice", "Tanh", "Transpose"]
+__all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Concat", "Conv", "ConvTranspose", "Dropout",
+           "Gather", "LeakyRelu", "Linear", "MaxPool", "Pad", "Relu", "Reshape", "Sigmoid", "Sign",
+           "Slice", "Tanh", "Transpose"]
