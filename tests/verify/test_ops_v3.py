@@ -332,3 +332,53 @@ def test_dropout_training_mode_refused(tmp_path):
     onnx.save(m, p)
     with pytest.raises(ModelFormatError, match="training_mode"):
         load_onnx(p)
+
+
+@given(st.floats(-30, 30), st.floats(0, 30), st.floats(0, 1), st.floats(0, 1), st.sampled_from(["Sigmoid", "Tanh"]))
+def test_s_shaped_lines_sound_for_every_alpha(c, w, a_low, a_up, act):
+    from gpufield.verify.ops import Sigmoid, Tanh
+
+    op = Sigmoid() if act == "Sigmoid" else Tanh()
+    low = torch.tensor([c - w / 2], dtype=torch.float64)
+    up = torch.tensor([c + w / 2], dtype=torch.float64)
+    alpha = torch.tensor([a_low, a_up], dtype=torch.float64).reshape(1, 1, 2, 1)
+    aL, bL, aU, bU = op.lines(low, up, alpha)
+    z = torch.linspace(float(low), float(up), 401, dtype=torch.float64)
+    y = op.forward(z)
+    assert (aL * z + bL <= y + 1e-12).all() and (y <= aU * z + bU + 1e-12).all()
+    # the initial α reproduces CROWN's lines
+    init = op.alpha_init(low, up).unsqueeze(0)
+    for got, want in zip(op.lines(low, up, init), op.lines(low, up), strict=True):
+        torch.testing.assert_close(got.reshape(-1), want.reshape(-1), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "tanh"])
+def test_alpha_crown_sound_and_no_looser_than_crown(loaded, name):
+    """α-CROWN over tangent points: the lower bounds of every output, with the optimised and with
+    random α in [0, 1], stay below onnxruntime's sampled minimum, and the optimised ones are not
+    below CROWN's."""
+    from gpufield.verify.alpha import AlphaConfig, alpha_crown, bound_pass, init_params
+    from gpufield.verify.spec import Spec
+
+    _, g, sess = loaded[name]
+    g64 = g.cast(torch.float64)
+    lo, hi = _box(g.input_shape, 2, 1.0)
+    lo_t, hi_t = torch.as_tensor(lo), torch.as_tensor(hi)
+    spec = Spec(np.eye(3), np.zeros(3), np.arange(3), 3)  # clause j: lower bound of y_j
+    ib = ibp(g64, lo_t, hi_t)
+    inter = crown_intermediate(g64, lo_t, hi_t, ref=ib)
+    ref = {**ib, **inter}
+    res = alpha_crown(g64, spec, lo_t, hi_t, ref, inter, AlphaConfig(iterations=15))
+    crown = bound_pass(g64, spec, lo_t, hi_t, ref, init_params(g64, spec, inter, 2, True))
+    assert (res.best_KB >= crown - 1e-9).all()
+    params = init_params(g64, spec, inter, 2, True)
+    gen = torch.Generator().manual_seed(3)
+    rand = {k: torch.rand(v.shape, generator=gen, dtype=torch.float64) for k, v in params.items()}
+    with torch.no_grad():
+        rnd = bound_pass(g64, spec, lo_t, hi_t, ref, rand)
+    for b in range(2):
+        x = lo[b] + (hi[b] - lo[b]) * RNG.uniform(size=(400, *g.input_shape))
+        y_min = _run(sess, np.clip(x.astype(np.float32).astype(np.float64), lo[b], hi[b])).min(0)
+        tol = 1e-6 * (1 + np.abs(y_min))
+        assert (res.best_KB[:, b].numpy() <= y_min + tol).all()
+        assert (rnd[:, b].numpy() <= y_min + tol).all()

@@ -46,16 +46,28 @@ def _bisect(g, lo, hi, keep_lo: bool, steps: int = _BISECT_STEPS):
     return lo if keep_lo else hi
 
 
-def relax(f, df, low, up):
+def _tangent(f, df, d):
+    a = df(d)
+    return a, f(d) - a * d
+
+
+def relax(f, df, low, up, alpha=None):
     """Lower and upper lines of an S-shaped ``f`` for ``low <= z <= up`` (``[B, *]`` each).
 
     Args:
         f: the activation (torch function).
         df: its derivative.
         low, up: pre-activation bounds, ``low <= up``.
+        alpha: optional tangent-point parameters ``[S, B, 2, *]`` in [0, 1] (α-CROWN; index 0
+            for the lower line, 1 for the upper line); None gives CROWN's lines. Each α picks a
+            tangent point inside the range where the tangent is a valid bound: convex part lower
+            line ``d = l + α (u − l)``; concave part upper line the same; crossing lower line
+            ``d = l + α (d_L − l)`` (``d <= d_L`` keeps the line below ``f(u)``), crossing upper
+            line ``d = d_U + α (u − d_U)``. Chords (where valid) have no parameter.
 
     Returns:
-        ``(aL, bL, aU, bU)`` ``[B, *]`` with ``aL z + bL <= f(z) <= aU z + bU`` on the box.
+        ``(aL, bL, aU, bU)`` with ``aL z + bL <= f(z) <= aU z + bU`` on the box: ``[B, *]``, or
+        ``[S, B, *]`` with ``alpha``.
     """
     fl, fu = f(low), f(up)
     width = up - low
@@ -63,9 +75,6 @@ def relax(f, df, low, up):
     safe_w = torch.where(tiny, torch.ones_like(width), width)
     k = (fu - fl) / safe_w  # chord slope
     chord_b = fl - k * low
-    m = (low + up) / 2
-    tan_m_a = df(m)
-    tan_m_b = f(m) - tan_m_a * m
     zero = torch.zeros_like(low)
     # crossing: tangent points of the lines through (u, f(u)) (lower) and (l, f(l)) (upper)
     cross = (low < 0) & (up > 0)
@@ -75,14 +84,24 @@ def relax(f, df, low, up):
     d_up = _bisect(lambda d: f(d) + df(d) * (lo_l - d) - f(lo_l), zero, up_c, keep_lo=False)
     # the brackets hold (g(l) <= 0, h(u) >= 0) exactly where the chord is not valid, i.e. where
     # the tangent is used
-    tl_a, tu_a = df(d_low), df(d_up)
-    tl_b, tu_b = f(d_low) - tl_a * d_low, f(d_up) - tu_a * d_up
     chord_low_ok = k <= df(low)  # crossing: the chord is below f
     chord_up_ok = k <= df(up)
-    aL = torch.where(up <= 0, tan_m_a, torch.where(low >= 0, k, torch.where(chord_low_ok, k, tl_a)))
-    bL = torch.where(up <= 0, tan_m_b, torch.where(low >= 0, chord_b, torch.where(chord_low_ok, chord_b, tl_b)))
-    aU = torch.where(low >= 0, tan_m_a, torch.where(up <= 0, k, torch.where(chord_up_ok, k, tu_a)))
-    bU = torch.where(low >= 0, tan_m_b, torch.where(up <= 0, chord_b, torch.where(chord_up_ok, chord_b, tu_b)))
+    if alpha is None:  # CROWN: midpoint tangents on one-sided boxes, d_L / d_U when crossing
+        m = (low + up) / 2
+        pL = torch.where(cross, d_low, m)
+        pU = torch.where(cross, d_up, m)
+    else:
+        aLp, aUp = alpha.select(2, 0), alpha.select(2, 1)
+        pL = torch.where(cross, low + aLp * (d_low - low), low + aLp * width)
+        pU = torch.where(cross, d_up + aUp * (up - d_up), low + aUp * width)
+    tl_a, tl_b = _tangent(f, df, pL)
+    tu_a, tu_b = _tangent(f, df, pU)
+    use_chord_L = (low >= 0) | (cross & chord_low_ok)
+    use_chord_U = (up <= 0) | (cross & chord_up_ok)
+    aL = torch.where(use_chord_L, k, tl_a)
+    bL = torch.where(use_chord_L, chord_b, tl_b)
+    aU = torch.where(use_chord_U, k, tu_a)
+    bU = torch.where(use_chord_U, chord_b, tu_b)
     aL = torch.where(tiny, zero, aL)
     aU = torch.where(tiny, zero, aU)
     bL = torch.where(tiny, fl, bL)
@@ -92,6 +111,15 @@ def relax(f, df, low, up):
     bL = bL - 8 * eps * (1 + aL.abs() * mag)
     bU = bU + 8 * eps * (1 + aU.abs() * mag)
     return aL, bL, aU, bU
+
+
+def alpha_init(low, up):
+    """The α that reproduces CROWN's lines (:func:`relax` without α): ``[B, 2, *]``, 0.5 (the
+    midpoint) on one-sided boxes, 1 (lower) and 0 (upper) when crossing."""
+    cross = (low < 0) & (up > 0)
+    half = torch.full_like(low, 0.5)
+    return torch.stack([torch.where(cross, torch.ones_like(low), half),
+                        torch.where(cross, torch.zeros_like(low), half)], dim=1)
 
 
 def backward_lines(lA, uA, aL, bL, aU, bU):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufield.verify.ops._sshape import backward_lines, relax
+from gpufield.verify.ops._sshape import alpha_init, backward_lines, relax
 from gpufield.verify.protocols import BackwardInputs
 
 
@@ -44,13 +44,25 @@ class Tanh:
         """``[tanh(l), tanh(u)]``."""
         return torch.tanh(b[0]), torch.tanh(b[1])
 
-    def lines(self, low, up):
-        """``(aL, bL, aU, bU)`` ``[B, *]``: ``aL z + bL <= tanh(z) <= aU z + bU`` for ``low <= z <= up``."""
-        return relax(torch.tanh, _dtanh, low, up)
+    def lines(self, low, up, alpha=None):
+        """``(aL, bL, aU, bU)``: ``aL z + bL <= tanh(z) <= aU z + bU`` for ``low <= z <= up``
+        (``[B, *]``; ``[S, B, *]`` with tangent-point parameters ``alpha`` ``[S, B, 2, *]``, see
+        :func:`gpufield.verify.ops._sshape.relax`)."""
+        return relax(torch.tanh, _dtanh, low, up, alpha)
+
+    def alpha_init(self, low, up):
+        """α-CROWN's starting tangent-point parameters ``[B, 2, *]`` (CROWN's lines)."""
+        return alpha_init(low, up)
 
     def backward(self, lA, uA, ctx: BackwardInputs):
-        """Lower pass ``A⁺ a_L + A⁻ a_U`` with bias ``A⁺ b_L + A⁻ b_U``; upper pass the reverse."""
-        return backward_lines(lA, uA, *self.lines(*ctx.in_bounds[0]))
+        """Lower pass ``A⁺ a_L + A⁻ a_U`` with bias ``A⁺ b_L + A⁻ b_U``; upper pass the reverse
+        (each pass with its own α when given)."""
+        low, up = ctx.in_bounds[0]
+        if ctx.alpha_lower is None and ctx.alpha_upper is None:
+            return backward_lines(lA, uA, *self.lines(low, up))
+        pushed_l, lb, _ = backward_lines(lA, None, *self.lines(low, up, ctx.alpha_lower))
+        pushed_u, _, ub = backward_lines(None, uA, *self.lines(low, up, ctx.alpha_upper))
+        return [(pushed_l[0][0], pushed_u[0][1])], lb, ub
 
     def cast(self, dtype, device):
         """No constants."""
