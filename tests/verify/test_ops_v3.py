@@ -382,3 +382,21 @@ def test_alpha_crown_sound_and_no_looser_than_crown(loaded, name):
         tol = 1e-6 * (1 + np.abs(y_min))
         assert (res.best_KB[:, b].numpy() <= y_min + tol).all()
         assert (rnd[:, b].numpy() <= y_min + tol).all()
+
+
+def test_sat_with_a_pinned_coordinate_float32_cannot_represent(loaded, tmp_path):
+    """collins_rul_cnn pins inputs at values like 0.1 (lo = hi, no float32 in between): the
+    counterexample keeps the float64 value there and its output (onnxruntime at the float32
+    rounding, as any checker evaluates X) satisfies the property."""
+    p, g, sess = loaded["dropout"]
+    c = np.array([0.1, -0.3, 0.7, 0.2, -0.9])
+    lo, hi = c - 0.05, c + 0.05
+    lo[0] = hi[0] = 0.1
+    y0 = float(_run(sess, c.reshape(1, 5))[0, 0])
+    prop = tmp_path / "pinned.vnnlib"
+    _vnnlib(prop, lo, hi, f"(<= Y_0 {y0 + 0.01!r})")
+    r = verify_instance(p, prop, timeout_s=30)
+    assert r.verdict == "sat", r
+    x = r.counterexample.x_N
+    assert x[0] == 0.1 and ((x >= lo) & (x <= hi)).all()
+    assert _run(sess, x.reshape(1, 5))[0, 0] <= y0 + 0.01
