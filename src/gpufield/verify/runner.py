@@ -220,8 +220,10 @@ class _Case:
         Returns:
             None when nothing ran, else the :class:`~gpufield.verify.refine.RefineResult`.
         """
-        if self.cfg.refine is None or not hasattr(self, "ref") or not self.g.relu_only:
-            return None  # branch and bound splits ReLUs only (Sigmoid, Tanh, MaxPool: not yet)
+        if self.cfg.refine is None or not hasattr(self, "ref"):
+            return None
+        if not self.g.relu_only and self.lo[0].numel() > self.cfg.refine.input_split_max_dims:
+            return None  # neuron splits are ReLU splits; input splits work for every op
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
         if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return None
