@@ -1,5 +1,5 @@
 """The v3 ONNX ops (Dropout, Sigmoid, Tanh, MaxPool, AveragePool, Concat, Slice, Split, Pad,
-ConvTranspose, Gather, Sign, LeakyRelu):
+ConvTranspose, Gather, Sign, LeakyRelu, Clip):
 every check against an independent source.
 
 (a) the loaded graph's forward equals onnxruntime on random inputs of a tiny onnx.helper model;
@@ -120,6 +120,22 @@ def _pad():
     return _model(nodes, inits, [2, 6, 6], 3)
 
 
+def _clip():
+    """Gemm 5->8, Clip(-0.5, 0.8) (opset 11+ constant inputs), Gemm 8->3."""
+    inits = {"cmin": np.array(-0.5, dtype=np.float32), "cmax": np.array(0.8, dtype=np.float32)}
+    nodes = [_gemm("g0", "x", "z", 5, 8, inits), helper.make_node("Clip", ["z", "cmin", "cmax"], ["a"], name="clip"),
+             _gemm("g1", "a", "y", 8, 3, inits)]
+    return _model(nodes, inits, [5], 3)
+
+
+def _relu6():
+    """Gemm 5->8, Clip(0, 1) from attributes (opset 9) (a Hardtanh/ReLU6 shape), Gemm 8->3."""
+    inits = {}
+    nodes = [_gemm("g0", "x", "z", 5, 8, inits), helper.make_node("Clip", ["z"], ["a"], min=0.0, max=1.0, name="clip"),
+             _gemm("g1", "a", "y", 8, 3, inits)]
+    return _model(nodes, inits, [5], 3, opset=9)
+
+
 def _convtranspose():
     """ConvTranspose 2->3 3x3 stride 2 pad 1 output_padding 1 (4x4 -> 8x8), ReLU, Flatten, Gemm."""
     inits = {"K": _w(2, 3, 3, 3, scale=0.4), "kb": _w(3, scale=0.2)}
@@ -157,6 +173,8 @@ MODELS = {
     "gather": _gather(),
     "sign": _mlp("Sign"),
     "leakyrelu": _mlp("LeakyRelu", alpha=0.1),
+    "clip": _clip(),
+    "clip_attrs": _relu6(),
 }
 
 
@@ -279,13 +297,13 @@ def _step_check(op, boxes, lA, uA, xs_list):
 
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "maxpool", "maxpool_pad_overlap", "avgpool",
                                   "avgpool_incl_pad", "pad", "concat_split_slice", "convtranspose",
-                                  "gather", "sign", "leakyrelu"])
+                                  "gather", "sign", "leakyrelu", "clip", "clip_attrs"])
 def test_crown_step_sound_at_corners(loaded, name):
     """Each v3 op's own CROWN step, random A, inputs at the corners and inside random boxes."""
     _, g, _ = loaded[name]
     g64 = g.cast(torch.float64)
     kinds = ("Sigmoid", "Tanh", "MaxPool", "AveragePool", "Pad", "Concat", "Slice", "ConvTranspose",
-             "Gather", "Sign", "LeakyRelu")
+             "Gather", "Sign", "LeakyRelu", "Clip")
     for node in g64.nodes:
         if type(node.op).__name__ not in kinds:
             continue
@@ -424,3 +442,16 @@ def test_input_split_bab_proves_what_crown_cannot(loaded, name, tmp_path):
     r = verify_instance(p, prop, timeout_s=30, config=cfg)
     assert r.verdict == "unsat", r
     assert r.margins.get("bab_domains", 0) >= 1  # branch and bound ran (before: refused for this net)
+
+
+@given(st.floats(-3, 3), st.floats(0, 6), st.sampled_from([(-0.5, 0.8), (0.0, None), (None, 1.0), (0.2, 0.2)]))
+def test_clip_lines_are_sound(c, w, ab):
+    from gpufield.verify.ops import Clip
+
+    op = Clip(*ab)
+    low = torch.tensor([c - w / 2], dtype=torch.float64)
+    up = torch.tensor([c + w / 2], dtype=torch.float64)
+    aL, bL, aU, bU = op.lines(low, up)
+    z = torch.linspace(float(low), float(up), 401, dtype=torch.float64)
+    y = op.forward(z)
+    assert (aL * z + bL <= y + 1e-12).all() and (y <= aU * z + bU + 1e-12).all()

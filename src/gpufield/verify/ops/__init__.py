@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from gpufield.verify.ops.activation import Relu
 from gpufield.verify.ops.averagepool import AveragePool
+from gpufield.verify.ops.clip import Clip
 from gpufield.verify.ops.concat import Concat
 from gpufield.verify.ops.convtranspose import ConvTranspose
 from gpufield.verify.ops.dropout import Dropout
@@ -62,11 +63,12 @@ OPS: Mapping[str, tuple[type, ...]] = {
     "Gather": (Gather,),
     "Sign": (Sign,),
     "LeakyRelu": (LeakyRelu,),
+    "Clip": (Clip,),
     "Constant": (),
 }
 """ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
 ``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
 
-__all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Concat", "Conv", "ConvTranspose", "Dropout",
+__all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Clip", "Concat", "Conv", "ConvTranspose", "Dropout",
            "Gather", "LeakyRelu", "Linear", "MaxPool", "Pad", "Relu", "Reshape", "Sigmoid", "Sign",
            "Slice", "Tanh", "Transpose"]
