@@ -1,5 +1,5 @@
 """The v3 ONNX ops (Dropout, Sigmoid, Tanh, MaxPool, AveragePool, Concat, Slice, Split, Pad,
-ConvTranspose, Gather, Sign, LeakyRelu, Clip):
+ConvTranspose, Gather, Sign, LeakyRelu, Clip, ReduceSum, ReduceMean):
 every check against an independent source.
 
 (a) the loaded graph's forward equals onnxruntime on random inputs of a tiny onnx.helper model;
@@ -136,6 +136,19 @@ def _relu6():
     return _model(nodes, inits, [5], 3, opset=9)
 
 
+def _reduce():
+    """Conv 2->3 3x3 on 2x6x6 (-> 3x4x4), ReLU, ReduceMean over W (keepdims 0), ReduceSum over
+    the channels (axes input, keepdims 1), Flatten, Gemm 4->3."""
+    inits = {"K": _w(3, 2, 3, 3, scale=0.4), "rax": np.array([1], dtype=np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "K"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ReduceMean", ["r"], ["m"], axes=[-1], keepdims=0, name="mean"),
+             helper.make_node("ReduceSum", ["m", "rax"], ["s"], keepdims=1, name="sum"),
+             helper.make_node("Flatten", ["s"], ["f"], axis=1, name="flat"),
+             _gemm("g", "f", "y", 4, 3, inits)]
+    return _model(nodes, inits, [2, 6, 6], 3)
+
+
 def _convtranspose():
     """ConvTranspose 2->3 3x3 stride 2 pad 1 output_padding 1 (4x4 -> 8x8), ReLU, Flatten, Gemm."""
     inits = {"K": _w(2, 3, 3, 3, scale=0.4), "kb": _w(3, scale=0.2)}
@@ -175,6 +188,7 @@ MODELS = {
     "leakyrelu": _mlp("LeakyRelu", alpha=0.1),
     "clip": _clip(),
     "clip_attrs": _relu6(),
+    "reduce": _reduce(),
 }
 
 
@@ -297,13 +311,13 @@ def _step_check(op, boxes, lA, uA, xs_list):
 
 @pytest.mark.parametrize("name", ["sigmoid", "tanh", "maxpool", "maxpool_pad_overlap", "avgpool",
                                   "avgpool_incl_pad", "pad", "concat_split_slice", "convtranspose",
-                                  "gather", "sign", "leakyrelu", "clip", "clip_attrs"])
+                                  "gather", "sign", "leakyrelu", "clip", "clip_attrs", "reduce"])
 def test_crown_step_sound_at_corners(loaded, name):
     """Each v3 op's own CROWN step, random A, inputs at the corners and inside random boxes."""
     _, g, _ = loaded[name]
     g64 = g.cast(torch.float64)
     kinds = ("Sigmoid", "Tanh", "MaxPool", "AveragePool", "Pad", "Concat", "Slice", "ConvTranspose",
-             "Gather", "Sign", "LeakyRelu", "Clip")
+             "Gather", "Sign", "LeakyRelu", "Clip", "Reduce")
     for node in g64.nodes:
         if type(node.op).__name__ not in kinds:
             continue

@@ -31,7 +31,8 @@ How it works
    Constant``; BatchNormalization folds into a preceding Conv/Gemm; and, one file each under
    ``verify/ops`` built from the node: ``Dropout`` (inference), ``Sigmoid``, ``Tanh``,
    ``MaxPool``, ``AveragePool``, ``Concat``, ``Slice``, ``Split``, ``Pad``, ``ConvTranspose``,
-   ``Gather`` (constant indices), ``Sign``, ``LeakyRelu``; neuron branch and bound and the MIP
+   ``Gather`` (constant indices), ``Sign``, ``LeakyRelu``, ``Clip``, ``ReduceSum``,
+   ``ReduceMean``; neuron branch and bound and the MIP
    split ReLUs only, so a graph with the non-linear ones among them gets IBP, CROWN, α-CROWN,
    input-split branch and bound where enabled, and attacks). The batch is an explicit
    leading dimension. Unsupported models fail with one :class:`~gpufield.errors.ModelFormatError`

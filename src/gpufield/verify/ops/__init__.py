@@ -28,6 +28,7 @@ from gpufield.verify.ops.leakyrelu import LeakyRelu
 from gpufield.verify.ops.linear import Conv, Linear
 from gpufield.verify.ops.maxpool import MaxPool
 from gpufield.verify.ops.pad import Pad
+from gpufield.verify.ops.reduce import Reduce
 from gpufield.verify.ops.shape import Reshape, Transpose
 from gpufield.verify.ops.sigmoid import Sigmoid
 from gpufield.verify.ops.sign import Sign
@@ -64,11 +65,13 @@ OPS: Mapping[str, tuple[type, ...]] = {
     "Sign": (Sign,),
     "LeakyRelu": (LeakyRelu,),
     "Clip": (Clip,),
+    "ReduceSum": (Reduce,),
+    "ReduceMean": (Reduce,),
     "Constant": (),
 }
 """ONNX op_type -> the IR op classes it may become (``Constant`` is folded at load time;
 ``BatchNormalization`` folds into the preceding Conv/Gemm or becomes an :class:`Affine`)."""
 
 __all__ = ["OPS", "AddSub", "Affine", "AveragePool", "Clip", "Concat", "Conv", "ConvTranspose", "Dropout",
-           "Gather", "LeakyRelu", "Linear", "MaxPool", "Pad", "Relu", "Reshape", "Sigmoid", "Sign",
+           "Gather", "LeakyRelu", "Linear", "MaxPool", "Pad", "Reduce", "Relu", "Reshape", "Sigmoid", "Sign",
            "Slice", "Tanh", "Transpose"]
