@@ -469,3 +469,23 @@ def test_clip_lines_are_sound(c, w, ab):
     z = torch.linspace(float(low), float(up), 401, dtype=torch.float64)
     y = op.forward(z)
     assert (aL * z + bL <= y + 1e-12).all() and (y <= aU * z + bU + 1e-12).all()
+
+
+def test_omitted_optional_inputs_keep_their_positions(tmp_path):
+    """Clip(x, "", max) and Slice(x, starts, ends, "", steps): an omitted optional input ("")
+    must not shift the later ones (checked against onnxruntime)."""
+    # axes omitted: the default axes are 0, 1 (the batch axis taken whole)
+    inits = {"cmax": np.array(0.3, dtype=np.float32), "st": np.array([0, 1], dtype=np.int64),
+             "en": np.array([2**63 - 1, 8], dtype=np.int64), "sp": np.array([1, 3], dtype=np.int64)}
+    nodes = [_gemm("g0", "x", "z", 5, 8, inits),
+             helper.make_node("Clip", ["z", "", "cmax"], ["c"], name="clip"),
+             helper.make_node("Slice", ["c", "st", "en", "", "sp"], ["s"], name="slice"),
+             _gemm("g1", "s", "y", 3, 3, inits)]
+    m = _model(nodes, inits, [5], 3)
+    p = tmp_path / "optional.onnx"
+    onnx.save(m, p)
+    g = load_onnx(p).cast(torch.float64)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = RNG.standard_normal((16, 5)).astype(np.float32)
+    np.testing.assert_allclose(g.forward(torch.as_tensor(x, dtype=torch.float64)).numpy(), _run(sess, x),
+                               rtol=1e-5, atol=1e-5)

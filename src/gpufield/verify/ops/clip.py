@@ -55,6 +55,8 @@ class Clip:
         Raises:
             ModelFormatError: input-dependent ``min``/``max``, NaN, or ``min > max``.
         """
+        ins = list(node.input)  # positional: an omitted optional input is ""
+
         def value(i, key):
             if len(ins) > i and ins[i]:
                 if ins[i] not in b.const:

@@ -48,6 +48,7 @@ class ConvTranspose:
             ModelFormatError: not 2-D, an input-dependent kernel, ``auto_pad``/``output_shape``,
                 or asymmetric pads.
         """
+        ins = list(node.input)  # positional: an omitted optional input is ""
         shape = b.shapes[ins[0]]
         K = b.const.get(ins[1])
         if K is None or K.ndim != 4 or len(shape) != 3:
@@ -58,7 +59,7 @@ class ConvTranspose:
         pads = list(attrs.get("pads", [0, 0, 0, 0]))
         if pads[:2] != pads[2:]:
             raise b.err(f"only symmetric ConvTranspose pads are supported (pads={pads})", node)
-        bias = b.t(b.const[ins[2]]) if len(ins) > 2 else None
+        bias = b.t(b.const[ins[2]]) if len(ins) > 2 and ins[2] else None
         op = cls(b.t(K), bias, tuple(attrs.get("strides", [1, 1])), tuple(pads[:2]),
                  tuple(attrs.get("output_padding", [0, 0])), tuple(attrs.get("dilations", [1, 1])),
                  int(attrs.get("group", 1)))

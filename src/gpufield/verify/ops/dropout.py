@@ -39,7 +39,8 @@ class Dropout:
         """
         if int(attrs.get("is_test", 1)) == 0:  # opset < 7 attribute
             raise b.err("Dropout with is_test=0 (training mode) is random; export the model in eval mode", node)
-        if len(ins) > 2:
+        ins = list(node.input)  # positional: an omitted optional input is ""
+        if len(ins) > 2 and ins[2]:
             tm = ins[2]
             if tm not in b.const:
                 raise b.err("Dropout training_mode depends on the input", node)

@@ -42,16 +42,17 @@ class Pad:
         mode = mode.decode() if isinstance(mode, bytes) else mode
         if mode != "constant":
             raise b.err(f"Pad mode={mode} is not supported (constant only)", node)
+        ins = list(node.input)  # positional: an omitted optional input is ""
         shape = b.shapes[ins[0]]
         rank = len(shape) + 1
         for i in ins[1:]:
-            if i not in b.const:
+            if i and i not in b.const:
                 raise b.err("Pad pads, value and axes must be constant", node)
-        pads = [int(v) for v in np.asarray(b.const[ins[1]]).reshape(-1)] if len(ins) > 1 \
+        pads = [int(v) for v in np.asarray(b.const[ins[1]]).reshape(-1)] if len(ins) > 1 and ins[1] \
             else list(attrs.get("pads", []))
         value = float(np.asarray(b.const[ins[2]]).reshape(-1)[0]) if len(ins) > 2 and ins[2] \
             else float(attrs.get("value", 0.0))
-        axes = [int(a) % rank for a in np.asarray(b.const[ins[3]]).reshape(-1)] if len(ins) > 3 \
+        axes = [int(a) % rank for a in np.asarray(b.const[ins[3]]).reshape(-1)] if len(ins) > 3 and ins[3] \
             else list(range(rank))
         if len(pads) != 2 * len(axes):
             raise b.err(f"Pad pads {pads} do not match {len(axes)} axes", node)

@@ -41,6 +41,7 @@ class Reduce:
             ModelFormatError: input-dependent axes, or a reduction over the batch axis (also
                 the default "all axes").
         """
+        ins = list(node.input)  # positional: an omitted optional input is ""
         shape = tuple(b.shapes[ins[0]])
         rank = len(shape) + 1
         if len(ins) > 1 and ins[1]:

@@ -40,12 +40,13 @@ class Slice:
             ModelFormatError: input-dependent starts/ends/axes/steps/split, a negative step, a
                 slice of the batch axis, or an empty result.
         """
+        ins = list(node.input)  # positional: an omitted optional input is ""
         shape = tuple(b.shapes[ins[0]])
         if node.op_type == "Split":
             return cls._split(b, node, attrs, ins, shape), [ins[0]]
 
         def const(i, key, default):
-            if len(ins) > i:
+            if len(ins) > i and ins[i]:
                 if ins[i] not in b.const:
                     raise b.err(f"Slice {key} must be constant", node)
                 return [int(v) for v in np.asarray(b.const[ins[i]]).reshape(-1)]
@@ -81,7 +82,7 @@ class Slice:
         if axis == 0:
             raise b.err("Split along the batch axis is not supported", node)
         n = shape[axis - 1]
-        if len(ins) > 1:
+        if len(ins) > 1 and ins[1]:
             if ins[1] not in b.const:
                 raise b.err("Split sizes must be constant", node)
             sizes = [int(v) for v in np.asarray(b.const[ins[1]]).reshape(-1)]
