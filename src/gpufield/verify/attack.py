@@ -111,7 +111,9 @@ def validate(ort_model: OrtModel, case: Case, x_N: np.ndarray) -> Counterexample
     # represent, as in collins_rul_cnn): the point reported is the float64 value in the box;
     # the model sees its float32 rounding, as onnxruntime (and the VNN-COMP checker) sees any X
     gap = no_float32_inside(case.lo_N, case.hi_N)
-    xd = np.where(gap, np.clip(np.asarray(x_N, dtype=np.float64), case.lo_N, case.hi_N), xd)
+    x_in = np.clip(np.asarray(x_N, dtype=np.float64), case.lo_N, case.hi_N)
+    xd = np.where(gap, x_in, xd)
+    x32 = np.where(gap, x_in.astype(np.float32), x32)  # round to nearest, as a reader of X does
     if not case.contains_input(xd):
         return None
     y = np.asarray(ort_model(x32), dtype=np.float64)
