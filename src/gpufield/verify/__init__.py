@@ -28,7 +28,13 @@ How it works
 
 1. **Front end.** :func:`load_onnx` builds our own IR (``Gemm, MatMul, Add, Sub, Mul, Div,
    Relu, Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Conv, BatchNormalization, Identity,
-   Constant``; BatchNormalization folds into a preceding Conv/Gemm). The batch is an explicit
+   Constant``; BatchNormalization folds into a preceding Conv/Gemm; and, one file each under
+   ``verify/ops`` built from the node: ``Dropout`` (inference), ``Sigmoid``, ``Tanh``,
+   ``MaxPool``, ``AveragePool``, ``Concat``, ``Slice``, ``Split``, ``Pad``, ``ConvTranspose``,
+   ``Gather`` (constant indices), ``Sign``, ``LeakyRelu``, ``Clip``, ``ReduceSum``,
+   ``ReduceMean``; neuron branch and bound and the MIP
+   split ReLUs only, so a graph with the non-linear ones among them gets IBP, CROWN, α-CROWN,
+   input-split branch and bound where enabled, and attacks). The batch is an explicit
    leading dimension. Unsupported models fail with one :class:`~gpufield.errors.ModelFormatError`
    listing every unsupported op type and node. Before verifying, our forward is compared with
    onnxruntime on random points of each box; a difference above tolerance refuses the instance.

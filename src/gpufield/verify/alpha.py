@@ -1,4 +1,5 @@
-"""α-CROWN: optimised ReLU lower slopes for every ReLU, intermediate layers included.
+"""α-CROWN: optimised ReLU lower slopes for every ReLU (and Sigmoid/Tanh tangent points),
+intermediate layers included.
 
 Follows Xu et al., "Fast and Complete", ICLR 2021 (arXiv:2011.13824): one free slope per
 (start node, ReLU, spec row, batch element, neuron), initialised from CROWN's adaptive choice,
@@ -73,21 +74,37 @@ def _key(start: str, relu: str) -> str:
     return f"{start}|{relu}"
 
 
+def alpha_nodes(graph: Graph) -> list:
+    """The non-linear nodes with optimisable parameters: ReLU-relaxed ones (one lower slope per
+    neuron) and ops with an ``alpha_init(low, up)`` method (Sigmoid, Tanh: tangent points).
+    Every parameter's valid range is [0, 1]: any value in it gives a sound bound."""
+    return [n for n in graph.nonlinear_nodes()
+            if getattr(n.op, "relu_relaxation", True) or hasattr(n.op, "alpha_init")]
+
+
+def _init(node, low, up) -> torch.Tensor:
+    init = getattr(node.op, "alpha_init", None)
+    return adaptive_lower_slope(low, up) if init is None else init(low, up)
+
+
 def init_params(graph: Graph, spec: Spec, inter: dict[str, Interval], batch: int,
                 optimize_intermediate: bool) -> dict[str, torch.Tensor]:
-    """Slopes ``[2 or 1, S, B, *relu]`` keyed ``"start|relu"`` (adaptive init) and ``θ`` per multi-row clause."""
+    """Parameters ``[2 or 1, S, B, ...]`` keyed ``"start|node"`` (CROWN's choice as the start:
+    ReLU ``[.., *relu]`` adaptive slopes, Sigmoid/Tanh ``[.., 2, *]`` tangent points) and ``θ``
+    per multi-row clause."""
     like = next(iter(inter.values()))[0]
+    nodes = alpha_nodes(graph)
     starts = [graph.output_name]
     if optimize_intermediate:
-        starts += [r.inputs[0] for r in graph.relu_nodes() if r.inputs[0] != graph.input_name]
+        starts += [r.inputs[0] for r in nodes if r.inputs[0] != graph.input_name]
     params: dict[str, torch.Tensor] = {}
     for start in dict.fromkeys(starts):
         anc = ancestors(graph, start)
         final = start == graph.output_name
         S = len(spec.C_SM) + len(spec.multi_row_clauses()) if final else torch.Size(graph.shape(start)).numel()
-        for relu in graph.relu_nodes():
+        for relu in nodes:
             if relu.name in anc:
-                a = adaptive_lower_slope(*inter[relu.inputs[0]])
+                a = _init(relu, *inter[relu.inputs[0]])
                 params[_key(start, relu.name)] = a.unsqueeze(0).unsqueeze(0).expand(
                     1 if final else 2, S, *a.shape).clone()
     for k in spec.multi_row_clauses():

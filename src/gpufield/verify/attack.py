@@ -55,7 +55,9 @@ class Counterexample:
     """A validated violation.
 
     Attributes:
-        x_N: float64 ``[N]`` (exactly representable float32 values inside the box).
+        x_N: float64 ``[N]`` inside the box: float32 values, except on coordinates whose
+            interval holds no float32 value (there the float64 value; the model saw its float32
+            rounding).
         y_M: float64 ``[M]`` onnxruntime outputs at ``x_N``.
         clause: index of the satisfied unsafe clause.
     """
@@ -80,11 +82,19 @@ def into_box_f32(x_N: np.ndarray, lo_N: np.ndarray, hi_N: np.ndarray,
     return np.where(high, np.nextafter(x, np.float32(-np.inf)), x)
 
 
+def no_float32_inside(lo_N: np.ndarray, hi_N: np.ndarray) -> np.ndarray:
+    """Bool ``[N]``: coordinates whose interval ``[lo, hi]`` (float64) contains no float32 value."""
+    lo32 = np.asarray(lo_N, dtype=np.float64).astype(np.float32)
+    up = np.where(lo32.astype(np.float64) < lo_N, np.nextafter(lo32, np.float32(np.inf)), lo32)
+    return up.astype(np.float64) > hi_N
+
+
 def validate(ort_model: OrtModel, case: Case, x_N: np.ndarray) -> Counterexample | None:
     """Check a candidate with onnxruntime; return it as a :class:`Counterexample` or None.
 
     Acceptance is exact, never within a tolerance: the float32 point must lie in the box as
-    written (strict bounds strictly) and onnxruntime's output, in float64, must satisfy every
+    written (strict bounds strictly; on a coordinate whose interval holds no float32 value, the
+    reported float64 value lies in it and the model is evaluated at its float32 rounding) and onnxruntime's output, in float64, must satisfy every
     atom of some clause as written (``<``/``>`` strictly; :meth:`~.io.vnnlib.Clause.contains`
     settles near-ties in exact arithmetic). The VNN-COMP checker is more lenient: the 2022 one
     (``SCORING/counterexamples.py`` and ``settings.py`` of ChristopherBrix/vnncomp2022_results,
@@ -97,6 +107,13 @@ def validate(ort_model: OrtModel, case: Case, x_N: np.ndarray) -> Counterexample
     lo_s, hi_s = case.lo_strict_N, case.hi_strict_N
     x32 = into_box_f32(np.asarray(x_N, dtype=np.float64), case.lo_N, case.hi_N, lo_s, hi_s)
     xd = x32.astype(np.float64)
+    # an interval holding no float32 value (a pinned coordinate lo = hi that float32 cannot
+    # represent, as in collins_rul_cnn): the point reported is the float64 value in the box;
+    # the model sees its float32 rounding, as onnxruntime (and the VNN-COMP checker) sees any X
+    gap = no_float32_inside(case.lo_N, case.hi_N)
+    x_in = np.clip(np.asarray(x_N, dtype=np.float64), case.lo_N, case.hi_N)
+    xd = np.where(gap, x_in, xd)
+    x32 = np.where(gap, x_in.astype(np.float32), x32)  # round to nearest, as a reader of X does
     if not case.contains_input(xd):
         return None
     y = np.asarray(ort_model(x32), dtype=np.float64)

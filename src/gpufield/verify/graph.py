@@ -83,9 +83,23 @@ class Graph:
         """Node shape of the output (no batch)."""
         return self.shape(self.output_name)
 
-    def relu_nodes(self) -> list[Node]:
-        """The non-linear nodes in topological order."""
+    def nonlinear_nodes(self) -> list[Node]:
+        """The non-linear nodes in topological order: every one needs intermediate bounds of
+        its input(s) before a CROWN pass goes through it."""
         return [n for n in self.nodes if n.op.nonlinear]
+
+    def relu_nodes(self) -> list[Node]:
+        """The non-linear nodes with ReLU's relaxation (an optimisable lower slope α ∈ [0, 1] per
+        neuron and a split at 0) in topological order: the ones α-CROWN, branch and bound and
+        the MIP treat. Ops say so with ``relu_relaxation`` (default True for a non-linear op
+        that does not have the attribute); Sigmoid, Tanh and MaxPool set it False."""
+        return [n for n in self.nodes if n.op.nonlinear and getattr(n.op, "relu_relaxation", True)]
+
+    @property
+    def relu_only(self) -> bool:
+        """True when every non-linear node has ReLU's relaxation (branch and bound and the MIP
+        need that)."""
+        return len(self.relu_nodes()) == len(self.nonlinear_nodes())
 
     def forward(self, x: torch.Tensor, upto: str | None = None) -> torch.Tensor:
         """Exact forward. ``x``: ``[B, *input_shape]``; returns ``[B, *output_shape]``."""

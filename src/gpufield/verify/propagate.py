@@ -174,7 +174,7 @@ def crown_intermediate(
     memory_budget_bytes: int = 2 << 30,
     fixed: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, Interval]:
-    """CROWN bounds of every ReLU input, layer by layer in topological order.
+    """CROWN bounds of every non-linear op's input, layer by layer in topological order.
 
     Each ReLU input is bounded by its own backward pass with ``C = I`` (all its neurons),
     chunked along the spec rows under ``memory_budget_bytes``. With ``ref`` (sound bounds, e.g.
@@ -195,8 +195,12 @@ def crown_intermediate(
     """
     B = x_lo.shape[0]
     inter: dict[str, Interval] = {graph.input_name: (x_lo, x_hi)}
-    relus = {r.name for r in graph.relu_nodes()}
-    for relu in graph.relu_nodes():
+    nonlin = graph.nonlinear_nodes()
+    relus = {r.name for r in nonlin}
+    # inputs of a non-linear op whose relaxation depends on its bounds even where they do not
+    # cross 0 (Sigmoid, Tanh, MaxPool): every neuron is re-bounded, not only the unstable ones
+    dense = {i for r in nonlin if not getattr(r.op, "relu_relaxation", True) for i in r.inputs}
+    for relu in nonlin:
         start = relu.inputs[0]
         if start in inter:
             continue
@@ -206,7 +210,7 @@ def crown_intermediate(
         if r is not None and (start in fixed or not (relus & ancestors(graph, start))):
             inter[start] = r  # an affine image of the box: the reference (IBP) is already exact
             continue
-        if r is None:
+        if r is None or start in dense:
             rows = torch.arange(n, device=x_lo.device)
         else:  # only neurons unstable under the reference bounds can change a relaxation
             rows = ((r[0] < 0) & (r[1] > 0)).flatten(1).any(0).nonzero().flatten()

@@ -46,7 +46,12 @@ class BoundOp(Protocol):
     """How many perturbed inputs the op takes (1, or 2 for tensor-tensor Add/Sub)."""
 
     nonlinear: bool
-    """True when :meth:`backward` needs intermediate bounds of its inputs (ReLU)."""
+    """True when :meth:`backward` needs intermediate bounds of its inputs (ReLU, Sigmoid, ...).
+
+    A non-linear op may also set ``relu_relaxation = False`` (optional attribute, default True):
+    its relaxation is not ReLU's, so α-CROWN gives it no slopes (it is called with
+    ``alpha_lower = alpha_upper = None``), and branch and bound and the MIP are not run on a
+    graph containing it (:attr:`gpufield.verify.graph.Graph.relu_only`)."""
 
     def forward(self, *xs: Tensor) -> Tensor:
         """Exact forward. ``xs[i]``: ``[B, *in_i]``; returns ``[B, *out]``."""

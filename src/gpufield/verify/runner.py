@@ -222,6 +222,8 @@ class _Case:
         """
         if self.cfg.refine is None or not hasattr(self, "ref"):
             return None
+        if not self.g.relu_only and self.lo[0].numel() > self.cfg.refine.input_split_max_dims:
+            return None  # neuron splits are ReLU splits; input splits work for every op
         open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
         if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return None

@@ -23,6 +23,10 @@ from gpufield.verify.ops import OPS, AddSub, Affine, Conv, Linear, Relu, Reshape
 
 _FOLDABLE = {
     "Identity": lambda a, at: a[0],
+    "Dropout": lambda a, at: a[0],
+    "Sigmoid": lambda a, at: 1 / (1 + np.exp(-a[0])),
+    "Tanh": lambda a, at: np.tanh(a[0]),
+    "Concat": lambda a, at: np.concatenate(a, axis=at.get("axis", 0)),
     "Add": lambda a, at: a[0] + a[1],
     "Sub": lambda a, at: a[0] - a[1],
     "Mul": lambda a, at: a[0] * a[1],
@@ -141,6 +145,10 @@ class _Builder:
         op, edge_inputs = self.make_op(n, at, ins)
         if op is None:
             return  # folded into the previous node
+        if isinstance(op, list):  # one op per output (Split)
+            for name, o in zip(n.output, op, strict=True):
+                self.push(n, o, edge_inputs, name=name)
+            return
         self.push(n, op, edge_inputs)
 
     def push(self, n, op, edge_inputs, name=None) -> None:
@@ -172,6 +180,9 @@ class _Builder:
         ty = n.op_type
         x = ins[0]
         shape = self.shapes.get(x)
+        build = getattr(OPS[ty][0], "from_onnx", None) if OPS[ty] else None
+        if build is not None:  # the op class builds itself (see gpufield.verify.ops.OPS)
+            return build(self, n, at, ins)
         if ty == "Relu":
             return Relu(), [x]
         if ty == "Gemm":
