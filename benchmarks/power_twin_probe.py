@@ -99,6 +99,7 @@ class Probe:
         self.sampler: ProbeSampler | None = None
         self.torch = None
         self.lock = threading.Lock()
+        self.finished = threading.Event()  # set when main() returns: the watchdog then stands down
 
     # --- output --------------------------------------------------------------------------
     def write(self, note: str = "") -> None:
@@ -115,7 +116,8 @@ class Probe:
 
     def watchdog(self) -> None:
         left = self.deadline - time.monotonic() - 2.0
-        time.sleep(max(0.0, left))
+        if self.finished.wait(max(0.0, left)):  # the run ended in time (also: main() called in-process by a test)
+            return
         try:
             self.write(note="watchdog: wall limit reached, run cut short")
         finally:
@@ -459,6 +461,14 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     pr = Probe(a, nvml, h, fake)
     threading.Thread(target=pr.watchdog, daemon=True, name="watchdog").start()
+    try:
+        return _run(a, pr, ro, h, nvml)
+    finally:
+        pr.finished.set()
+
+
+def _run(a, pr, ro, h, nvml) -> int:
+    """The probe proper, after the checks of :func:`main` (its watchdog already running)."""
     use_gpm, use_fv, pr.meta["canaries"] = _canaries(a.interval_s, a.dry_run_cpu)
     print(f"canaries: {[(c['stage'], c['rc']) for c in pr.meta['canaries']]} -> gpm {use_gpm}, "
           f"instant-power field {use_fv}", flush=True)

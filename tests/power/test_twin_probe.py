@@ -177,6 +177,13 @@ def test_probe_dry_run_cpu_writes_every_case_with_checks(tmp_path, monkeypatch):
             assert c["flop_per_s"] == pytest.approx(2 * p["m"] * p["n"] * p["k"] * c["launches"] / c["steady_wall_s"])
     loaded = {c["name"]: c["nvml"]["power_w_energy"] for c in doc["cases"]}
     assert loaded["gemm_8192"] > loaded["idle_ctx"]  # the fake's load follows the workload
+    # the watchdog stands down when main() returns: called in-process (as here), a live one would os._exit(124)
+    # the whole test session once the wall limit passed (it did, in a CI run of this suite)
+    import threading
+
+    for t in [t for t in threading.enumerate() if t.name == "watchdog"]:
+        t.join(timeout=5)
+        assert not t.is_alive()
 
 
 def _load_probe_module(monkeypatch):
