@@ -15,9 +15,6 @@ import json
 import os
 import sys
 
-if "TRITON_INTERPRET" not in os.environ:
-    os.environ["TRITON_INTERPRET"] = "1"  # CPU: the Triton kernels in the interpreter (a tool, not src/)
-
 SHAPE = (16, 32)
 SEED = 30
 # name -> (GPUFIELD_* variables of the old path, KernelConfig fields of the new, EmulatedFftPlan fields)
@@ -92,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--write", default=None, help="JSON file for the digests")
     a = ap.parse_args(argv)
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU: the Triton kernels in the interpreter (before triton)
     d = run(a.mode, a.cases.split(","))
     doc = {"shape": list(SHAPE), "seed": SEED, "mode": a.mode, "digests": d,
            "command": "PYTHONPATH=src python " + " ".join(sys.argv)}
