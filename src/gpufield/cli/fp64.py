@@ -171,7 +171,7 @@ def _shape(value: str) -> tuple[int, ...]:
 @app.command("fft")
 def fft_cmd(
     shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides up to 1024 (1 to 3 axes)")] = "16,16,16",
-    backend: Annotated[str, typer.Option(help="cpu | int8 | fp8")] = "cpu",
+    backend: Annotated[str, typer.Option(help="cpu-exact | int8 | fp8")] = "cpu-exact",
     variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
     epilogue: Annotated[str | None, typer.Option(help="torch | triton; default: triton (the fused stage kernel) "
                                                       "for int8 on a GPU, else torch")] = None,

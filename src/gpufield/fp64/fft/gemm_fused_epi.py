@@ -211,7 +211,7 @@ NP = 16 at (64, 8, 128) 0.95-1.09 ms (500 SASS per real output, 16 spill instruc
 registers: 1.27 ms; capped at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16)
 2.20-2.48 ms (516); since then its NP = 32 default is two column passes (:data:`GLUON_LAUNCH`).
 
-Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
+Counted with ``fused_static_count`` of tools/fp64_sass_count.py."""
 
 
 GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}

@@ -19,7 +19,7 @@ reads the r x 3 raw 3M products (int32) and, entirely in 32-bit registers, one m
    once to float64, then scaled by 2^-shift in two exact power-of-two factors (subnormal results round
    once, like ``math.ldexp``). The bits equal :func:`gpufield.fp64.fft.epilogue.epilogue_torch`.
 
-Static count at sm_90 (:mod:`.sass_count`, int8 16 moduli): 355-380 SASS instructions per real output
+Static count at sm_90 (tools/fp64_sass_count.py, int8 16 moduli): 355-380 SASS instructions per real output
 (per modulus ~4.5 for the residue, 9 IMAD for the limb and quotient sums, ~1.5 for loads; ~100 for lift,
 carries and rounding), against 4096 (crt) / 2679 (kulisch) for the int64 kernel at (32, 2). Measured on
 an H200 (run 5, 2^24 outputs): crt 1.03 ms, kulisch 0.94 ms (c_epi 513 / 467; run 3: 12.2 ms, c_epi
