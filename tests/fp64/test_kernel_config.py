@@ -160,3 +160,37 @@ def test_dispatch_table_names_the_stage_path():
                 plan = EmulatedFftPlan(backend="int8", epilogue="triton", int8_gemm=gemm,
                                        kernels=KernelConfig(implementation=impl))
                 assert any(stage_path(plan, cap).startswith(row[3].split(";")[0][:12]) for row in STAGE_PATHS)
+
+
+def test_each_config_field_reaches_its_kernel(monkeypatch):
+    """Same bits alone cannot show that a field is used: spies on the launchers record the choice each field
+    makes (residue and epilogue kernel, fused implementation, fold, pairs) on a small 2-D transform."""
+    pytest.importorskip("triton")
+    import gpufield.fp64.fft.gemm_fused_epi as fe
+    import gpufield.fp64.kernels.fft_epilogue as fep
+    import gpufield.fp64.kernels.residue as res
+    from gpufield.fp64.fft import fftn_fp64_emulated
+
+    seen: dict[str, list] = {"impl": [], "fold": [], "pairs": [], "res64": [], "epi64": []}
+
+    def spy(module, attr, name, record):
+        fn = getattr(module, attr)
+
+        def wrapped(*a, **k):
+            seen[name].append(record(*a, **k))
+            return fn(*a, **k)
+        monkeypatch.setattr(module, attr, wrapped)  # the name the caller looks up at call time
+
+    spy(fe, "_resolve_impl", "impl", lambda impl: impl)
+    spy(fe, "_fold_constants", "fold", lambda tab, variant, fold, gluon: fold)
+    spy(fe, "residue_schedule", "pairs", lambda moduli, pairs, strict=True: pairs)
+    spy(res, "scale_residues_triton_int64", "res64", lambda *a, **k: True)
+    spy(fep.fft_epilogue_int64, "epilogue_triton", "epi64", lambda *a, **k: True)
+    x = torch.randn(16, 16, dtype=torch.complex128)
+    run = lambda gemm, **kc: fftn_fp64_emulated(x, EmulatedFftPlan(  # noqa: E731
+        backend="int8", epilogue="triton", int8_gemm=gemm, kernels=KernelConfig(**kc)))
+    run("fused_epi", implementation="triton", fold="int", residue_pairs=2)
+    assert set(seen["impl"]) == {"triton"} and set(seen["fold"]) == {"int"} and 2 in seen["pairs"]
+    assert not seen["res64"] and not seen["epi64"]
+    run("triton", residue="int64", epilogue="int64")
+    assert seen["res64"] and seen["epi64"]
