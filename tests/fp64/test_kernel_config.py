@@ -194,3 +194,20 @@ def test_each_config_field_reaches_its_kernel(monkeypatch):
     assert not seen["res64"] and not seen["epi64"]
     run("triton", residue="int64", epilogue="int64")
     assert seen["res64"] and seen["epi64"]
+
+
+def test_cli_kernels_answers_which_kernel_runs(capsys):
+    """`gpufield fp64 kernels`: 256^3 on an H200 runs six Gluon fused stages (length 16; 16 groups of 65536
+    rows in stage 2); a 1-D 1024 transform's stage 2 (one row per group) runs cuBLAS; a bad device is named."""
+    from gpufield.cli import main
+
+    assert main(["fp64", "kernels", "--shape", "256,256,256", "--device", "h200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["stages"]) == 6 and all(s["path"].startswith("fused_epi_gluon") for s in out["stages"])
+    assert [(s["length"], s["groups"], s["rows_per_group"]) for s in out["stages"][:2]] == [(16, 1, 2**20),
+                                                                                          (16, 16, 2**16)]
+    assert main(["fp64", "kernels", "--shape", "1024", "--device", "9.0", "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)["stages"]
+    assert [s["path"].split(":")[0] for s in st] == ["fused_epi_gluon", "cublas"]
+    assert main(["fp64", "kernels", "--device", "h2oo"]) != 0
+    assert "device 'h2oo'" in capsys.readouterr().err

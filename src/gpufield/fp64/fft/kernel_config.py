@@ -161,3 +161,51 @@ def stage_path(plan, capability: tuple[int, int] | None, rows_per_group: int | N
                 return f"{path}; fold {fold}"
             return path
     raise AssertionError(f"no dispatch row for {gemm}/{impl}/{dev}")  # pragma: no cover (table is total)
+
+
+DEVICES = {"cpu": None, "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "a100": (8, 0), "b200": (10, 0),
+           "b300": (10, 3)}
+"""Device names :func:`parse_device` takes besides ``"major.minor"`` (compute capabilities from NVIDIA's CUDA
+GPU table; the dispatch only distinguishes 9.x, other GPUs and CPU)."""
+
+
+def parse_device(text: str) -> tuple[int, int] | None:
+    """``"h200"`` / ``"9.0"`` / ``"cpu"`` -> ``(9, 0)`` / ``(9, 0)`` / None.
+
+    Raises:
+        InputError: neither a name of :data:`DEVICES` nor ``major.minor``.
+    """
+    t = text.strip().lower()
+    if t in DEVICES:
+        return DEVICES[t]
+    parts = t.split(".")
+    if len(parts) == 2 and all(p.isdigit() for p in parts):
+        return int(parts[0]), int(parts[1])
+    raise InputError(f"device {text!r}: expected one of {', '.join(DEVICES)} or a compute capability major.minor")
+
+
+def stage_table(shape: tuple[int, ...], plan, capability: tuple[int, int] | None) -> list[dict]:
+    """Every DFT-GEMM stage of a forward transform of ``shape`` and the stage path it runs (the six-step
+    passes of :mod:`gpufield.fp64.fft.sixstep`: one stage per axis of length <= 32, two above, stage 2 with one
+    twiddle group per k1).
+
+    Returns:
+        one dict per stage: axis, N (axis length), stage (1 or 2), length (the stage's DFT length), groups G,
+        rows per group R, and path (:func:`stage_path`).
+    """
+    from gpufield.fp64.fft.sixstep import _split
+
+    total = 1
+    for n in shape:
+        total *= n
+    rows = []
+    for axis, n in enumerate(shape):
+        if n == 1:
+            continue
+        b = total // n
+        stages = [(1, n, 1, b)] if n <= 32 else [(1, _split(n)[0], 1, _split(n)[1] * b), (2, _split(n)[1],
+                                                                                          _split(n)[0], b)]
+        for st, length, g, r in stages:
+            rows.append({"axis": axis, "N": n, "stage": st, "length": length, "groups": g, "rows_per_group": r,
+                         "path": stage_path(plan, capability, r)})
+    return rows
