@@ -193,40 +193,17 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
 
 DEFAULT_LAUNCH = {16: (64, 8, 128), 32: (64, 16, None)}
 """Padded stage length NP -> (largest rows per program, warps, register cap or None) of the Triton kernel on
-CUDA (the Gluon kernel's are :data:`GLUON_LAUNCH`), measured
-fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows; runs 20 and 22, commits
-7bc0226 and 5af0188; bit-identical outputs for every shape):
-
-* NP = 16 (256^3 and 512^3 stages; 2^24 outputs): (64, 8) capped at 128 registers 1.67 ms; (64, 8)
-  uncapped 1.93 (191 registers: one program of 8 warps per SM; at 128, two fit, for 76 spill
-  instructions); (128, 16) 1.93; (128, 8) 1.94; (32, 4) 2.16; (64, 16) 2.69. Static sm_90 count at
-  (64, 8, 128): 602 SASS per real output (run 10's kernel: 749, 188 registers).
-* NP = 32 (512^3 and 1024^3 stages; 2^25 outputs): (64, 16) 4.07 ms (128 registers, 82 spill
-  instructions, 636 per real output); (64, 8) with 16 outputs per program 4.99 (capped at 128: 7.05);
-  (64, 8) 5.08 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 9.05 / 9.48;
-  (128, 16) 15.4.
-
-The Gluon kernel (runs 30-33, commits 66414d1 .. b37e983) was fastest at the same shapes until session 11:
-NP = 16 at (64, 8, 128) 0.95-1.09 ms (500 SASS per real output, 16 spill instructions; uncapped, 154
-registers: 1.27 ms; capped at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16)
-2.20-2.48 ms (516); since then its NP = 32 default is two column passes (:data:`GLUON_LAUNCH`).
-
-Counted with ``fused_static_count`` of tools/fp64_sass_count.py."""
+CUDA (the Gluon kernel's are :data:`GLUON_LAUNCH`), the shapes measured fastest on one H200
+(benchmarks/fp64_fused_epi_shapes.py; every shape gives the same bits). The measurements behind them:
+docs/perf-notes.md, "issue 30: the kernel house"; counted with ``fused_static_count`` of
+tools/fp64_sass_count.py."""
 
 
 GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
 """Padded stage length NP -> (rows per program, warps, register cap, column passes) of the Gluon kernel
-(Hopper), measured on one H200 with the rows in the six-step layout and calls queued back to back
-(benchmarks/fp64_fused_epi_shapes.py ``--layout sixstep``, ``ms_queued``; same bits for every shape):
-
-* NP = 16: (64, 8, 128, 1), two programs per SM: 0.68 ms per stage of 2^20 rows (run 52); four programs
-  of 4 warps in two column passes (64, 4, 128, 2) ran slower (run 51: 0.86-0.90 against 0.74-0.77 ms per
-  call).
-* NP = 32: (64, 8, 128, 2), two programs of 8 warps per SM, each folding its 64 output columns in two
-  passes of 32 (one pass's twiddle tiles in shared memory: 112 KB per program; the residues in two row
-  blocks; the tiles by cp.async; 64 spill instructions at 128 registers): 1.68 ms against 1.81 ms for one
-  program of 16 warps (64, 16, none, 1) per SM (run 52, with 4 residue pairs, before cp.async: -3.5 % more
-  in run 54). Until session 11 the default was the latter.
+(Hopper), the shapes measured fastest on one H200 with the rows in the six-step layout (benchmarks/
+fp64_fused_epi_shapes.py ``--layout sixstep``; same bits for every shape). Measurements: docs/perf-notes.md,
+"issue 30: the kernel house".
 """
 
 
@@ -276,8 +253,7 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 IMPLS = ("gluon", "triton")
 """Kernels of the fused stage: ``"gluon"`` (default: :mod:`gpufield.fp64.fft.gemm_fused_gluon` wherever it
 fits, see :func:`_gluon_fits`, else the Triton kernel) and ``"triton"`` (:func:`_fused_epi_kernel` always).
-Both give the same bits. H200 run 30 (commit 66414d1, one chunk of 2^20 rows): Gluon 0.95-1.06 ms against
-Triton 1.49-1.58 ms per N = 16 stage, 2.27-2.48 against 4.22-4.26 ms per N = 32 stage."""
+Both give the same bits (``KernelConfig.implementation``; timings: docs/perf-notes.md)."""
 
 
 def _resolve_impl(impl: str | None) -> str:
@@ -296,10 +272,8 @@ FOLDS = ("int", "f64")
 """CRT folds of the fused stage (same bits): ``"int"``, the 32-bit integer limbs of
 :mod:`gpufield.fp64.kernels.fft_epilogue`, and ``"f64"``, exact FP64 digit sums and a correctly rounded
 three-term sum (:mod:`gpufield.fp64.kernels.fft_epilogue_f64`), which moves the fold from the
-integer multiply-add pipe to the FP64 pipe. Default: ``"f64"`` in the Gluon kernel (H200 run 36: N = 16
-stage 0.88-1.01 against 1.03-1.13 ms, 256^3 transform 6.36 against 6.97 ms in the same call; 391
-against 500 SASS per real output), ``"int"`` in the Triton kernel (with the FP64 fold it spills: 311
-spill instructions at 128 registers)."""
+integer multiply-add pipe to the FP64 pipe. Default (``KernelConfig.fold`` None): ``"f64"`` in the Gluon
+kernel, ``"int"`` in the Triton kernel (where the FP64 fold spills); timings: docs/perf-notes.md."""
 
 
 def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: bool) -> dict:
