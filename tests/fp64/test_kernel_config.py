@@ -211,3 +211,15 @@ def test_cli_kernels_answers_which_kernel_runs(capsys):
     assert [s["path"].split(":")[0] for s in st] == ["fused_epi_gluon", "cublas"]
     assert main(["fp64", "kernels", "--device", "h2oo"]) != 0
     assert "device 'h2oo'" in capsys.readouterr().err
+
+
+def test_kernels_import_nothing_from_fft():
+    """One direction only: gpufield.fp64.fft imports the kernels, no module of gpufield.fp64.kernels imports
+    gpufield.fp64.fft (the shared CRT tables are gpufield.fp64.crt_tables)."""
+    bad = []
+    for p in (FP64 / "kernels").glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            mods = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{p.name}:{node.lineno} {m}" for m in mods if m.startswith("gpufield.fp64.fft")]
+    assert not bad, bad

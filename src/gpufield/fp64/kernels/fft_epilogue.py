@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import VARIANTS, EpilogueTables
+from gpufield.fp64.crt_tables import VARIANTS, EpilogueTables
 from gpufield.fp64.kernels import fft_epilogue_int64, interpreter_on
 from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
