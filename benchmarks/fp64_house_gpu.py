@@ -18,7 +18,8 @@ already in DIR/fp64_house_gpu.json):
 4. one GEMM shape: ``ozaki_matmul`` INT8 at 4096^3 (random Gaussian), bits against the torch-kernel backend
    (``Int8Backend(kernels="torch")``), time.
 
-Times: CUDA-event medians of ``--reps`` calls after one warm-up call (the compile). Earlier measured times for the
+Order: default, cuFFT, old_digest, fold_int, impl_triton, the GEMM, then the launch knobs (pairs, register cap,
+asm, launch shape). Times: CUDA-event medians of ``--reps`` calls after one warm-up call (the compile). Earlier measured times for the
 same calls are printed beside them (EARLIER). A case not started before the deadline is recorded as skipped.
 """
 
@@ -157,9 +158,11 @@ def _worker(a) -> None:
     old = ("old_digest", lambda: {"shape": list(SHAPE), "digest": (d := digest_run("config", ["default"],
                                                                                   device=dev)["default"]),
                                   "stored_old_path": stored["default"], "equal": d == stored["default"]})
-    cases += [(k, (lambda k=k, c=c: fft_case(k, c))) for k, c in VARIANTS.items()]
-    cases += [old, ("gemm_int8_4096", gemm_case)]
-    est_s = {"default": 25, "cufft": 2, "old_digest": 15, "gemm_int8_4096": 12}
+    var = [(k, (lambda k=k, c=c: fft_case(k, c))) for k, c in VARIANTS.items()]
+    # priority order (a case not started before the deadline is skipped): the old path's digest first, the
+    # two kernel choices, the GEMM, then the launch knobs
+    cases += [old, *var[:2], ("gemm_int8_4096", gemm_case), *var[2:]]
+    est_s = {"default": 25, "cufft": 2, "old_digest": 15, "gemm_int8_4096": 12, "impl_triton": 15}
     for name, fn in cases:
         left = a.deadline - time.time()
         if left < est_s.get(name, 12):
@@ -202,7 +205,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--budget-s", type=float, default=90.0, help="whole run, wall clock (s), enforced")
     ap.add_argument("--size", type=int, default=256)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--dry-run-cpu", action="store_true", help="CPU, Triton interpreter, 8^3, 1 rep")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, default=None, help=argparse.SUPPRESS)
