@@ -25,14 +25,14 @@ up-front self-check compiled ~20 specialisations and hit the 330 s cap before an
   phase deadline is capped by it;
 * the bit-identity self-check runs per configuration, after its timing, on one small input (default
   16 x 16 x 256: every stage N = K = 16 as at 256^3, so it mostly reuses the compiled kernels) against the
-  exact CPU reference (``backend="cpu"``), in its own budget: a slow check cannot cost a timing;
+  exact CPU reference (``backend="cpu-exact"``), in its own budget: a slow check cannot cost a timing;
 * results are written to DIR/fp64_fft_gpu.json after every event (a killed run keeps everything done so far),
   and the workers' output to DIR/fp64_fft_gpu.log (2 files in DIR);
 * TRITON_CACHE_DIR is ``--cache-dir`` (default ``.triton-cache`` in the checkout holding this script), so a
   second call on a still-warm machine loads the compiled kernels instead of compiling them again.
 
 Order (``--sizes 256,512,1024``; any three sizes play these roles): at 256^3 cuFFT, then MAIN_CONFIGS (the run-5 best int8/crt/g8/tgemm with the
-32-bit residue kernel, the same with ``GPUFIELD_RESIDUE_IMPL=int64`` (run 5's kernel), /fused, /fusedepi), each
+32-bit residue kernel, the same with ``KernelConfig(residue="int64")`` (run 5's kernel), /fused, /fusedepi), each
 with one profiled call (phase split) and its self-check; then 512^3 cuFFT and the MAIN_CONFIGS that ran at 256^3
 (/res64 last; no check, no profile); then 1024^3 cuFFT and the fastest 512^3 configuration if its projected time fits; then
 EXTRA_CONFIGS at 256^3 while the budget lasts.
@@ -130,6 +130,7 @@ def _worker(spec: dict) -> None:
         return float(np.median(ts)), ts
 
     from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
+    from gpufield.fp64.fft.kernel_config import KernelConfig
     from gpufield.fp64.fft.reference import dft_longdouble, rel_l2
 
     _emit(None, "start", torch=torch.__version__, n=n, pid=os.getpid(),
@@ -199,8 +200,8 @@ def _worker(spec: dict) -> None:
                 _emit(key, "end")
                 continue
             b, v, epi, grp, gemm, res = ALL_CONFIGS[key]
-            os.environ["GPUFIELD_RESIDUE_IMPL"] = res  # read by scale_residues_triton at every call
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, int8_gemm=gemm)
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, int8_gemm=gemm,
+                                   kernels=KernelConfig(residue=res))
             x = make_x()
             if dev == "cuda":
                 torch.cuda.empty_cache()

@@ -3,8 +3,8 @@ registers/occupancy proxy (time only) and bit-identity against the default shape
 printed SHA-256 digest of the first shape's outputs, against another commit run on the same inputs).
 
 Run from the source tree on a machine with a CUDA GPU (torch >= 2.11, Triton). On Hopper the launcher runs
-the Gluon kernel where it fits; ``GPUFIELD_FUSED_EPI_IMPL=triton`` times the Triton kernel instead (the
-digests of the two must agree):
+the Gluon kernel where it fits; ``--implementation triton`` (``KernelConfig.implementation``) times the Triton
+kernel instead (the digests of the two must agree):
 
     PYTHONPATH=src python3 benchmarks/fp64_fused_epi_shapes.py --out DIR --budget-s 150
 
@@ -73,6 +73,8 @@ def main() -> None:
     ap.add_argument("--shapes", default=None,
                     help="only these shapes, e.g. '16:64,8,16,128;32:64,8,32,128,2' (default: the SHAPES table)")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu with TRITON_INTERPRET=1 (a test of the script)")
+    ap.add_argument("--implementation", choices=("gluon", "triton"), default="gluon",
+                    help="fused stage kernel (KernelConfig.implementation; the former GPUFIELD_FUSED_EPI_IMPL)")
     ap.add_argument("--layout", choices=("rows", "sixstep"), default="rows",
                     help="input rows contiguous, or consecutive rows one element apart (a six-step pass)")
     a = ap.parse_args()
@@ -103,7 +105,8 @@ def main() -> None:
                 res["shapes"].append(row)
                 continue
             call = functools.partial(fused_epi_stage_triton, x, *args, block_m=bm, num_warps=warps, block_k=bk,
-                                     max_registers=reg or None, **({"passes": kp[0]} if kp else {}))
+                                     max_registers=reg or None, impl=a.implementation,
+                                     **({"passes": kp[0]} if kp else {}))
             sync()
             t0 = time.time()
             y = call()[0]

@@ -28,7 +28,7 @@ from gpufield.fp64.fft.stage import dft_stage
 from gpufield.fp64.fft.twiddles import twiddle_table
 from gpufield.fp64.ozaki.moduli import moduli_table
 
-BACKENDS = ("cpu", "int8", "fp8")
+BACKENDS = ("cpu-exact", "int8", "fp8")
 
 
 def _gen(kind: str, shape, rng) -> np.ndarray:

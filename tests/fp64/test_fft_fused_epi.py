@@ -239,12 +239,13 @@ def test_strided_rows_read_like_contiguous_ones():
         fused_epi_stage_triton(strided, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, out=dest)
 
 
-def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
-    """``GPUFIELD_FUSED_EPI_PAIRS``: empty means the default, any pair count gives the same bits, a
-    non-integer is refused by name; too few moduli for the bit widths are refused (the FP64 fold's quotient
-    range)."""
+def test_residue_pairs_knob_and_moduli_bound():
+    """``pairs`` (``KernelConfig.residue_pairs``): None means the default, any pair count gives the same bits,
+    too many pairs are refused by name, a non-integer by the config; too few moduli for the bit widths are
+    refused (the FP64 fold's quotient range)."""
     from gpufield.fp64.fft.epilogue import epilogue_tables
     from gpufield.fp64.fft.gemm_fused_epi import fused_epi_stage_triton
+    from gpufield.fp64.fft.kernel_config import KernelConfig
     from gpufield.fp64.fft.operands import stage_operands
 
     x = _adversarial((4, 6, 16), 9).reshape(24, 16)
@@ -254,24 +255,21 @@ def test_residue_pairs_knob_and_moduli_bound(monkeypatch):
     tab = epilogue_tables("int8", plan.resolved_num_moduli)
     ops = stage_operands(idx, plan.twiddle_bits, moduli_table("int8", tab.num_moduli).moduli, torch.int8, 8, DEV)
     want = stage_exact_python(x[None], idx, plan.input_bits, plan.twiddle_bits)[0]
-    for env in ("", "0", "7"):
-        monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", env)
-        got, _, _ = fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
-        assert _same(got.cpu().numpy(), want), env
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", "8")  # more pairs than 16 moduli allow: named in the error
-    with pytest.raises(InputError, match="GPUFIELD_FUSED_EPI_PAIRS=8: 8 residue pairs"):
-        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_PAIRS", "four")
-    with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_PAIRS='four': expected a non-negative integer"):
-        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24)
-    monkeypatch.delenv("GPUFIELD_FUSED_EPI_PAIRS")
+    for pairs in (None, 0, 7):
+        got, _, _ = fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24,
+                                           pairs=pairs)
+        assert _same(got.cpu().numpy(), want), pairs
+    with pytest.raises(InputError, match="residue_pairs=8: 8 residue pairs"):  # more than 16 moduli allow
+        fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, pairs=8)
+    with pytest.raises(InputError, match="KernelConfig.residue_pairs must be None or a non-negative integer"):
+        KernelConfig(residue_pairs="four")
     with pytest.raises(ValueError, match="too few"):
         fused_epi_stage_triton(xt, 60, 60, tab, "crt", ops, 0, 24)
     with pytest.raises(ValueError, match=r"\[1, 60\]"):  # wider row integers would overflow int64 silently
         fused_epi_stage_triton(xt, 61, 8, tab, "crt", ops, 0, 24)
 
 
-def test_wide_bit_widths_fall_back_to_the_integer_fold(monkeypatch):
+def test_wide_bit_widths_fall_back_to_the_integer_fold():
     """60-bit inputs and 60-bit twiddles need 17 moduli, for which the FP64 fold's sums would not be exact:
     the default fold falls back to the integer one (the transform equals the exact CPU path), an explicit
     FP64 fold is refused."""
@@ -284,7 +282,7 @@ def test_wide_bit_widths_fall_back_to_the_integer_fold(monkeypatch):
                            input_bits=60, twiddle_bits=60)
     assert plan.resolved_num_moduli == 17
     got = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
-    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", input_bits=60, twiddle_bits=60))
+    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu-exact", input_bits=60, twiddle_bits=60))
     assert _same(got, want)
     tab = epilogue_tables("int8", 17)
     idx = np.stack([_dft_idx(8)[0]])
@@ -296,11 +294,8 @@ def test_wide_bit_widths_fall_back_to_the_integer_fold(monkeypatch):
 
     assert _fold_constants(epilogue_tables("int8", 16), "kulisch", None, gluon=True)["FOLD"]  # the Hopper default
     assert not _fold_constants(tab, "kulisch", None, gluon=True)["FOLD"]  # ... falls back at 17 moduli
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_FOLD", "")  # empty: the default, not an explicit choice
-    assert not _fold_constants(tab, "kulisch", None, gluon=True)["FOLD"]
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_FOLD", "f64")
-    with pytest.raises(InputError, match="FP64 fold"):
-        _fold_constants(tab, "kulisch", None, gluon=True)
+    with pytest.raises(InputError, match="fold='f64'.*FP64 fold"):  # asked for explicitly: refused
+        _fold_constants(tab, "kulisch", "f64", gluon=True)
 
 
 def test_few_moduli_for_narrow_bit_widths_run_with_the_pairs_that_fit():
@@ -311,7 +306,7 @@ def test_few_moduli_for_narrow_bit_widths_run_with_the_pairs_that_fit():
                            twiddle_bits=12)
     assert plan.resolved_num_moduli == 5
     got = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
-    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", input_bits=12, twiddle_bits=12))
+    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu-exact", input_bits=12, twiddle_bits=12))
     assert _same(got, want)
 
 

@@ -20,6 +20,8 @@ import torch
 if not torch.cuda.is_available():  # before the first import of triton in this process
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
+sys.path.insert(0, TOOLS)  # fp64_sass_count: a tool, out of src/ (issue 30)
 
 from test_fft_fused_epi import _adversarial, _plan  # noqa: E402
 from test_fft_launch import DEV, _same  # noqa: E402
@@ -35,7 +37,7 @@ HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 
 
 _COUNT = """
 import json
-from gpufield.fp64.kernels.sass_count import fused_static_count
+from fp64_sass_count import fused_static_count
 out = {}
 for n, warps in ((16, 8), (32, 16)):
     g = fused_static_count(n, 64, warps, gluon=True, max_registers=128)
@@ -55,7 +57,7 @@ def test_gluon_kernel_compiles_with_one_wgmma_per_modulus_and_no_loop_barrier():
     and fewer instructions per real output than the Triton kernel at the same launch shape; with the FP64
     fold at least four DFMA per modulus and real output, >= 10 % fewer instructions, and its float64
     constants read from the constant bank (few UMOV)."""
-    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=os.pathsep.join([TOOLS, *sys.path]))
     res = subprocess.run([sys.executable, "-c", _COUNT], capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     counts = json.loads(res.stdout.strip().splitlines()[-1])
@@ -98,7 +100,7 @@ def test_sass_phases_split_of_a_listing():
     """:func:`sass_phases` on a hand-written listing: 3 instructions before the first IGMMA, two column passes
     whose IGMMA runs a barrier separates (2 + 4 instructions from first to last IGMMA), and NOP/BRA not
     counted."""
-    from gpufield.fp64.kernels.sass_count import sass_phases
+    from fp64_sass_count import sass_phases
 
     ops = ["IMAD R1, R2, R3, RZ", "DFMA R4, R4, R6, R8", "NOP", "STS [R1], R2",  # residues: 3
            "IGMMA.64x16x32.S8.S8 R40, gdesc[UR4], RZ, !UPT", "IGMMA.64x16x32.S8.S8 R48, gdesc[UR8], RZ, !UPT",
@@ -203,29 +205,35 @@ def test_passes_out_of_range_are_refused():
         fused_epi_stage_triton(xt, plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 24, passes=3)
 
 
-def test_passes_from_the_environment_are_checked(monkeypatch):
-    """The launch's 4th field (column passes) is checked like the argument, and the error names the variable
-    (the environment is read on CUDA only: elsewhere the variable is ignored and the launch runs)."""
+def test_passes_from_the_launch_are_checked():
+    """The launch's 4th field (column passes) is checked like the argument, on CUDA naming the launch (the
+    launch is used on CUDA only: in the interpreter it is ignored and the stage runs); the config refuses it
+    before any work."""
+    from gpufield.errors import InputError
+    from gpufield.fp64.fft.kernel_config import KernelConfig
+
     x, idx, plan, tab, ops = _stage(16, 64, 4, 3)
     xt = torch.from_numpy(x.reshape(256, 16)).to(DEV)
-    monkeypatch.setenv("GPUFIELD_FUSED_EPI_LAUNCH", "64,8,16,4")
     args = (plan.input_bits, plan.twiddle_bits, tab, "crt", ops, 0, 64)
+    with pytest.raises(InputError, match="passes must be 1 or 2"):
+        KernelConfig(launch=(64, 8, 16, 4))
     if DEV == "cuda":
-        with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_LAUNCH.*passes must be 1 or 2"):
-            fused_epi_stage_triton(xt, *args)
+        with pytest.raises(ValueError, match=r"launch=\(64, 8, 16, 4\).*passes must be 1 or 2"):
+            fused_epi_stage_triton(xt, *args, launch=(64, 8, 16, 4))
     else:
-        got, _, _ = fused_epi_stage_triton(xt, *args)
+        got, _, _ = fused_epi_stage_triton(xt, *args, launch=(64, 8, 16, 4))
         assert _same(got.cpu().numpy().reshape(4, 64, 16), stage_exact_python(x, idx, plan.input_bits,
                                                                                plan.twiddle_bits))
 
 
-def test_launch_environment_values_are_parsed_or_refused_by_name():
-    from gpufield.fp64.fft.gemm_fused_epi import env_ints
+def test_launch_values_are_parsed_or_refused():
+    from gpufield.errors import InputError
+    from gpufield.fp64.fft.kernel_config import KernelConfig
 
-    assert env_ints("GPUFIELD_FUSED_EPI_LAUNCH", "64, 8,32,2", 2, 4) == [64, 8, 32, 2]
-    assert env_ints("GPUFIELD_FUSED_EPI_MAXNREG", "0", 1, 1) == [0]
+    assert KernelConfig.parse_launch("64, 8,32,2") == (64, 8, 32, 2)
+    assert KernelConfig(launch=[64, 8]).launch == (64, 8) and KernelConfig(max_nreg=0).max_nreg == 0
     for bad in ("64", "64,8,32,2,1", "64,eight", "64,-8", ""):
-        with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_LAUNCH=.*comma-separated non-negative integers"):
-            env_ints("GPUFIELD_FUSED_EPI_LAUNCH", bad, 2, 4)
-    with pytest.raises(ValueError, match="GPUFIELD_FUSED_EPI_MAXNREG='128k': expected a non-negative integer"):
-        env_ints("GPUFIELD_FUSED_EPI_MAXNREG", "128k", 1, 1)
+        with pytest.raises(InputError, match="comma-separated non-negative integers"):
+            KernelConfig.parse_launch(bad)
+    with pytest.raises(InputError, match="KernelConfig.max_nreg must be None or a non-negative integer"):
+        KernelConfig(max_nreg="128k")

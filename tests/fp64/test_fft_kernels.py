@@ -62,7 +62,7 @@ def test_fft_through_kernel_equals_cpu_path(variant, shape):
     rng = np.random.default_rng(5)
     x = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * np.exp(3 * rng.standard_normal(shape))
     want = fftn_fp64_emulated(x)
-    backend = "int8" if DEV == "cuda" else "cpu"
+    backend = "int8" if DEV == "cuda" else "cpu-exact"
     y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV),
                            EmulatedFftPlan(backend=backend, variant=variant, epilogue="triton")).cpu().numpy()
     assert np.array_equal(y.view(np.int64), want.view(np.int64))
@@ -87,7 +87,7 @@ def test_int8_products_written_in_place_equal_cpu_path(g, num_moduli, input_bits
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((2, 64)) + 1j * rng.standard_normal((2, 64))) * np.exp(2 * rng.standard_normal((2, 64)))
     kw = dict(variant="crt", num_moduli=num_moduli, input_bits=input_bits)
-    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu", **kw))
+    want = fftn_fp64_emulated(x, EmulatedFftPlan(backend="cpu-exact", **kw))
     plan = EmulatedFftPlan(backend="int8", epilogue=epilogue, int8_group=g, int8_gemm="cublas", **kw)
     y = fftn_fp64_emulated(torch.from_numpy(x).to(DEV), plan).cpu().numpy()
     assert np.array_equal(y.view(np.int64), want.view(np.int64))

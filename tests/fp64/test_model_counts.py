@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from gpufield.fp64.model_counts import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))  # fp64_sass_count: a tool, out of src/ (issue 30)
 H200_P_INT = 132 * 64 * 1.98e9  # SMs x INT32 lanes x max SM clock (fp64.md 3.2)
 H200_BW = 4.8e12
 
@@ -29,7 +31,7 @@ H200_BW = 4.8e12
 def test_counts_are_the_committed_listing_recounted(k):
     """Each per-thread phase count in the data file is what sass_phases finds in the listing it names, and the
     listing's total is the one its README states (2862 / 5955 SASS per thread)."""
-    from gpufield.fp64.kernels.sass_count import _sass_ops, sass_phases
+    from fp64_sass_count import _sass_ops, sass_phases
 
     st = conversion_data()["gpus"]["H200-SXM"]["stages"][str(k)]
     text = gzip.open(ROOT / st["listing"], "rt").read()

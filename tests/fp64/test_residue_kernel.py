@@ -133,9 +133,9 @@ def test_grouped_layout_complex_bit_identical(g, n, K):
         assert torch.equal(got[:, q, :, w * K:(w + 1) * K], want[:, mi])
 
 
-def test_fp8_digits_and_env_switch(monkeypatch):
+def test_fp8_digits_and_impl_switch():
     """Digit planes equal the previous kernel's (also its unused third plane of square moduli), and
-    GPUFIELD_RESIDUE_IMPL=int64 selects the previous kernel with the same bits."""
+    ``impl="int64"`` (``KernelConfig(residue="int64")``) selects the previous kernel with the same bits."""
     X, s = _edge_operand(10, 20, 7)
     Xc = torch.complex(X, X.flip(1))
     t = moduli_table("fp8", 14)
@@ -143,10 +143,8 @@ def test_fp8_digits_and_env_switch(monkeypatch):
     old = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True, impl="int64").cpu()
     assert new.dtype == torch.float8_e4m3fn and torch.equal(new.view(torch.uint8), old.view(torch.uint8))
     t8 = moduli_table("int8", 16)
-    monkeypatch.setenv("GPUFIELD_RESIDUE_IMPL", "int64")
-    env = scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu()
-    monkeypatch.delenv("GPUFIELD_RESIDUE_IMPL")
-    assert torch.equal(env, scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu())
+    prev = scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8, impl="int64").cpu()
+    assert torch.equal(prev, scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu())
     with pytest.raises(InputError):
         scale_residues_triton(X, s, t8, torch.int8, impl="int16")
 

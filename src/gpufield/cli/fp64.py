@@ -171,7 +171,7 @@ def _shape(value: str) -> tuple[int, ...]:
 @app.command("fft")
 def fft_cmd(
     shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides up to 1024 (1 to 3 axes)")] = "16,16,16",
-    backend: Annotated[str, typer.Option(help="cpu | int8 | fp8")] = "cpu",
+    backend: Annotated[str, typer.Option(help="cpu-exact | int8 | fp8")] = "cpu-exact",
     variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
     epilogue: Annotated[str | None, typer.Option(help="torch | triton; default: triton (the fused stage kernel) "
                                                       "for int8 on a GPU, else torch")] = None,
@@ -201,6 +201,36 @@ def fft_cmd(
             if k == "plan":
                 continue
             typer.echo(f"{k}: {'n/a (numpy.fft is the reference)' if v is None else v}")
+
+
+@app.command("kernels")
+def kernels_cmd(
+    shape: Annotated[str, typer.Option(help="comma-separated power-of-two sides (1 to 3 axes)")] = "256,256,256",
+    device: Annotated[str, typer.Option(help="h200 | h100 | a100 | b200 | b300 | cpu | major.minor")] = "h200",
+    variant: Annotated[str, typer.Option(help="garner | crt | kulisch")] = "crt",
+    int8_gemm: Annotated[str | None, typer.Option(help="cublas | triton | fused | fused_epi (default: the plan's)")] = None,
+    implementation: Annotated[str, typer.Option(help="fused kernel: gluon | triton")] = "gluon",
+    fold: Annotated[str | None, typer.Option(help="fused kernel's CRT fold: int | f64 (default: per kernel)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Which stage kernel runs: every DFT-GEMM stage of an INT8 emulated FFT (``EmulatedFftPlan(backend="int8",
+    epilogue="triton")``) of --shape on --device, from the one dispatch table (gpufield.fp64.fft.kernel_config)."""
+    from gpufield.fp64.fft import EmulatedFftPlan
+    from gpufield.fp64.fft.kernel_config import KernelConfig, parse_device, stage_table
+
+    sides = _shape(shape)
+    plan = EmulatedFftPlan(backend="int8", epilogue="triton", variant=variant, int8_gemm=int8_gemm,
+                           kernels=KernelConfig(implementation=implementation, fold=fold))
+    rows = stage_table(sides, plan, parse_device(device))
+    if as_json:
+        typer.echo(json.dumps({"shape": list(sides), "device": device, "int8_gemm": plan.int8_gemm, "stages": rows},
+                              indent=1))
+        return
+    typer.echo(f"{'x'.join(map(str, sides))} on {device}, int8/{variant}, int8_gemm={plan.int8_gemm}, "
+               f"{plan.kernels}")
+    for r in rows:
+        typer.echo(f"axis {r['axis']} (N={r['N']}) stage {r['stage']}: length {r['length']}, {r['groups']} groups x "
+                   f"{r['rows_per_group']} rows -> {r['path']}")
 
 
 SLOW_CPU_S = 60.0

@@ -12,7 +12,8 @@ Public API:
 * :func:`fftn_fp64_emulated` / :func:`ifftn_fp64_emulated` / :class:`EmulatedFftPlan` /
   :func:`auto_num_moduli`: full-FP64 1-3-D FFT by Bailey six-step on modular DFT-GEMMs (INT8/FP8/
   exact CPU), exact CRT (Garner, fixed-point CRT, tensor-core bulk + Kulisch) and one rounding per stage;
-  :class:`GraphedFftn`: one shape captured as a CUDA graph for repeated transforms.
+  :class:`GraphedFftn`: one shape captured as a CUDA graph for repeated transforms; :class:`KernelConfig`: the
+  plan's kernel variants (same bits; which stage kernel runs: ``gpufield fp64 kernels``).
 * :func:`fft_floor_model` / :func:`model_table` / :class:`FftFloorModel` / :func:`model_params`: the
   Part 3 floor model of the emulated 3-D FFT (roof, native FP64, epilogue floor, emulated time);
   :func:`conversion_counts` / :func:`measured_check` / :func:`projection_rows` / :class:`StageCounts`: its
@@ -28,6 +29,7 @@ from gpufield.fp64.emulation import EmulateConfig, EmulateMode, PathRecord, emul
 from gpufield.fp64.fft import (
     EmulatedFftPlan,
     GraphedFftn,
+    KernelConfig,
     auto_num_moduli,
     fftn_fp64_emulated,
     ifftn_fp64_emulated,
@@ -55,6 +57,7 @@ __all__: list[str] = [
     "EmulatedFftPlan",
     "FftFloorModel",
     "GraphedFftn",
+    "KernelConfig",
     "auto_num_moduli",
     "fft_floor_model",
     "fftn_fp64_emulated",

@@ -101,7 +101,7 @@ def check_plan(shape: tuple[int, ...], plan, device: str) -> dict:
         dev_need = dev_avail = None
         host_need = (HOST_ARRAYS - 2) * a + peak  # the transform's input and output are host arrays too
         stages = sum(len(stage_lengths(n)) for n in shape if n > 1)
-        r = rates["seconds_per_point_stage"].get(plan.backend)
+        r = rates["seconds_per_point_stage"].get(plan.backend_name)
         est = None if r is None else (2 * r * points * stages
                                       + _lines(points) * points * rates["seconds_per_reference_point"])
     host_avail = available_host_bytes()
@@ -168,14 +168,14 @@ def _max_rel(y: np.ndarray, idx, ref: np.ndarray, scale=None) -> float:
     return float(np.max(np.abs(vals - ref) / (np.abs(ref) if scale is None else scale)))
 
 
-def check_fft(*, shape: tuple[int, ...], backend: str = "cpu", variant: str = "crt", seed: int = 0,
+def check_fft(*, shape: tuple[int, ...], backend: str = "cpu-exact", variant: str = "crt", seed: int = 0,
               device: str | None = None, epilogue: str | None = None, input_bits: int = 58,
               twiddle_bits: int = 56, on_plan=None) -> dict:
     """Emulated FFT of complex Gaussian data of ``shape``; errors and time.
 
     Args:
         shape: 1-3 power-of-two sides <= 1024.
-        backend: ``"cpu"``, ``"int8"`` or ``"fp8"``.
+        backend: ``"cpu-exact"``, ``"int8"`` or ``"fp8"`` (``"cpu"``, the former name, is refused).
         variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
         seed: RNG seed (>= 0).
         device: torch device for the transform (default CUDA for int8/fp8 when available, else CPU).
@@ -209,7 +209,7 @@ def check_fft(*, shape: tuple[int, ...], backend: str = "cpu", variant: str = "c
     if seed < 0:
         raise InputError(f"seed must be >= 0 (numpy.random.default_rng), got {seed}")
     if device is None:
-        device = "cuda" if backend != "cpu" and torch.cuda.is_available() else "cpu"
+        device = "cuda" if backend != "cpu-exact" and torch.cuda.is_available() else "cpu"
     if epilogue is None:
         epilogue = "triton" if backend == "int8" and torch.device(device).type == "cuda" else "torch"
     plan = EmulatedFftPlan(backend=backend, variant=variant, epilogue=epilogue, input_bits=input_bits,

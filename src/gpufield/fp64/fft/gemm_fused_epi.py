@@ -41,8 +41,6 @@ per program, G twiddle groups, L moduli.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -195,56 +193,26 @@ def _groups_spanned(Rc: int, R: int, c0: int, bm: int) -> int:
 
 DEFAULT_LAUNCH = {16: (64, 8, 128), 32: (64, 16, None)}
 """Padded stage length NP -> (largest rows per program, warps, register cap or None) of the Triton kernel on
-CUDA (the Gluon kernel's are :data:`GLUON_LAUNCH`), measured
-fastest on one H200 (benchmarks/fp64_fused_epi_shapes.py: one chunk of 2^20 rows; runs 20 and 22, commits
-7bc0226 and 5af0188; bit-identical outputs for every shape):
-
-* NP = 16 (256^3 and 512^3 stages; 2^24 outputs): (64, 8) capped at 128 registers 1.67 ms; (64, 8)
-  uncapped 1.93 (191 registers: one program of 8 warps per SM; at 128, two fit, for 76 spill
-  instructions); (128, 16) 1.93; (128, 8) 1.94; (32, 4) 2.16; (64, 16) 2.69. Static sm_90 count at
-  (64, 8, 128): 602 SASS per real output (run 10's kernel: 749, 188 registers).
-* NP = 32 (512^3 and 1024^3 stages; 2^25 outputs): (64, 16) 4.07 ms (128 registers, 82 spill
-  instructions, 636 per real output); (64, 8) with 16 outputs per program 4.99 (capped at 128: 7.05);
-  (64, 8) 5.08 (255 registers, 437 spill instructions); (32, 4) / (64, 4) with 16 outputs 9.05 / 9.48;
-  (128, 16) 15.4.
-
-The Gluon kernel (runs 30-33, commits 66414d1 .. b37e983) was fastest at the same shapes until session 11:
-NP = 16 at (64, 8, 128) 0.95-1.09 ms (500 SASS per real output, 16 spill instructions; uncapped, 154
-registers: 1.27 ms; capped at 96: 0.99-1.05; at 80, three programs per SM: 1.07-1.11), NP = 32 at (64, 16)
-2.20-2.48 ms (516); since then its NP = 32 default is two column passes (:data:`GLUON_LAUNCH`).
-
-Counted with :func:`gpufield.fp64.kernels.sass_count.fused_static_count`."""
+CUDA (the Gluon kernel's are :data:`GLUON_LAUNCH`), the shapes measured fastest on one H200
+(benchmarks/fp64_fused_epi_shapes.py; every shape gives the same bits). The measurements behind them:
+docs/perf-notes.md, "issue 30: the kernel house"; counted with ``fused_static_count`` of
+tools/fp64_sass_count.py."""
 
 
 GLUON_LAUNCH = {16: (64, 8, 128, 1), 32: (64, 8, 128, 2)}
 """Padded stage length NP -> (rows per program, warps, register cap, column passes) of the Gluon kernel
-(Hopper), measured on one H200 with the rows in the six-step layout and calls queued back to back
-(benchmarks/fp64_fused_epi_shapes.py ``--layout sixstep``, ``ms_queued``; same bits for every shape):
-
-* NP = 16: (64, 8, 128, 1), two programs per SM: 0.68 ms per stage of 2^20 rows (run 52); four programs
-  of 4 warps in two column passes (64, 4, 128, 2) ran slower (run 51: 0.86-0.90 against 0.74-0.77 ms per
-  call).
-* NP = 32: (64, 8, 128, 2), two programs of 8 warps per SM, each folding its 64 output columns in two
-  passes of 32 (one pass's twiddle tiles in shared memory: 112 KB per program; the residues in two row
-  blocks; the tiles by cp.async; 64 spill instructions at 128 registers): 1.68 ms against 1.81 ms for one
-  program of 16 warps (64, 16, none, 1) per SM (run 52, with 4 residue pairs, before cp.async: -3.5 % more
-  in run 54). Until session 11 the default was the latter.
+(Hopper), the shapes measured fastest on one H200 with the rows in the six-step layout (benchmarks/
+fp64_fused_epi_shapes.py ``--layout sixstep``; same bits for every shape). Measurements: docs/perf-notes.md,
+"issue 30: the kernel house".
 """
 
 
-def env_ints(name: str, value: str, least: int, most: int) -> list[int]:
-    """The comma-separated non-negative integers of environment variable ``name`` (``value``), ``least`` to
-    ``most`` of them (e.g. ``GPUFIELD_FUSED_EPI_LAUNCH="64,8,32,2"``).
-
-    Raises:
-        ValueError: a field that is not a non-negative integer, or too few or too many fields; the message
-            names the variable and its value.
-    """
-    fields = [v.strip() for v in value.split(",")]
-    if not least <= len(fields) <= most or not all(v.isdigit() for v in fields):
-        raise ValueError(f"{name}={value!r}: expected {least} to {most} comma-separated non-negative integers"
-                         if most > 1 else f"{name}={value!r}: expected a non-negative integer")
-    return [int(v) for v in fields]
+def fused_epi_kwargs(kc) -> dict:
+    """The keyword arguments of :func:`fused_epi_stage_triton` that a
+    :class:`~gpufield.fp64.fft.kernel_config.KernelConfig` sets (None where it keeps the default)."""
+    ln = kc.launch or ()
+    return {"impl": kc.implementation, "fold": kc.fold, "max_registers": kc.max_nreg, "pairs": kc.residue_pairs,
+            "asm": None if kc.epilogue_asm else False, "launch": ln or None}
 
 
 def row_blocks(bm: int, np_: int, num_warps: int) -> int:
@@ -285,17 +253,16 @@ def operand_4m(wres: list[torch.Tensor], moduli: tuple[int, ...], NP: int) -> to
 IMPLS = ("gluon", "triton")
 """Kernels of the fused stage: ``"gluon"`` (default: :mod:`gpufield.fp64.fft.gemm_fused_gluon` wherever it
 fits, see :func:`_gluon_fits`, else the Triton kernel) and ``"triton"`` (:func:`_fused_epi_kernel` always).
-Both give the same bits. H200 run 30 (commit 66414d1, one chunk of 2^20 rows): Gluon 0.95-1.06 ms against
-Triton 1.49-1.58 ms per N = 16 stage, 2.27-2.48 against 4.22-4.26 ms per N = 32 stage."""
+Both give the same bits (``KernelConfig.implementation``; timings: docs/perf-notes.md)."""
 
 
 def _resolve_impl(impl: str | None) -> str:
-    """``impl``, else ``GPUFIELD_FUSED_EPI_IMPL``, else ``"gluon"``.
+    """``impl``, else ``"gluon"``.
 
     Raises:
         ValueError: not in :data:`IMPLS`.
     """
-    impl = impl or os.environ.get("GPUFIELD_FUSED_EPI_IMPL") or "gluon"
+    impl = impl or "gluon"
     if impl not in IMPLS:
         raise ValueError(f"fused_epi impl must be one of {IMPLS}, got {impl!r}")
     return impl
@@ -305,17 +272,14 @@ FOLDS = ("int", "f64")
 """CRT folds of the fused stage (same bits): ``"int"``, the 32-bit integer limbs of
 :mod:`gpufield.fp64.kernels.fft_epilogue`, and ``"f64"``, exact FP64 digit sums and a correctly rounded
 three-term sum (:mod:`gpufield.fp64.kernels.fft_epilogue_f64`), which moves the fold from the
-integer multiply-add pipe to the FP64 pipe. Default: ``"f64"`` in the Gluon kernel (H200 run 36: N = 16
-stage 0.88-1.01 against 1.03-1.13 ms, 256^3 transform 6.36 against 6.97 ms in the same call; 391
-against 500 SASS per real output), ``"int"`` in the Triton kernel (with the FP64 fold it spills: 311
-spill instructions at 128 registers)."""
+integer multiply-add pipe to the FP64 pipe. Default (``KernelConfig.fold`` None): ``"f64"`` in the Gluon
+kernel, ``"int"`` in the Triton kernel (where the FP64 fold spills); timings: docs/perf-notes.md."""
 
 
 def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: bool) -> dict:
     """The fold's kernel constants: ``FOLD`` and the FP64 fold's ``FD``, ``FK``, ``FM``
     (:func:`gpufield.fp64.kernels.fft_epilogue_f64.f64_constants`; zeros, never read, for the integer fold),
-    for the fold :func:`_resolve_fold` picks. A default FP64 fold (neither ``fold`` nor a non-empty
-    ``GPUFIELD_FUSED_EPI_FOLD``) falls back to the integer one (same bits) for moduli sets whose FP64 sums
+    for the fold :func:`_resolve_fold` picks. A default FP64 fold (``fold`` None) falls back to the integer one (same bits) for moduli sets whose FP64 sums
     would not be exact (17 or more INT8 moduli, e.g. 60-bit inputs and 60-bit twiddles).
 
     Raises:
@@ -326,21 +290,19 @@ def _fold_constants(tab: EpilogueTables, variant: str, fold: str | None, gluon: 
         try:
             return {"FOLD": True} | f64_constants(tab, variant)
         except InputError as e:
-            if fold or os.environ.get("GPUFIELD_FUSED_EPI_FOLD"):
-                asked = f"fold={fold!r}" if fold else "GPUFIELD_FUSED_EPI_FOLD=f64"
-                raise InputError(f"{asked}: {e}; the integer fold (fold='int') gives the same bits") from None
+            if fold:
+                raise InputError(f"fold={fold!r}: {e}; the integer fold (fold='int') gives the same bits") from None
     r = tab.num_moduli
     return {"FOLD": False, "FD": (0,) * (3 * r), "FK": (0,) * r, "FM": (0,) * 4}
 
 
 def _resolve_fold(fold: str | None, gluon: bool) -> str:
-    """``fold``, else ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` for the Gluon kernel and ``"int"`` for the
-    Triton kernel.
+    """``fold``, else ``"f64"`` for the Gluon kernel and ``"int"`` for the Triton kernel.
 
     Raises:
         ValueError: not one of :data:`FOLDS`.
     """
-    fold = fold or os.environ.get("GPUFIELD_FUSED_EPI_FOLD") or ("f64" if gluon else "int")
+    fold = fold or ("f64" if gluon else "int")
     if fold not in FOLDS:
         raise ValueError(f"fused_epi fold must be one of {FOLDS}, got {fold!r}")
     return fold
@@ -390,7 +352,9 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
                            fold: str | None = None,
                            rows: int | None = None,
                            passes: int | None = None,
-                           out_shift: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           out_shift: int = 0,
+                           launch: tuple[int, ...] | None = None,
+                           pairs: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A whole stage chunk in one launch: Y[m, k] = sum_j W_{(c0+m)//R}[k, j] x[m, j] in emulated FP64.
 
     Bit-identical to ``fused_stage_gemm_triton`` (or ``row_shifts`` + residues + any stage GEMM)
@@ -419,37 +383,36 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         asm: PTX ``mad.lo.s32`` limb sums (as the standalone epilogue; None: on for CUDA).
         block_k: outputs of a row per program (power of two >= 16; default all K, padded): a smaller
             tile splits the row's outputs over programs, each recomputing the row's residues (fewer
-            registers, more residue work). The environment variable ``GPUFIELD_FUSED_EPI_LAUNCH`` =
-            ``"rows,warps[,outputs[,passes]]"`` overrides the CUDA defaults
-            (benchmarks/fp64_fused_epi_shapes.py). Every launch shape gives the same bits.
+            registers, more residue work). ``launch`` = ``(rows, warps[, outputs[, passes]])`` fills the
+            arguments not given on CUDA (``KernelConfig.launch``; benchmarks/fp64_fused_epi_shapes.py).
+            Every launch shape gives the same bits.
         out: optional complex128 [G, R, K] destination of any strides (e.g. a transposed view of the next
             stage's input): the kernel writes the chunk's rows c0 .. c0 + Rc - 1 of the flattened [G, R]
             grid straight into it (no [Rc, K] buffer, no copy).
         max_registers: registers per thread ptxas may use (Triton ``maxnreg``; CUDA only): at 128 two
-            programs of 8 warps fit an SM, at the price of some spills. None: as ``block_m``; the
-            environment variable ``GPUFIELD_FUSED_EPI_MAXNREG`` overrides it (``0``: no cap). Same bits.
-            The residue schedule (how many modulus pairs share one float64 reduction) is
-            :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N; the environment
-            variable ``GPUFIELD_FUSED_EPI_PAIRS`` overrides it. Same bits.
+            programs of 8 warps fit an SM, at the price of some spills. None: as ``block_m``; ``0``: no cap.
+            Same bits.
         swizzle: order the programs group-interleaved (program t takes row block t // n of group t % n
             for a chunk of n whole groups) when ``out`` has a group stride of one element; None: on CUDA
             when the chunk allows it, False: never, True: also in the interpreter. Same bits.
-        impl: ``"gluon"`` or ``"triton"`` (:data:`IMPLS`); None: the environment variable
-            ``GPUFIELD_FUSED_EPI_IMPL``, else ``"gluon"``. The Gluon kernel runs only where it fits
+        impl: ``"gluon"`` or ``"triton"`` (:data:`IMPLS`); None: ``"gluon"``. The Gluon kernel runs only where it fits
             (:func:`_gluon_fits`: Hopper, aligned 64-row tiles), else the Triton one. Same bits.
-        fold: ``"int"`` or ``"f64"`` (:data:`FOLDS`); None: the environment variable
-            ``GPUFIELD_FUSED_EPI_FOLD``, else ``"f64"`` where the Gluon kernel runs and ``"int"`` for the
+        fold: ``"int"`` or ``"f64"`` (:data:`FOLDS`); None: ``"f64"`` where the Gluon kernel runs and ``"int"`` for the
             Triton kernel. Same bits.
         rows: Rc when ``x`` is the [G, R, N] grid (default G R - c0); must be None for [Rc, N] rows.
         passes: Gluon kernel only: a program folds its 2 BK output columns in this many slices, one slice's
             twiddle tiles in shared memory at a time (less shared memory and fewer registers per program for
-            the same residue work; 1 or 2, also from the environment's 4th field); None: :data:`GLUON_LAUNCH`
-            of the padded N, or 1 when the launch is given in warps (``num_warps`` or the environment). The
+            the same residue work; 1 or 2, also ``launch``'s 4th field); None: :data:`GLUON_LAUNCH`
+            of the padded N, or 1 when the launch is given in warps (``num_warps`` or ``launch``). The
             Triton kernel (non-Hopper GPUs, ``impl="triton"``, tiles the Gluon kernel does not take) has no
             passes and ignores it. Same bits.
         out_shift: an extra power of two in the one rounding: outputs Y 2^-(s + b_w + out_shift), e.g. the
             inverse transform's 1/N on its last stage (no second rounding, no overflow of an output that
             only fits after the division).
+        launch: see ``block_k`` (CUDA only; ignored in the interpreter).
+        pairs: modulus pairs sharing one float64 reduction in the residue schedule; None:
+            :data:`~gpufield.fp64.kernels.fft_epilogue_consts.RESIDUE_PAIRS` of the padded N (as many as fit).
+            Same bits.
 
     Returns:
         ``(y, s, amax)``: complex128 [Rc, K] outputs (``out`` itself when given), int64 [Rc] row shifts,
@@ -514,20 +477,19 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
     if ops.get("b4m") is None or ops["b4m"].shape[2] != 2 * NP:
         ops["b4m"] = operand_4m(wres, tab.moduli, NP)
     b4 = ops["b4m"]
-    env = os.environ.get("GPUFIELD_FUSED_EPI_LAUNCH") if cuda else None
-    if env:
-        shape = env_ints("GPUFIELD_FUSED_EPI_LAUNCH", env, 2, 4)
+    shape = launch if cuda else None
+    if shape:
         block_m, num_warps = block_m or shape[0], num_warps or shape[1]
         block_k = block_k or (shape[2] if len(shape) > 2 else None)
         passes = passes or (shape[3] if len(shape) > 3 else None)
     if passes not in (None, 1, 2):
-        where = f"GPUFIELD_FUSED_EPI_LAUNCH={env!r}: " if env and len(env.split(",")) > 3 else ""
+        where = f"launch={tuple(shape)!r}: " if shape and len(shape) > 3 else ""
         raise ValueError(f"{where}passes must be 1 or 2, got {passes!r}")
     BK = min(_pow2_at_least(K, 16), _pow2_at_least(block_k or K, 16))
 
     def _shape(table: tuple) -> tuple[int, int, int, int]:
         """(passes, rows per program, groups per program, warps) with ``table``'s values where none given;
-        a launch given in warps (argument or environment) keeps one column pass unless passes are given."""
+        a launch given in warps (argument or ``launch``) keeps one column pass unless passes are given."""
         cap = block_m or table[0]
         bm, ngm = _block(R, c0, cap, cap)  # unaligned chunks keep the tile shape, one masked dot per group
         return passes or (1 if num_warps else table[3]), bm, ngm, num_warps or table[1]
@@ -545,12 +507,11 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
             bm //= 2
         passes, warps = 1, num_warps or 4
     if asm is None:
-        asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
+        asm = cuda
     asm = asm and not interpreter_on()
     launch = {"num_warps": warps}
     if cuda:
-        env_reg = os.environ.get("GPUFIELD_FUSED_EPI_MAXNREG")
-        reg = max_registers or (env_ints("GPUFIELD_FUSED_EPI_MAXNREG", env_reg, 1, 1)[0] if env_reg else table[2])
+        reg = table[2] if max_registers is None else max_registers  # 0: no cap
         if reg:
             launch["maxnreg"] = reg
     # group-interleaved program order when the destination's group stride is one complex element (a
@@ -564,13 +525,11 @@ def fused_epi_stage_triton(x: torch.Tensor, bits: int, twiddle_bits: int, tab: E
         xstr = (R * x.stride(0), x.stride(0), x.stride(1), c0 * x.stride(0))
     xrows = xstr[1] == 1  # consecutive rows one complex element apart: the Gluon kernel loads along rows
     grid = (triton.cdiv(Rc, bm), triton.cdiv(K, BK))
-    env_pairs = os.environ.get("GPUFIELD_FUSED_EPI_PAIRS") or ""  # empty: the default, as the other knobs
-    pairs = env_ints("GPUFIELD_FUSED_EPI_PAIRS", env_pairs, 1, 1)[0] if env_pairs else None
     try:
         rk, fb = (residue_schedule(tab.moduli, pairs) if pairs is not None
                   else residue_schedule(tab.moduli, RESIDUE_PAIRS[NP], strict=False))  # default: as many as fit
     except InputError as e:
-        raise InputError(f"GPUFIELD_FUSED_EPI_PAIRS={env_pairs}: {e}") from None
+        raise InputError(f"residue_pairs={pairs}: {e}") from None
     consts = kernel_constants(tab, variant) | barrett_constants(tab.moduli, DOT_BOUND)
     gluon = _gluon_fits(impl, dev, bm, ngm, BK, launch["num_warps"], passes)
     consts |= _fold_constants(tab, variant, fold, gluon)

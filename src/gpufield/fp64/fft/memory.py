@@ -68,13 +68,13 @@ def workspace_bytes_per_output(plan) -> int:
         int, bytes per complex output (N = K stages).
     """
     r = plan.resolved_num_moduli
-    if plan.int8_gemm == "fused_epi" and plan.backend == "int8" and plan.epilogue == "triton":
+    if plan.int8_gemm == "fused_epi" and plan.backend_name == "int8" and plan.epilogue == "triton":
         return 32
-    if plan.backend == "cpu" or plan.epilogue == "torch":
+    if plan.backend_name == "cpu-exact" or plan.epilogue == "torch":
         return 128 * r + 1024
     g = plan.int8_group
     L = -(-r // g) * g
-    if plan.backend == "fp8":
+    if plan.backend_name == "fp8":
         return 3 * L * 2 + 12 * L + 16 * r + 24
     return 3 * L + 12 * L + 24
 

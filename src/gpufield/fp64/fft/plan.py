@@ -12,12 +12,15 @@ import numpy as np
 
 from gpufield.errors import InputError
 from gpufield.fp64.fft.epilogue import VARIANTS
+from gpufield.fp64.fft.kernel_config import DEFAULT_KERNELS, KernelConfig
 from gpufield.fp64.ozaki.moduli import RAW_MODULI, moduli_table
+from gpufield.fp64.protocols import ModularBackend
 
-BACKENDS = ("cpu", "int8", "fp8")
-"""Backend names: the Ozaki-II modular GEMM backends of :mod:`gpufield.fp64.ozaki.backends`
-(``cpu`` = ``CpuExactBackend``, exact int64 products; ``int8`` = ``torch._int_mm``; ``fp8`` =
-``torch._scaled_mm`` on E4M3 digits, 3 GEMMs per modulus, exact on Hopper for k = 32)."""
+BACKENDS = ("cpu-exact", "int8", "fp8")
+"""Backend names, the same as :func:`gpufield.fp64.ozaki_matmul`'s: the Ozaki-II modular GEMM backends of
+:mod:`gpufield.fp64.ozaki.backends` (``cpu-exact`` = ``CpuExactBackend``, exact int64 products; ``int8`` =
+``torch._int_mm``; ``fp8`` = ``torch._scaled_mm`` on E4M3 digits, 3 GEMMs per modulus, exact on Hopper for
+k = 32). The FFT's former name ``"cpu"`` is refused with a message naming ``"cpu-exact"``."""
 
 MAX_STAGE = 32
 """Largest DFT length of one GEMM stage (the GEMM inner dimension k)."""
@@ -35,9 +38,10 @@ class EmulatedFftPlan:
     """How the emulated FFT runs.
 
     Attributes:
-        backend: ``"cpu"`` (exact int64 residue products: the ``"cpu-exact"`` backend of
-            :func:`gpufield.fp64.ozaki_matmul`, on any device), ``"int8"`` (torch._int_mm) or
-            ``"fp8"`` (torch._scaled_mm on E4M3 digits).
+        backend: a :class:`~gpufield.fp64.protocols.ModularBackend` object or its name (:data:`BACKENDS`,
+            the names of :func:`gpufield.fp64.ozaki_matmul`): ``"cpu-exact"`` (exact int64 residue products,
+            on any device), ``"int8"`` (torch._int_mm) or ``"fp8"`` (torch._scaled_mm on E4M3 digits).
+            :attr:`backend_name` is the name either way; :meth:`modular_backend` the object the stages call.
         variant: CRT reconstruction, ``"garner"``, ``"crt"`` or ``"kulisch"``.
         moduli: ``"int8"`` or ``"fp8"`` moduli table; None = the backend's own (cpu: int8).
         num_moduli: number of moduli r; None = the smallest r that keeps the CRT unique.
@@ -68,30 +72,20 @@ class EmulatedFftPlan:
             None (default): ``"fused_epi"`` with ``backend="int8", epilogue="triton"`` and variant crt or
             kulisch, ``"triton"`` with those and variant garner, else ``"cublas"`` (see below).
 
-    Defaults of ``int8_group`` / ``int8_gemm``: ``EmulatedFftPlan(backend="int8", epilogue="triton")`` is
-    the fastest configuration measured so far, the fully fused stage kernel ``"fused_epi"`` (H200 run 10,
-    fp64 code 7f662f9, ``benchmarks/results/h200-run10/fft/``: int8/crt/g8/fused_epi 17.25 ms at 256^3
-    vs 28.44 ms for the run-5 default ``"triton"`` with the 32-bit residue kernel and 26.63 ms for
-    ``"fused"``; 512^3 155.96 ms vs 255.03 ms; 1024^3 1.412 s vs run 5's 1.639 s with
-    int8/kulisch/g8/triton; same bits, every self-check bit-identical; peak memory above the input
-    0.82 GB vs 4.59 GB at 256^3; first call on a cold Triton cache 12-17 s per new shape vs ~11 s).
-    Since then only that kernel changed (runs 20-25, ``benchmarks/results/h200-run25/``, fp64 code
-    d5ffbb4: 10.23 ms at 256^3, 87.16 ms at 512^3, 0.793 s at 1024^3; runs 29-32, the Gluon kernel on
-    Hopper, ``benchmarks/results/h200-run32/``, fp64 code b37e983: 7.43 ms, 58.47 ms, 0.491 s; run 37, the
-    FP64 fold, c131ede: 6.40 ms, 52.86 ms, 0.449 s with kulisch; run 42, in-place stages, c7a5ce6: 5.90 ms,
-    46.80 ms, 0.400 s with kulisch; run 49, residue pairs, integer quotient and 128-bit loads, 1821565:
-    4.79 ms, 39.42 ms, 0.354 s with kulisch; run 55, quotient from the digit sums and N = 32 in two column
-    passes, 81ac053: 4.54 ms, 37.29 ms, 0.333 s with kulisch), same bits.
-    ``"fused_epi"`` runs only the 32-bit crt/kulisch epilogue, so with ``variant="garner"`` the default
-    stays the run-5 choice ``"triton"`` (g = 8, one-launch Triton stage GEMM). g = 8 is the default
-    ``int8_group`` for the non-fused GEMM paths; ``"fused_epi"`` does not use it. Both fields hold the
-    resolved value after construction (never None), and the bits do not depend on them.
+        kernels: :class:`~gpufield.fp64.fft.kernel_config.KernelConfig`, the kernel variant of each stage
+            path (same bits); the path itself comes from the one dispatch table
+            :data:`~gpufield.fp64.fft.kernel_config.STAGE_PATHS` (:meth:`stage_path`).
+
+    Defaults of ``int8_group`` / ``int8_gemm``: ``EmulatedFftPlan(backend="int8", epilogue="triton")`` runs
+    the fastest path measured, ``"fused_epi"`` (crt/kulisch; with ``variant="garner"`` ``"triton"``), g = 8
+    for the non-fused GEMM paths. Both fields hold the resolved value after construction (never None), and
+    the bits do not depend on them. The measurement history behind these defaults is in docs/perf-notes.md.
 
     Raises:
         InputError: any field out of range, or ``num_moduli`` too small for CRT uniqueness.
     """
 
-    backend: str = "cpu"
+    backend: str | ModularBackend = "cpu-exact"
     variant: str = "crt"
     moduli: str | None = None
     num_moduli: int | None = None
@@ -102,21 +96,30 @@ class EmulatedFftPlan:
     memory_budget_bytes: int | None = None
     int8_group: int | None = None
     int8_gemm: str | None = None
+    kernels: KernelConfig = DEFAULT_KERNELS
 
     def __post_init__(self) -> None:
+        if not isinstance(self.kernels, KernelConfig):
+            raise InputError(f"kernels must be a KernelConfig, got {type(self.kernels).__name__}")
+        if self.backend == "cpu":
+            raise InputError("backend 'cpu' is now 'cpu-exact' (one set of backend names, ozaki_matmul's)")
+        if not isinstance(self.backend, str):
+            if not isinstance(self.backend, ModularBackend) or getattr(self.backend, "name", None) not in BACKENDS:
+                raise InputError(f"backend must be one of {BACKENDS} or a ModularBackend object named so, "
+                                 f"got {self.backend!r}")
         for name in ("num_moduli", "input_bits", "twiddle_bits", "chunk_outputs", "memory_budget_bytes", "int8_group"):
             v = getattr(self, name)
             if v is not None:
                 if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                     raise InputError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
                 object.__setattr__(self, name, int(v))  # numpy integers too, as plain ints (cache keys, shapes)
-        fastest = self.backend == "int8" and self.epilogue == "triton"  # H200 run 10: fused_epi (garner: run 5's)
+        fastest = self.backend_name == "int8" and self.epilogue == "triton"  # H200 run 10: fused_epi (garner: run 5's)
         if self.int8_group is None:
             object.__setattr__(self, "int8_group", 8 if fastest else 1)
         if self.int8_gemm is None:
             gemm = ("triton" if self.variant == "garner" else "fused_epi") if fastest else "cublas"
             object.__setattr__(self, "int8_gemm", gemm)
-        if self.backend not in BACKENDS:
+        if self.backend_name not in BACKENDS:
             raise InputError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.variant not in VARIANTS:
             raise InputError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
@@ -124,18 +127,18 @@ class EmulatedFftPlan:
             raise InputError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
         if self.moduli not in (None, "int8", "fp8"):
             raise InputError(f"moduli must be 'int8' or 'fp8', got {self.moduli!r}")
-        if self.backend != "cpu" and self.moduli not in (None, self.backend):
-            raise InputError(f"backend {self.backend!r} runs only on {self.backend} moduli")
+        if self.backend_name != "cpu-exact" and self.moduli not in (None, self.backend_name):
+            raise InputError(f"backend {self.backend_name!r} runs only on {self.backend_name} moduli")
         for name in ("input_bits", "twiddle_bits"):
             if not 8 <= getattr(self, name) <= 60:
                 raise InputError(f"{name} must be in [8, 60], got {getattr(self, name)}")
         if self.int8_group not in (1, 2, 4, 8, 16):
             raise InputError(f"int8_group must be 1, 2, 4, 8 or 16, got {self.int8_group}")
-        if self.int8_group > 1 and (self.backend != "int8" or self.epilogue != "triton"):
+        if self.int8_group > 1 and (self.backend_name != "int8" or self.epilogue != "triton"):
             raise InputError("int8_group > 1 needs backend='int8' and epilogue='triton'")
         if self.int8_gemm not in INT8_GEMMS:
             raise InputError(f"int8_gemm must be one of {INT8_GEMMS}, got {self.int8_gemm!r}")
-        if self.int8_gemm != "cublas" and (self.backend != "int8" or self.epilogue != "triton"):
+        if self.int8_gemm != "cublas" and (self.backend_name != "int8" or self.epilogue != "triton"):
             raise InputError(f"int8_gemm={self.int8_gemm!r} needs backend='int8' and epilogue='triton'")
         if self.int8_gemm == "fused_epi" and self.variant == "garner":
             raise InputError("int8_gemm='fused_epi' runs the 32-bit epilogue: variant 'crt' or 'kulisch'")
@@ -153,11 +156,34 @@ class EmulatedFftPlan:
                 )
 
     @property
+    def backend_name(self) -> str:
+        """The backend's name (:data:`BACKENDS`), whether ``backend`` is a name or an object."""
+        return self.backend if isinstance(self.backend, str) else self.backend.name
+
+    def modular_backend(self) -> ModularBackend:
+        """The :class:`~gpufield.fp64.protocols.ModularBackend` the stages call: ``backend`` itself when it is
+        an object, else the registry's class (:data:`gpufield.fp64.ozaki.backends.BACKENDS`) built for the
+        FFT (its own torch residues: ``kernels="torch"``; the exact backend on this plan's moduli)."""
+        if not isinstance(self.backend, str):
+            return self.backend
+        from gpufield.fp64.ozaki.backends import BACKENDS as REGISTRY
+
+        cls = REGISTRY[self.backend]
+        return cls(self.moduli_kind) if self.backend == "cpu-exact" else cls(kernels="torch")
+
+    def stage_path(self, capability: tuple[int, int] | None, rows_per_group: int | None = None) -> str:
+        """Which stage kernels run on a device of ``capability`` (None: CPU): the row of the dispatch table
+        :data:`~gpufield.fp64.fft.kernel_config.STAGE_PATHS` (:func:`~gpufield.fp64.fft.kernel_config.stage_path`)."""
+        from gpufield.fp64.fft.kernel_config import stage_path
+
+        return stage_path(self, capability, rows_per_group)
+
+    @property
     def moduli_kind(self) -> str:
         """The moduli table used (``"int8"`` or ``"fp8"``)."""
         if self.moduli is not None:
             return self.moduli
-        return "fp8" if self.backend == "fp8" else "int8"
+        return "fp8" if self.backend_name == "fp8" else "int8"
 
     @property
     def resolved_num_moduli(self) -> int:

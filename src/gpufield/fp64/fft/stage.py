@@ -38,6 +38,7 @@ import torch
 
 from gpufield.errors import InputError, NumericsError
 from gpufield.fp64.fft.epilogue import epilogue_tables, epilogue_torch, sym_mod
+from gpufield.fp64.fft.kernel_config import stage_gemm
 from gpufield.fp64.fft.plan import BACKENDS as BACKENDS
 from gpufield.fp64.fft.plan import EPILOGUES as EPILOGUES
 from gpufield.fp64.fft.plan import INT8_GEMMS as INT8_GEMMS
@@ -93,14 +94,6 @@ def quantize_rows(x_RN: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Te
     s = row_shifts(x_RN, bits)
     xr, xi = _quantize(x_RN, s)
     return xr, xi, s
-
-
-def _backend(plan: EmulatedFftPlan):
-    from gpufield.fp64.ozaki.backends import CpuExactBackend, Fp8Backend, Int8Backend
-
-    if plan.backend == "cpu":
-        return CpuExactBackend(plan.moduli_kind)
-    return Int8Backend(kernels="torch") if plan.backend == "int8" else Fp8Backend(kernels="torch")
 
 
 def _residues3(ar: torch.Tensor, ai: torch.Tensor, p_L: torch.Tensor, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -168,13 +161,19 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     r = plan.resolved_num_moduli
     table = moduli_table(plan.moduli_kind, r)
     tab = epilogue_tables(plan.moduli_kind, r)
-    bk = _backend(plan)
+    bk = plan.modular_backend()
+    kc = plan.kernels
     gsz = plan.int8_group
     ops = stage_operands(idx_GKN, plan.twiddle_bits, table.moduli, bk.residue_dtype, gsz, dev)
     wres, bd = ops["wres"], ops["bd"]
     if plan.epilogue == "triton":
-        from gpufield.fp64.kernels.fft_epilogue import epilogue_triton as run_epi
-        from gpufield.fp64.kernels.residue import scale_residues_triton
+        from functools import partial
+
+        from gpufield.fp64.kernels.fft_epilogue import epilogue_triton
+        from gpufield.fp64.kernels.residue import scale_residues_triton as _residue_kernel
+
+        run_epi = partial(epilogue_triton, impl=kc.epilogue, asm=None if kc.epilogue_asm else False)
+        scale_residues_triton = partial(_residue_kernel, impl=kc.residue)
     else:
         run_epi = epilogue_torch
     Mrows = G * R
@@ -183,23 +182,26 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
     if y is None and rows < Mrows:
         y = torch.empty((G, R, K), dtype=torch.complex128, device=dev)
     Q = -(-r // gsz)
-    gemm = plan.int8_gemm
-    if gemm == "fused_epi" and dev.type == "cuda" and R < 16:
-        # fewer rows per twiddle group than the smallest tile (e.g. stage 2 of a 1-D transform, R = 1): the
-        # fused kernel would unroll a masked dot and fold per group in a tile (up to 64; H200 run 67: over
-        # 200 s in Triton's compiler for a length-32 1-D inverse); per-group cuBLAS GEMMs, same bits
-        gemm = "cublas"
+    # the dispatch table's stage path (kernel_config.STAGE_PATHS): with fewer rows per twiddle group than the
+    # smallest tile on CUDA (e.g. stage 2 of a 1-D transform) fused_epi runs per-group cuBLAS GEMMs, same bits
+    gemm = stage_gemm(plan, dev.type == "cuda", R)
+    if gemm == "torch":
+        gemm = "cublas"  # the torch epilogue's GEMMs: ModularBackend.modular_matmul per group (loop below)
     for c0 in range(0, Mrows, rows):
         c1 = min(Mrows, c0 + rows)
         Rc = c1 - c0
         if gemm == "fused_epi":  # the whole chunk in one launch: no T, no residue planes
-            from gpufield.fp64.fft.gemm_fused_epi import _overlap, fused_epi_stage_triton
+            from gpufield.fp64.fft.gemm_fused_epi import (
+                _overlap,
+                fused_epi_kwargs,
+                fused_epi_stage_triton,
+            )
 
             # the kernel reads the chunk's rows where they are in the [G, R] grid (no copy, any strides)
             direct = y is not None and not _overlap(y, x_GRN)  # rows written straight into y, unless in place
             res, _, amax = fused_epi_stage_triton(x_GRN, plan.input_bits, plan.twiddle_bits, tab, plan.variant,
                                                   ops, c0, R, out=y if direct else None, rows=Rc,
-                                                  out_shift=out_shift)
+                                                  out_shift=out_shift, **fused_epi_kwargs(kc))
             if flags is not None:
                 flags.append(amax.amax())
             if y is None:
@@ -246,7 +248,7 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
                 if gsz > 1:
                     for q in range(Q):
                         bk._int_mm(xres[comp, q, s0:s1], bd[comp, gi, q], T[comp, q, s0:s1])
-                elif plan.backend == "int8":  # _int_mm writes each [rows, K] plane T[l, comp] in place
+                elif plan.backend_name == "int8":  # _int_mm writes each [rows, K] plane T[l, comp] in place
                     bk.modular_matmul(xres[comp][:, s0:s1], wres[comp][:, gi], table, out=T[:, comp, s0:s1])
                 else:
                     T[:, comp, s0:s1] = bk.modular_matmul(xres[comp][:, s0:s1], wres[comp][:, gi], table)

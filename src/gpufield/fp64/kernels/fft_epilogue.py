@@ -19,7 +19,7 @@ reads the r x 3 raw 3M products (int32) and, entirely in 32-bit registers, one m
    once to float64, then scaled by 2^-shift in two exact power-of-two factors (subnormal results round
    once, like ``math.ldexp``). The bits equal :func:`gpufield.fp64.fft.epilogue.epilogue_torch`.
 
-Static count at sm_90 (:mod:`.sass_count`, int8 16 moduli): 355-380 SASS instructions per real output
+Static count at sm_90 (tools/fp64_sass_count.py, int8 16 moduli): 355-380 SASS instructions per real output
 (per modulus ~4.5 for the residue, 9 IMAD for the limb and quotient sums, ~1.5 for loads; ~100 for lift,
 carries and rounding), against 4096 (crt) / 2679 (kulisch) for the int64 kernel at (32, 2). Measured on
 an H200 (run 5, 2^24 outputs): crt 1.03 ms, kulisch 0.94 ms (c_epi 513 / 467; run 3: 12.2 ms, c_epi
@@ -36,14 +36,12 @@ tests/fp64/test_fft_epilogue_edge.py (on CPU through ``TRITON_INTERPRET=1``).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import VARIANTS, EpilogueTables
+from gpufield.fp64.crt_tables import VARIANTS, EpilogueTables
 from gpufield.fp64.kernels import fft_epilogue_int64, interpreter_on
 from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
@@ -298,13 +296,12 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
             (the int64 kernel: 32), and on CPU (the Triton interpreter) up to 2^14.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
         num_warps: warps per program (None: :data:`DEFAULT_LAUNCH`); a tuning knob, same bits.
-        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing); the
-            environment variable ``GPUFIELD_EPILOGUE_IMPL=int64`` forces the previous kernel wherever this
-            function runs (not in the fused stage kernel, ``int8_gemm="fused_epi"``, the FFT's default on
-            CUDA, whose epilogue is its own).
+        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, for A/B timing; the FFT's
+            ``KernelConfig.epilogue``; not in the fused stage kernel, ``int8_gemm="fused_epi"``, the FFT's
+            default on CUDA, whose epilogue is its own).
         asm: limb sums as PTX ``mad.lo.s32`` chains (same bits; ~25% fewer instructions than LLVM's
-            reassociated mul/add trees). None: on when compiled for CUDA, unless the environment sets
-            ``GPUFIELD_EPILOGUE_ASM=0``; never in the interpreter.
+            reassociated mul/add trees). None: on when compiled for CUDA (False: the FFT's
+            ``KernelConfig(epilogue_asm=False)``); never in the interpreter.
         shift_row_len: outputs per entry of ``shift_O`` (1: per output).
 
     Returns:
@@ -319,7 +316,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         raise InputError(f"epilogue impl must be 'int32' or 'int64', got {impl!r}")
     if shift_row_len < 1:
         raise InputError(f"shift_row_len must be >= 1, got {shift_row_len}")
-    if variant == "garner" or impl == "int64" or os.environ.get("GPUFIELD_EPILOGUE_IMPL") == "int64":
+    if variant == "garner" or impl == "int64":
         if shift_row_len > 1:
             shift_O = shift_O.repeat_interleave(shift_row_len)
         y = fft_epilogue_int64.epilogue_triton(T_R3O, shift_O, tab, variant, block=block, grouped=grouped,
@@ -341,7 +338,7 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     launch = {} if num_warps is None else {"num_warps": num_warps}
     grid = (triton.cdiv(n_out, block),)
     if asm is None:
-        asm = cuda and os.environ.get("GPUFIELD_EPILOGUE_ASM", "1") != "0"
+        asm = cuda
     asm = asm and not interpreter_on()
     vec = next(v for v in (4, 2, 1) if all(x % v == 0 for x in (K, S_c, S_q, S_s, S_m)))
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_i32_kernel[grid](

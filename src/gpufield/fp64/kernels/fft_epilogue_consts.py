@@ -14,7 +14,7 @@ import functools
 import struct
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import BULK_FRAC_BITS, FRAC_BITS, EpilogueTables
+from gpufield.fp64.crt_tables import BULK_FRAC_BITS, FRAC_BITS, EpilogueTables
 
 T_BOUND_BITS = 25
 """|T| <= 2^25 for every backend's raw products, so |x| < 3 * 2^25 and 0 <= u = x + B_i < 2^28."""

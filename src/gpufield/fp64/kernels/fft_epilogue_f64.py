@@ -55,7 +55,7 @@ import triton
 import triton.language as tl
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import EpilogueTables
+from gpufield.fp64.crt_tables import EpilogueTables
 from gpufield.fp64.kernels.fft_epilogue import _f64, _mod
 
 DIGIT_BITS = 42

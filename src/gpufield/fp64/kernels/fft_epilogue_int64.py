@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from gpufield.errors import InputError
-from gpufield.fp64.fft.epilogue import (
+from gpufield.fp64.crt_tables import (
     BULK_FRAC_BITS,
     BULK_LIMB,
     FRAC_BITS,

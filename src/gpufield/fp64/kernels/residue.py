@@ -15,7 +15,7 @@ then, with every modulus a compile-time constant (:mod:`.residue_consts`, which 
   mod p); unflagged programs of the second launch read one int32 and exit (a few microseconds).
 
 Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` and to the previous int64-lane
-kernel (:mod:`.residue_int64`, selected everywhere by ``GPUFIELD_RESIDUE_IMPL=int64`` for A/B timing).
+kernel (:mod:`.residue_int64`, selected by ``impl="int64"``, the FFT's ``KernelConfig(residue="int64")``, for A/B timing).
 Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
 grouped g = 8, K = 16) 348 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
 the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 6x fewer; DGEMM
@@ -29,8 +29,6 @@ Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C component
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -257,9 +255,9 @@ def scale_residues_triton(
             [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
             ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
         impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, :mod:`.residue_int64`, for A/B
-            timing). None: int32 unless the environment sets ``GPUFIELD_RESIDUE_IMPL=int64``. The fused stage
-            kernel (``int8_gemm="fused"`` / ``"fused_epi"``, the FFT's default on CUDA) computes its residues
-            itself, so neither this kernel nor the variable is used there.
+            timing; the FFT's ``KernelConfig.residue``). None: int32. The fused stage kernel (``int8_gemm="fused"``
+            / ``"fused_epi"``, the FFT's default on CUDA) computes its residues itself, so neither this kernel
+            nor the choice is used there.
         block: (BLOCK_R, BLOCK_K cap, warps), a tuning knob (same bits); None: :data:`DEFAULT_BLOCK` on CUDA.
         bounded: the caller guarantees |X * 2**shift| < 2**62 for every finite element (e.g. the FFT
             stage: shifts b_x - e_row from the row maxima, b_x <= 60), so no tile can be flagged and the
@@ -275,7 +273,7 @@ def scale_residues_triton(
     Raises:
         InputError: unknown impl; ValueError: digits without the fp8 table or with group > 1.
     """
-    impl = impl or os.environ.get("GPUFIELD_RESIDUE_IMPL", "int32")
+    impl = impl or "int32"
     if impl not in ("int32", "int64"):
         raise InputError(f"residue impl must be 'int32' or 'int64', got {impl!r}")
     if impl == "int64":

@@ -22,7 +22,7 @@ The same reduction serves re+im (T = r_re + r_im, offset by up to -2 j p: its ow
 GEMMul8's symmetric residues (fp64.md 2.1, 4.1).
 
 Also: :func:`static_count`, the sm_90 SASS count of the old and new kernels (no GPU; see
-:mod:`.sass_count`), and ``python -m gpufield.fp64.kernels.residue_consts`` to print them.
+tools/fp64_sass_count.py), and ``python -m gpufield.fp64.kernels.residue_consts`` to print them.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ def static_count(kind: str = "int8", L: int = 16, impl: str = "int32", complex_:
 
 def main(argv: list[str]) -> None:
     """Print old vs new SASS per complex element and the predicted H200 time per 256^3 transform."""
-    from gpufield.fp64.kernels.sass_count import P_INT_H200
+    P_INT_H200 = 16.7e12  # H200 INT32 instruction rate (instructions/s), fp64.md 1.4
 
     kind, L = (argv[0], int(argv[1])) if len(argv) >= 2 else ("int8", 16)
     n_elem = 6 * 256**3  # complex elements scaled per 256^3 transform (6 stages)

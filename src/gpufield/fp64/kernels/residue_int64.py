@@ -1,4 +1,4 @@
-"""Previous residue kernel (int64 lanes; kept for A/B timing: ``GPUFIELD_RESIDUE_IMPL=int64``).
+"""Previous residue kernel (int64 lanes; kept for A/B timing: ``KernelConfig(residue="int64")``, ``impl="int64"``).
 
 Fused scaling -> truncation -> symmetric residues (Ozaki-II steps 1-2, fp64.md 2.1, 4.1), as before the
 32-bit rewrite in :mod:`.residue`; the helpers (``_tables``, ``_e4m3_lut``, ``_sqrt_table``) are shared.

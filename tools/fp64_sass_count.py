@@ -9,8 +9,10 @@ instructions/s, 132 SM x 64 lanes x 1.98 GHz; conversions and IMAD.WIDE/HI may i
 
 Usage (no GPU needed; the interpreter must be off)::
 
-    TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count int8 16
-    TRITON_INTERPRET=0 PYTHONPATH=src python -m gpufield.fp64.kernels.sass_count fused
+    TRITON_INTERPRET=0 PYTHONPATH=src python tools/fp64_sass_count.py int8 16
+    TRITON_INTERPRET=0 PYTHONPATH=src python tools/fp64_sass_count.py fused
+
+(Moved out of ``src/`` from ``gpufield.fp64.kernels.sass_count``, issue 30: a tool, not the package's API.)
 
 (``fused``: the fused stage kernels, Triton and Gluon (integer and FP64 fold), at their default launch
 shapes, N = 16 and 32.)

@@ -8,7 +8,9 @@ floor (c_epi ~420 at 4.3 TB/s for int8 16), the int64 kernel far above it (run 3
 
 Usage on a GPU machine::
 
-    PYTHONPATH=src python -m gpufield.fp64.kernels.epilogue_bench [n_out_log2]
+    PYTHONPATH=src python benchmarks/fp64_epilogue_bench.py [n_out_log2]
+
+(Moved out of ``src/`` from ``gpufield.fp64.kernels.epilogue_bench``, issue 30.)
 """
 
 from __future__ import annotations
