@@ -24,7 +24,6 @@ renamed. Every case is loaded, sharded and bounded identically on every rank.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
