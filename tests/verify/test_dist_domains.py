@@ -114,3 +114,38 @@ def test_worker_failure_is_unknown_and_others_go_on(run2):
     assert got[i]["verdict"] == "unknown" and "rank 1 failed" in got[i]["reason"], got[i]
     assert "injected fault" in got[i]["reason"] and "injected fault" in stderr
     assert [g["verdict"] for g in got[i + 1:]] == [p["truth"] for p in probs[i + 1:]]
+
+
+def _tiny_instance(tmp_path):
+    """Seed 100's 3-12-12-2 MLP and ``y_0 ≤ exact − δ`` as ONNX + VNN-LIB (unsat; 29 domains at P = 1)."""
+    rng = np.random.default_rng(100)
+    model, layers = nets.mlp(rng, [3, 12, 12, 2])
+    onnx_path = nets.save(model, tmp_path / "tiny.onnx")
+    x0 = rng.uniform(-1, 1, 3)
+    lo, hi = x0 - 0.8, x0 + 0.8
+    exact = nets.milp_min(layers, lo, hi, np.array([1.0, 0.0]))
+    lines = [f"(declare-const X_{i} Real)" for i in range(3)] + ["(declare-const Y_0 Real)", "(declare-const Y_1 Real)"]
+    for i in range(3):
+        lines += [f"(assert (>= X_{i} {float(lo[i])!r}))", f"(assert (<= X_{i} {float(hi[i])!r}))"]
+    lines.append(f"(assert (<= Y_0 {float(exact - 0.01 * (1 + abs(exact)))!r}))")
+    (tmp_path / "tiny.vnnlib").write_text("\n".join(lines) + "\n")
+    return onnx_path, str(tmp_path / "tiny.vnnlib")
+
+
+def test_cli_run_shard_domains_p2(tmp_path):
+    """``torchrun -m gpufield verify run --shard domains`` at P = 2: rank 0 writes the result and
+    the report (both ranks' peak memory, no errors); the search really ran over both ranks."""
+    onnx_path, vnnlib = _tiny_instance(tmp_path)
+    out, rep = tmp_path / "r.txt", tmp_path / "rep.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "gpufield",
+           "verify", "run", onnx_path, vnnlib, "--out", str(out), "--report", str(rep), "--shard", "domains",
+           "--alpha-iterations", "0", "--timeout", "90"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(JOB.parents[2] / "src")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert out.read_text() == "unsat\n"
+    doc = json.loads(rep.read_text())
+    assert doc["world"] == 2 and doc["verdict"] == "unsat" and doc["errors"] == []
+    assert [m["rank"] for m in doc["ranks"]] == [0, 1] and all(m["peak_bytes"] > 0 for m in doc["ranks"])
+    assert doc["bab"]["rounds"] > 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.txt", "rep.json", "tiny.onnx", "tiny.vnnlib"]
