@@ -147,6 +147,7 @@ class Session:
                    "verdict": None if result is None else result.verdict,
                    "seconds": time.monotonic() - self.t0,
                    "message": None if result is None else result.message,
+                   "margins": None if result is None else result.margins,
                    "ranks": ranks, "cases": self.cases, "bab": self.bab,
                    "errors": [{"rank": r, "message": m} for r, m in self.errors]}
             if sync is not None:
