@@ -92,6 +92,7 @@ class DomainSync:
         exit: a worker saw the driver leave.
         errors: ``(rank, message)`` of workers that failed.
         moved: domains this rank sent to others (over all rounds).
+        stopped_by: the rank whose own stop (deadline, memory, leaf) ended the last search.
         rounds: status exchanges.
     """
 
@@ -102,6 +103,7 @@ class DomainSync:
         self.broken = self.exit = False
         self.errors: list[tuple[int, str]] = []
         self.moved = self.rounds = 0
+        self.stopped_by: int | None = None
         self.last: list[dict] = []
         self._tick = itertools.count(-1, -1)  # heap keys below bab's own (never equal)
         self.case = self.ort_model = None
@@ -171,8 +173,9 @@ class DomainSync:
                         return False, f"rank {r}'s counterexample failed rank 0's re-validation", None
                 return False, f"{m['stop'][1]} (rank {r})", cex
         for r, m in enumerate(got):
-            if m["stop"] is not None:
-                return False, f"{m['stop'][1]} (rank {r})", None
+            if m["stop"] is not None:  # the reason as bab gives it (refine reads 'deadline'); who, apart
+                self.stopped_by = r
+                return False, m["stop"][1], None
         cfg_max = getattr(self, "max_domains", None)
         if cfg_max is not None and sum(m["count"] for m in got) >= cfg_max:
             return False, "max_domains", None
