@@ -296,6 +296,9 @@ def bench(
     no_bab: NoBab = False,
     mip_solver: MipSolver = "highs",
     select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'", callback=_regex)] = None,
+    shard: Annotated[Literal["none", "domains"], typer.Option(
+        help="domains: spread each branch and bound over the ranks torchrun started | none")] = "none",
+    report: Report = None,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 
@@ -305,16 +308,34 @@ def bench(
     from gpufield.verify import bench as run_bench
 
     ins = [bench_dir / "instances.csv", *([reference] if reference else [])]
-    for o in (out, Path(str(out) + ".summary.json")):  # before any instance runs
-        check_output(o, force=True, inputs=ins, option="--out")
+    config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver)
+    session = None
+    if shard != "none":  # rank 0 runs the benchmark; the others join its branch-and-bound searches
+        from dataclasses import replace
+
+        from gpufield.verify.dist.session import Session
+
+        if report is not None:
+            check_output(report, force=True, inputs=ins, option="--report")
+        session = Session(shard, timeout_s=(max_instance_s or 900.0), device=device)
+        if not session.is_root:
+            raise typer.Exit(session.worker(None, None, config))
+        if config.refine is not None:
+            config = replace(config, refine=replace(config.refine, sync=session.refine_sync(bench_dir)))
+    s = None
     try:
+        for o in (out, Path(str(out) + ".summary.json")):  # before any instance runs
+            check_output(o, force=True, inputs=ins, option="--out")
         s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
                       total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
-                      config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                     mip_solver=mip_solver))
+                      config=config)
     except KeyboardInterrupt:  # typer would exit 130 silently
         interrupted(f"gpufield: verify bench interrupted; the instances finished so far are in {out} "
                     "(run again with --resume to continue)")
+    finally:
+        if session is not None:
+            for r, msg in session.finish(report):
+                print(f"gpufield: rank {r if r >= 0 else '?'} failed: {msg.strip().splitlines()[-1:]}", file=sys.stderr)
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:
         typer.echo(f"reference: {s.reference_counts}  agree {s.agree}  wrong {s.wrong} {s.wrong_instances}")

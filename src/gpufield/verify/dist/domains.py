@@ -85,6 +85,7 @@ class DomainSync:
         onnx: the driver's model path, sent to the workers when a search starts.
         remaining_s: worker side, the search's time left when it started (from the driver).
         extra: ``extra() -> dict`` merged into every message (e.g. this rank's memory so far).
+        on_begin: called as each search starts on this rank (e.g. to restart the memory peak).
 
     Attributes:
         is_root: rank 0 (the driver).
@@ -96,9 +97,12 @@ class DomainSync:
         rounds: status exchanges.
     """
 
-    def __init__(self, comm: Comm, *, onnx: str | None = None, remaining_s: float | None = None, extra=None):
+    def __init__(self, comm: Comm, *, onnx: str | None = None, remaining_s: float | None = None, extra=None,
+                 on_begin=None):
         self.comm, self.onnx, self.remaining_s = comm, onnx, remaining_s
         self.extra = extra if extra is not None else dict
+        self.on_begin = on_begin
+        self.searches: list[dict] = []
         self.is_root = comm.rank == 0
         self.broken = self.exit = False
         self.errors: list[tuple[int, str]] = []
@@ -122,12 +126,16 @@ class DomainSync:
     def begin(self, *, spec, case, cfg, margin_tol, deadline_s, ort_model, interm_alphas, device) -> float:
         """Start of a search: the driver tells the workers what to bound; returns the deadline."""
         self.case, self.ort_model, self.case_device, self.max_domains = case, ort_model, device, cfg.max_domains
+        if self.on_begin is not None:
+            self.on_begin()
         if not self.is_root:
             return time.monotonic() + float(self.remaining_s)
+        onnx = getattr(ort_model, "path", None) or self.onnx
+        self.searches.append({"onnx": onnx, "rounds": 0, "ranks": []})
         if self.comm.world > 1:
             cpu = None if interm_alphas is None else {
                 m: {r: a.detach().cpu() for r, a in t.items()} for m, t in interm_alphas.items()}
-            self.gather({"kind": "bab", "onnx": self.onnx, "case": case, "spec": spec,
+            self.gather({"kind": "bab", "onnx": onnx, "case": case, "spec": spec,
                          "cfg": replace(cfg, sync=None), "margin_tol": margin_tol,
                          "remaining_s": deadline_s - time.monotonic(), "interm_alphas": cpu})
         return deadline_s
@@ -155,6 +163,9 @@ class DomainSync:
         if got is None:
             return False, self.errors[-1][1], None
         self.last = got
+        if self.searches:  # per search: every rank's memory and domains at its latest round
+            self.searches[-1].update(rounds=self.searches[-1]["rounds"] + 1,
+                                     ranks=[{"memory": m.get("memory"), "domains": m.get("count")} for m in got])
         for r, m in enumerate(got):
             if m["kind"] == "error":
                 self.errors.append((r, m["msg"]))
@@ -210,7 +221,8 @@ class DomainSync:
             res.global_lb = min([res.global_lb, *(m["glb"] for m in self.last)])
 
 
-def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.float32, extra=None) -> str:
+def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.float32, extra=None,
+          on_begin=None) -> str:
     """A worker's loop: join every search the driver starts until it exits.
 
     Args:
@@ -218,7 +230,7 @@ def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.f
         load: ``load(onnx_path) -> (graph, ort_model)`` (cached by the caller or here).
         device: torch device of this rank's tensors.
         dtype: working precision of the search (the driver's).
-        extra: as in :class:`DomainSync`.
+        extra, on_begin: as in :class:`DomainSync`.
 
     Returns:
         ``exit`` (the driver finished), ``broken`` (a collective failed) or ``error``.
@@ -237,7 +249,7 @@ def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.f
             return status
         if m["kind"] != "bab":
             continue
-        sync = DomainSync(comm, remaining_s=m["remaining_s"], extra=extra)
+        sync = DomainSync(comm, remaining_s=m["remaining_s"], extra=extra, on_begin=on_begin)
         sync.case_device, sync.max_domains = device, m["cfg"].max_domains
         try:
             if m["onnx"] not in models:

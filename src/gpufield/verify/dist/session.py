@@ -62,6 +62,7 @@ class Session:
         self.cases: list[dict] = []
         self._meter = measure((), device, self.comm.rank)
         self._meter.__enter__()
+        self._run_peak = 0
 
     @property
     def is_root(self) -> bool:
@@ -69,12 +70,26 @@ class Session:
         return self.comm.rank == 0
 
     def memory(self) -> dict:
-        """This rank's peak so far: ``{"rank", "peak_bytes", "method"}``."""
+        """This rank's peaks: ``{"rank", "peak_bytes" (whole run), "window_peak_bytes" (since the last
+        :meth:`restart_peak`, i.e. the current search), "method"}``."""
         m = self._meter
+        if m is None:
+            return {"rank": self.comm.rank, "peak_bytes": self._run_peak, "method": None}
         if m.device.type == "cuda":
-            return {"rank": self.comm.rank, "peak_bytes": int(torch.cuda.max_memory_allocated(m.device)),
-                    "method": "cuda-allocator"}
-        return {"rank": self.comm.rank, "peak_bytes": int(m.resident + m._mode.peak_bytes), "method": "storage-tracker"}
+            now, method = int(torch.cuda.max_memory_allocated(m.device)), "cuda-allocator"
+        else:
+            now, method = int(m.resident + m._mode.peak_bytes), "storage-tracker"
+        self._run_peak = max(self._run_peak, now)
+        return {"rank": self.comm.rank, "peak_bytes": self._run_peak, "window_peak_bytes": now, "method": method}
+
+    def restart_peak(self) -> None:
+        """Start a new peak window (each branch-and-bound search: per-instance figures in ``bench``)."""
+        self.memory()
+        m = self._meter
+        if m is not None and m.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(m.device)
+        elif m is not None:
+            m._mode.peak_bytes = m._mode.live_bytes
 
     def _extra(self) -> dict:
         return {"memory": self.memory(), "rank": self.comm.rank}
@@ -83,7 +98,7 @@ class Session:
         """The :class:`~gpufield.verify.dist.domains.DomainSync` for rank 0's ``RefineConfig.sync``."""
         from gpufield.verify.dist.domains import DomainSync
 
-        self._sync = DomainSync(self.comm, onnx=str(model), extra=self._extra)
+        self._sync = DomainSync(self.comm, onnx=str(model), extra=self._extra, on_begin=self.restart_peak)
         return self._sync
 
     def worker(self, model: str | Path, prop: str | Path, config) -> int:
@@ -99,7 +114,7 @@ class Session:
 
                 status = serve(self.comm, lambda p: (load_onnx(p), OrtModel(p)), device=self.device,
                                dtype={"float32": torch.float32, "float64": torch.float64}[config.dtype],
-                               extra=self._extra)
+                               extra=self._extra, on_begin=self.restart_peak)
             else:
                 try:
                     loaded = load_instance(model, prop, config.ort_atol)
@@ -151,7 +166,8 @@ class Session:
                    "ranks": ranks, "cases": self.cases, "bab": self.bab,
                    "errors": [{"rank": r, "message": m} for r, m in self.errors]}
             if sync is not None:
-                doc["bab"] = {**self.bab, "rounds": sync.rounds, "domains_moved_from_rank0": sync.moved}
+                doc["bab"] = {**self.bab, "rounds": sync.rounds, "domains_moved_from_rank0": sync.moved,
+                              "searches": sync.searches}
             atomic_write(report, __import__("json").dumps(doc, indent=1, default=str) + "\n", force=True,
                          option="--report")
         self.close()
