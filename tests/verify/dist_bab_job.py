@@ -5,7 +5,9 @@
 ``PROBLEMS.json``: ``[{"onnx", "lo", "hi", "c", "threshold", "fault"}, ...]`` (the unsafe set
 ``c·y ≤ threshold`` over the box). Rank 0 decides each problem with
 :func:`gpufield.verify.refine.refine` and ``RefineConfig.sync`` (the other ranks serve its
-searches); a problem with ``fault`` makes rank 1's model loader raise, as a worker's failure.
+searches); a problem with ``fault`` makes rank 1's model loader raise, as a worker's failure;
+one with ``kill`` makes rank 1's process exit at once when it joins that search (a dead peer;
+put it last: the group is gone afterwards).
 Rank 0 writes, per problem, the verdict, the reason, the domains bounded and moved, and whether
 the counterexample satisfies the property (checked here again with onnxruntime).
 """
@@ -13,6 +15,7 @@ the counterexample satisfies the property (checked here again with onnxruntime).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -64,6 +67,8 @@ def main(problems_path: str, out_path: str) -> int:
         def load(path):
             if any(p["fault"] and p["onnx"] == path for p in problems) and comm.rank == 1:
                 raise RuntimeError(f"injected fault loading {path}")
+            if any(p.get("kill") and p["onnx"] == path for p in problems) and comm.rank == 1:
+                os._exit(0)  # no goodbye: rank 0's next collective must fail, not hang
             return load_onnx(path), OrtModel(path)
         status = serve(comm, load)
         shutdown(comm)
@@ -72,7 +77,10 @@ def main(problems_path: str, out_path: str) -> int:
     for p in problems:
         out.append(decide(p, DomainSync(comm, onnx=p["onnx"])))
     if comm.world > 1:
-        comm.all_gather_object({"kind": "exit"})
+        try:
+            comm.all_gather_object({"kind": "exit"})
+        except RuntimeError:  # rank 1 is gone (a kill problem)
+            pass
     open(out_path, "w").write(json.dumps(out))
     shutdown(comm)
     return 0

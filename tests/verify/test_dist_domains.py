@@ -80,6 +80,10 @@ def run2(tmp_path_factory):
     fault["onnx"] = str(Path(fault["onnx"]).with_name("fault.onnx"))
     Path(fault["onnx"]).write_bytes(Path(probs[1]["onnx"]).read_bytes())
     probs.insert(2, fault)
+    kill = dict(probs[0], kill=True)  # last: rank 1 dies as it joins this search
+    kill["onnx"] = str(Path(kill["onnx"]).with_name("kill.onnx"))
+    Path(kill["onnx"]).write_bytes(Path(probs[0]["onnx"]).read_bytes())
+    probs.append(kill)
     got, stderr = _torchrun(tmp, 2, probs)
     return probs, got, stderr
 
@@ -88,7 +92,7 @@ def test_p2_verdicts_equal_exact_and_p1(run2):
     probs, got, _ = run2
     wrong = []
     for p, g in zip(probs, got, strict=True):
-        if p["fault"]:
+        if p["fault"] or p.get("kill"):
             continue
         if g["verdict"] != p["truth"]:
             wrong.append((p["onnx"], p["truth"], g))
@@ -113,7 +117,15 @@ def test_worker_failure_is_unknown_and_others_go_on(run2):
     i = next(i for i, p in enumerate(probs) if p["fault"])
     assert got[i]["verdict"] == "unknown" and "rank 1 failed" in got[i]["reason"], got[i]
     assert "injected fault" in got[i]["reason"] and "injected fault" in stderr
-    assert [g["verdict"] for g in got[i + 1:]] == [p["truth"] for p in probs[i + 1:]]
+    assert [g["verdict"] for g in got[i + 1:-1]] == [p["truth"] for p in probs[i + 1:-1]]
+
+
+def test_dead_worker_is_unknown_not_a_hang(run2):
+    """Rank 1's process exits as it joins the last search: rank 0's next collective fails (gloo
+    reports the closed connection), the search ends unproven, and the launch finishes."""
+    probs, got, _ = run2
+    assert probs[-1].get("kill") and got[-1]["verdict"] == "unknown"
+    assert "collective failed" in got[-1]["reason"], got[-1]
 
 
 def _tiny_instance(tmp_path):
