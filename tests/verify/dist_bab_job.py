@@ -7,7 +7,8 @@
 :func:`gpufield.verify.refine.refine` and ``RefineConfig.sync`` (the other ranks serve its
 searches); a problem with ``fault`` makes rank 1's model loader raise, as a worker's failure;
 one with ``kill`` makes rank 1's process exit at once when it joins that search (a dead peer;
-put it last: the group is gone afterwards).
+put it last: the group is gone afterwards); ``no_case`` searches without the VNN-LIB case and
+onnxruntime model (the workers get the boxes from rank 0).
 Rank 0 writes, per problem, the verdict, the reason, the domains bounded and moved, and whether
 the counterexample satisfies the property (checked here again with onnxruntime).
 """
@@ -48,8 +49,9 @@ def decide(p: dict, sync=None) -> dict:
     box32 = [torch.tensor(v, dtype=torch.float32).reshape(1, n) for v in (lo, hi)]
     cfg = CFG if sync is None else replace(CFG, sync=sync)
     moved0 = 0 if sync is None else sync.moved
+    no_case = p.get("no_case", False)  # as refine's root check calls it: no case, no onnxruntime
     r = refine(g, g64, spec, *box32, lo64, hi64, None, ref64, cfg, margin_tol=1e-7,
-               deadline_s=time.monotonic() + 60.0, case=case, ort_model=ort)
+               deadline_s=time.monotonic() + 60.0, case=None if no_case else case, ort_model=None if no_case else ort)
     verdict = "unsat" if r.proven else ("sat" if r.counterexample is not None else "unknown")
     checked = None
     if r.counterexample is not None:  # independent check: in the box, and onnxruntime's output unsafe

@@ -80,6 +80,7 @@ def run2(tmp_path_factory):
     fault["onnx"] = str(Path(fault["onnx"]).with_name("fault.onnx"))
     Path(fault["onnx"]).write_bytes(Path(probs[1]["onnx"]).read_bytes())
     probs.insert(2, fault)
+    probs.insert(1, dict(probs[0], no_case=True))  # seed 0 (unsat) without case / onnxruntime
     kill = dict(probs[0], kill=True)  # last: rank 1 dies as it joins this search
     kill["onnx"] = str(Path(kill["onnx"]).with_name("kill.onnx"))
     Path(kill["onnx"]).write_bytes(Path(probs[0]["onnx"]).read_bytes())

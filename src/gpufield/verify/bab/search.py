@@ -190,7 +190,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
     sync = getattr(cfg, "sync", None)  # domains spread over ranks (gpufield.verify.dist.domains)
     if sync is not None:
         deadline_s = sync.begin(spec=spec, case=case, cfg=cfg, margin_tol=margin_tol, deadline_s=deadline_s,
-                                ort_model=ort_model, interm_alphas=interm_alphas, device=dev)
+                                ort_model=ort_model, interm_alphas=interm_alphas, device=dev,
+                                boxes=(lo, hi, lo64, hi64))
         if not sync.is_root:  # a worker: domains arrive from the other ranks
             pending = []
 

@@ -123,8 +123,9 @@ class DomainSync:
             self.errors.append((-1, f"collective failed on rank {self.comm.rank}: {type(e).__name__}: {e}"))
             return None
 
-    def begin(self, *, spec, case, cfg, margin_tol, deadline_s, ort_model, interm_alphas, device) -> float:
-        """Start of a search: the driver tells the workers what to bound; returns the deadline."""
+    def begin(self, *, spec, case, cfg, margin_tol, deadline_s, ort_model, interm_alphas, device, boxes) -> float:
+        """Start of a search: the driver tells the workers what to bound (``boxes``: the search's
+        ``(lo, hi, lo64, hi64)``, sent as they are: ``case`` may be None); returns the deadline."""
         self.case, self.ort_model, self.case_device, self.max_domains = case, ort_model, device, cfg.max_domains
         if self.on_begin is not None:
             self.on_begin()
@@ -136,6 +137,7 @@ class DomainSync:
             cpu = None if interm_alphas is None else {
                 m: {r: a.detach().cpu() for r, a in t.items()} for m, t in interm_alphas.items()}
             self.gather({"kind": "bab", "onnx": onnx, "case": case, "spec": spec,
+                         "boxes": tuple(t.detach().cpu() for t in boxes),
                          "cfg": replace(cfg, sync=None), "margin_tol": margin_tol,
                          "remaining_s": deadline_s - time.monotonic(), "interm_alphas": cpu})
         return deadline_s
@@ -236,7 +238,6 @@ def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.f
         ``exit`` (the driver finished), ``broken`` (a collective failed) or ``error``.
     """
     from gpufield.verify.bab.search import bab
-    from gpufield.verify.runner import outward_box
 
     models: dict[str, tuple] = {}
     status = "exit"
@@ -257,8 +258,7 @@ def serve(comm: Comm, load, *, device: str = "cpu", dtype: torch.dtype = torch.f
                 models[m["onnx"]] = (graph.cast(dtype, device), graph.cast(torch.float64, device), ort_model)
             g, g64, ort_model = models[m["onnx"]]
             case = m["case"]
-            lo, hi = outward_box(case, g.input_shape, dtype, device)
-            lo64, hi64 = outward_box(case, g.input_shape, torch.float64, device)
+            lo, hi, lo64, hi64 = (t.to(device) for t in m["boxes"])
             ref64 = {r.inputs[0]: (torch.zeros(1, *g.shape(r.inputs[0]), dtype=torch.float64, device=device),) * 2
                      for r in g.relu_nodes()}  # only shapes: a worker's root domain is never bounded
             ia = None if m["interm_alphas"] is None else {
