@@ -57,6 +57,12 @@ Branching = Annotated[Literal["fsb", "babsr"], typer.Option(help="beta-CROWN BaB
 NoBab = Annotated[bool, typer.Option("--no-bab", help="no branch and bound (incomplete v1 pipeline)")]
 MipSolver = Annotated[Literal["highs", "gurobi"], typer.Option(
     help="solver of the root MIP refinement of deep ReLU chains: highs (scipy) | gurobi (needs gurobipy)")]
+# gpufield.verify.dist.session.MODES
+Shard = Annotated[Literal["none", "tp", "fsdp", "alpha", "domains"], typer.Option(
+    help="spread the work over the ranks torchrun started (one process alone works too): domains (branch "
+         "and bound domains), fsdp | alpha | tp (float64 sharded bounds, incomplete) | none")]
+Report = Annotated[Path | None, typer.Option("--report", help="JSON with every rank's peak memory, errors and "
+                                              "branch-and-bound counts (--shard runs; written by rank 0)")]
 
 
 def _config(method: str, device: str, dtype: str, alpha_iterations: int, branching: str = "fsb",
@@ -153,6 +159,8 @@ def run(
     branching: Branching = "fsb",
     no_bab: NoBab = False,
     mip_solver: MipSolver = "highs",
+    shard: Shard = "none",
+    report: Report = None,
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
@@ -160,9 +168,41 @@ def run(
 
     --out is never overwritten without --force, except by a retry of the same instance over an error, unknown or timeout result that an earlier 'gpufield verify run' wrote (recorded in a hidden .NAME.gpufield.json beside it), or over its 'error' for unreadable inputs.
 
+    With --shard, start it under torchrun (every rank runs the same command; rank 0 writes --out and --report):
+
+        torchrun --standalone --nproc-per-node 2 -m gpufield verify run NET.onnx PROP.vnnlib --out r.txt --shard domains
+
     Example:
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
+    session = None
+    if shard != "none":
+        from gpufield.verify.dist.session import Session
+
+        if report is not None:
+            check_output(report, force=True, inputs=(model, prop), option="--report")
+        session = Session(shard, timeout_s=timeout, device=device)
+        if not session.is_root:  # the other ranks never touch --out or --report
+            raise typer.Exit(session.worker(model, prop, _config(method, device, dtype, alpha_iterations, branching,
+                                                                 no_bab, mip_solver=mip_solver)))
+    res, failed = None, False
+    try:
+        res = _run(model, prop, out, timeout, force, method, device, dtype, alpha_iterations, branching, no_bab,
+                   mip_solver, session)
+    finally:
+        if session is not None:
+            for r, msg in session.finish(report, res):
+                last = msg.strip().splitlines()[-1] if msg.strip() else msg
+                print(f"gpufield: rank {r if r >= 0 else '?'} failed: {last}", file=sys.stderr)
+                failed = True
+    typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _run(model, prop, out, timeout, force, method, device, dtype, alpha_iterations, branching, no_bab, mip_solver,
+         session):
+    """``run``'s body on rank 0 (or alone); returns the :class:`~gpufield.verify.runner.VerifyResult`."""
     from gpufield.deadline import Deadline, ResultSeal, write_text_atomic  # torch-free
 
     t0 = time.monotonic()
@@ -211,18 +251,27 @@ def run(
             raise unsafe
         if refusal is not None:
             raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
+        config = _config(method, device, dtype, alpha_iterations, branching, no_bab, progress=True,
+                         mip_solver=mip_solver)
         try:
-            res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)), force=True,
-                               loaded=loaded, deadline=deadline, seal=seal,
-                               config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                              progress=True, mip_solver=mip_solver))
+            if session is not None and session.shard != "domains":
+                from gpufield.verify.dist.session import run_bounds
+
+                res = run_bounds(session, out, loaded=loaded, config=config, deadline_s=deadline.end_s, seal=seal)
+            else:
+                if session is not None and config.refine is not None:  # branch and bound over the ranks
+                    from dataclasses import replace
+
+                    config = replace(config, refine=replace(config.refine, sync=session.refine_sync(model)))
+                res = run_instance(model, prop, out, timeout_s=max(0.0, timeout - (time.monotonic() - t0)),
+                                   force=True, loaded=loaded, deadline=deadline, seal=seal, config=config)
         except KeyboardInterrupt:  # typer would exit 130 silently
             fp = _fingerprint(out)
             wrote = f"; wrote '{fp['verdict']}' to {out}" if fp is not None and fp != before else ""
             interrupted(f"gpufield: verify run interrupted after {time.monotonic() - t0:.1f} s{wrote}")
         finally:  # also after a bad input or Ctrl-C, which write error / unknown
             _record(out, model, prop, before)
-    typer.echo(f"{res.verdict} ({res.seconds:.2f} s) {res.message}")
+    return res
 
 
 @app.command("bench")
@@ -247,6 +296,9 @@ def bench(
     no_bab: NoBab = False,
     mip_solver: MipSolver = "highs",
     select: Annotated[str | None, typer.Option("--select", help="regex on 'onnx,vnnlib'", callback=_regex)] = None,
+    shard: Annotated[Literal["none", "domains"], typer.Option(
+        help="domains: spread each branch and bound over the ranks torchrun started | none")] = "none",
+    report: Report = None,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 
@@ -256,16 +308,34 @@ def bench(
     from gpufield.verify import bench as run_bench
 
     ins = [bench_dir / "instances.csv", *([reference] if reference else [])]
-    for o in (out, Path(str(out) + ".summary.json")):  # before any instance runs
-        check_output(o, force=True, inputs=ins, option="--out")
+    config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver)
+    session = None
+    if shard != "none":  # rank 0 runs the benchmark; the others join its branch-and-bound searches
+        from dataclasses import replace
+
+        from gpufield.verify.dist.session import Session
+
+        if report is not None:
+            check_output(report, force=True, inputs=ins, option="--report")
+        session = Session(shard, timeout_s=(max_instance_s or 900.0), device=device)
+        if not session.is_root:
+            raise typer.Exit(session.worker(None, None, config))
+        if config.refine is not None:
+            config = replace(config, refine=replace(config.refine, sync=session.refine_sync(bench_dir)))
+    s = None
     try:
+        for o in (out, Path(str(out) + ".summary.json")):  # before any instance runs
+            check_output(o, force=True, inputs=ins, option="--out")
         s = run_bench(bench_dir, out, reference=reference, max_instance_s=max_instance_s,
                       total_budget_s=total_s, resume=resume, force=force, limit=limit, select=select,
-                      config=_config(method, device, dtype, alpha_iterations, branching, no_bab,
-                                     mip_solver=mip_solver))
+                      config=config)
     except KeyboardInterrupt:  # typer would exit 130 silently
         interrupted(f"gpufield: verify bench interrupted; the instances finished so far are in {out} "
                     "(run again with --resume to continue)")
+    finally:
+        if session is not None:
+            for r, msg in session.finish(report):
+                print(f"gpufield: rank {r if r >= 0 else '?'} failed: {msg.strip().splitlines()[-1:]}", file=sys.stderr)
     typer.echo(f"counts: {s.counts}  total {s.total_s:.1f} s")
     if s.reference_counts is not None:
         typer.echo(f"reference: {s.reference_counts}  agree {s.agree}  wrong {s.wrong} {s.wrong_instances}")

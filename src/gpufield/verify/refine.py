@@ -75,6 +75,8 @@ class RefineConfig:
             :mod:`gpufield.verify.bab.interm`). Costs memory: the batch shrinks to fit.
         mip_rebound_iterations: α-CROWN steps that re-bound the deeper layers after each
             MIP-refined layer (:func:`rebound_after_mip`); 0: CROWN with the root's slopes only.
+        sync: a :class:`gpufield.verify.dist.domains.DomainSync` that spreads the domains over
+            the ranks of a process group (``--shard domains``); None: this process alone.
     """
 
     max_domains: int = 5_000_000
@@ -98,6 +100,7 @@ class RefineConfig:
     mip_after_s: float = 20.0
     opt_interm: bool = False
     mip_rebound_iterations: int = 100
+    sync: object | None = None
 
     def __post_init__(self):
         if self.max_domains < 1 or self.batch < 2 or self.fsb_k < 1 or self.root_iterations < 0:

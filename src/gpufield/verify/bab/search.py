@@ -181,100 +181,126 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         # popped parents whose children were not bounded yet still count (their bound is the parent's)
         open_lbs = [h[0] for h in heap] + [d.lb for d, _ in pending]
         res.global_lb = float("inf") if proven else min(open_lbs, default=res.global_lb)
+        if sync is not None:  # every rank's domains and bounds
+            sync.totals(res)
         return res
 
     rigid_s = 0.0  # the last round's time outside the optimiser, which cannot stop at the deadline
+    opt_s = 0.0
+    sync = getattr(cfg, "sync", None)  # domains spread over ranks (gpufield.verify.dist.domains)
+    if sync is not None:
+        deadline_s = sync.begin(spec=spec, case=case, cfg=cfg, margin_tol=margin_tol, deadline_s=deadline_s,
+                                ort_model=ort_model, interm_alphas=interm_alphas, device=dev,
+                                boxes=(lo, hi, lo64, hi64))
+        if not sync.is_root:  # a worker: domains arrive from the other ranks
+            pending = []
+
+    def bound_round():
+        """Bound the children of ``pending``, push the open ones; a stop ``(proven, reason, cex)`` or None."""
+        nonlocal count, rounds, opt_s, pending
+        # children of the popped parents (or the root in round 0)
+        children = []
+        for parent, split in pending:
+            d = Domain(parent.lb, {n: s.clone() for n, s in parent.splits.items()}, parent.inter64,
+                       parent.alpha, {n: b for n, b in parent.beta.items()}, depth=parent.depth + (split is not None))
+            if split is not None:
+                name, j, sgn = split
+                d.splits[name][0, j] = sgn
+            children.append(d)
+        B = len(children)
+        root_round = pending[0][1] is None
+        count += B
+        rounds += 1
+        splits, inter64p, alpha, beta = _stack(children, names, rnames)
+        lo64B, hi64B = lo64.expand(B, *lo64.shape[1:]), hi64.expand(B, *hi64.shape[1:])
+        loB, hiB = lo.expand(B, *lo.shape[1:]), hi.expand(B, *hi.shape[1:])
+        new_layers = [names.index(sp[0]) for _, sp in pending if sp is not None]
+        fixed = frozenset(names[:min(new_layers) + 1]) if len(new_layers) == len(pending) else frozenset()
+        inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed)
+        inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
+        inter[graph.input_name] = (loB, hiB)
+        inter64[graph64.input_name] = (lo64B, hi64B)
+        interm = None
+        if deep:
+            interm = init_interm(graph, [m for m in deep if m not in fixed], inter, splits, root_slopes)
+        t_opt = time.monotonic()
+        alpha, beta, _ = optimise(graph, spec, loB, hiB, inter, splits, alpha, beta,
+                                  iterations=cfg.root_iterations if root_round else cfg.alpha.iterations,
+                                  lr_alpha=cfg.alpha.lr, lr_beta=cfg.lr_beta, use_beta=cfg.beta,
+                                  deadline_s=deadline_s, interm=interm)
+        opt_s = time.monotonic() - t_opt
+        if interm:  # the optimised intermediate bounds, re-evaluated in float64 (sound)
+            inter64 = tighten64(graph64, lo64B, hi64B, inter64, splits, interm)
+            inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
+        rec: dict[str, torch.Tensor] = {}
+        lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec)
+        # a child lies inside its parent: the parent's sound bound holds too (matters when the
+        # deadline cut the child's optimisation short)
+        lb64 = torch.maximum(lb64, torch.tensor([c.lb for c in children], dtype=lb64.dtype, device=lb64.device))
+        open_B = ~(lb64 > margin_tol)
+        if case is not None and ort_model is not None:
+            cex = _attack_vertices(graph, spec, case, ort_model, lo64B, hi64B, rec.get(graph64.input_name), open_B)
+            if cex is not None:
+                return False, "counterexample in a domain's bound minimiser", cex
+        idx = open_B.nonzero().flatten()
+        if len(idx):
+            def sub(t, dim=0, idx=idx):
+                return t.index_select(dim, idx)
+            sub_inter = {n: (sub(lw), sub(u)) for n, (lw, u) in inter.items()}
+            sub_alpha = {r: sub(a, 2) for r, a in alpha.items()}
+            sub_beta = {n: sub(b, 1) for n, b in beta.items()}
+            sub_splits = {n: sub(s) for n, s in splits.items()}
+            rec32: dict[str, torch.Tensor] = {}
+            with torch.no_grad():
+                final_bound(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits, record=rec32)
+            picks = choose(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits,
+                           rec32, method=cfg.branching, k=cfg.fsb_k)
+            lb_list = lb64.tolist()
+            for i, b in enumerate(idx.tolist()):
+                if picks[i] is None:  # affine on the domain: an LP decides it
+                    verdict, cex = _leaf(graph64, spec, case, ort_model, lo64, hi64, inter64, alpha,
+                                         splits, names, b, S, margin_tol)
+                    if verdict == "proven":
+                        continue
+                    if cex is not None:
+                        return False, "counterexample from a fully stable leaf's LP", cex
+                    return False, "a fully stable leaf is neither proven nor falsified", None
+                d = Domain(lb_list[b], {n: s[b:b + 1] for n, s in splits.items()},
+                           {n: (inter64[n][0][b:b + 1], inter64[n][1][b:b + 1]) for n in names},
+                           {r: a[:, :, b:b + 1].detach() for r, a in alpha.items()},
+                           {n: bt[:, b:b + 1].detach() for n, bt in beta.items()},
+                           decision=picks[i], depth=children[b].depth)
+                heapq.heappush(heap, (d.lb, next(tick), d))
+        pending = []  # every child is bounded and either proven or in the heap
+        return None
+
     try:
         while True:
             t_round = time.monotonic()
+            stop = None
             if t_round + rigid_s > deadline_s:  # the next round would end after the deadline
-                return finish(False, "deadline")
-            # children of the popped parents (or the root in round 0)
-            children = []
-            for parent, split in pending:
-                d = Domain(parent.lb, {n: s.clone() for n, s in parent.splits.items()}, parent.inter64,
-                           parent.alpha, {n: b for n, b in parent.beta.items()}, depth=parent.depth + (split is not None))
-                if split is not None:
-                    name, j, sgn = split
-                    d.splits[name][0, j] = sgn
-                children.append(d)
-            B = len(children)
-            count += B
-            rounds += 1
-            splits, inter64p, alpha, beta = _stack(children, names, rnames)
-            lo64B, hi64B = lo64.expand(B, *lo64.shape[1:]), hi64.expand(B, *hi64.shape[1:])
-            loB, hiB = lo.expand(B, *lo.shape[1:]), hi.expand(B, *hi.shape[1:])
-            new_layers = [names.index(sp[0]) for _, sp in pending if sp is not None]
-            fixed = frozenset(names[:min(new_layers) + 1]) if len(new_layers) == len(pending) else frozenset()
-            inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed)
-            inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
-            inter[graph.input_name] = (loB, hiB)
-            inter64[graph64.input_name] = (lo64B, hi64B)
-            interm = None
-            if deep:
-                interm = init_interm(graph, [m for m in deep if m not in fixed], inter, splits, root_slopes)
-            t_opt = time.monotonic()
-            alpha, beta, _ = optimise(graph, spec, loB, hiB, inter, splits, alpha, beta,
-                                      iterations=cfg.alpha.iterations if rounds > 1 else cfg.root_iterations,
-                                      lr_alpha=cfg.alpha.lr, lr_beta=cfg.lr_beta, use_beta=cfg.beta,
-                                      deadline_s=deadline_s, interm=interm)
-            opt_s = time.monotonic() - t_opt
-            if interm:  # the optimised intermediate bounds, re-evaluated in float64 (sound)
-                inter64 = tighten64(graph64, lo64B, hi64B, inter64, splits, interm)
-                inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
-            rec: dict[str, torch.Tensor] = {}
-            lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec)
-            # a child lies inside its parent: the parent's sound bound holds too (matters when the
-            # deadline cut the child's optimisation short)
-            lb64 = torch.maximum(lb64, torch.tensor([c.lb for c in children], dtype=lb64.dtype, device=lb64.device))
-            open_B = ~(lb64 > margin_tol)
-            if case is not None and ort_model is not None:
-                cex = _attack_vertices(graph, spec, case, ort_model, lo64B, hi64B, rec.get(graph64.input_name), open_B)
-                if cex is not None:
-                    return finish(False, "counterexample in a domain's bound minimiser", cex)
-            idx = open_B.nonzero().flatten()
-            if len(idx):
-                def sub(t, dim=0, idx=idx):
-                    return t.index_select(dim, idx)
-                sub_inter = {n: (sub(lw), sub(u)) for n, (lw, u) in inter.items()}
-                sub_alpha = {r: sub(a, 2) for r, a in alpha.items()}
-                sub_beta = {n: sub(b, 1) for n, b in beta.items()}
-                sub_splits = {n: sub(s) for n, s in splits.items()}
-                rec32: dict[str, torch.Tensor] = {}
-                with torch.no_grad():
-                    final_bound(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits, record=rec32)
-                picks = choose(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits,
-                               rec32, method=cfg.branching, k=cfg.fsb_k)
-                lb_list = lb64.tolist()
-                for i, b in enumerate(idx.tolist()):
-                    if picks[i] is None:  # affine on the domain: an LP decides it
-                        verdict, cex = _leaf(graph64, spec, case, ort_model, lo64, hi64, inter64, alpha,
-                                             splits, names, b, S, margin_tol)
-                        if verdict == "proven":
-                            continue
-                        if cex is not None:
-                            return finish(False, "counterexample from a fully stable leaf's LP", cex)
-                        return finish(False, "a fully stable leaf is neither proven nor falsified")
-                    d = Domain(lb_list[b], {n: s[b:b + 1] for n, s in splits.items()},
-                               {n: (inter64[n][0][b:b + 1], inter64[n][1][b:b + 1]) for n in names},
-                               {r: a[:, :, b:b + 1].detach() for r, a in alpha.items()},
-                               {n: bt[:, b:b + 1].detach() for n, bt in beta.items()},
-                               decision=picks[i], depth=children[b].depth)
-                    heapq.heappush(heap, (d.lb, next(tick), d))
-            pending = []  # every child is bounded and either proven or in the heap
-            glb = min([h[0] for h in heap], default=float("inf"))
-            res.global_lb = glb
-            rate = rounds / max(1e-9, time.monotonic() - t0)
-            res.history.append((time.monotonic() - t0, len(heap), glb))
-            if progress is not None:
-                progress(len(heap), glb, rate)
-            rigid_s = time.monotonic() - t_round - opt_s
-            if not heap:
-                return finish(True, "all domains proven")
-            if count >= cfg.max_domains:
-                return finish(False, "max_domains")
-            if len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes:
-                return finish(False, "memory budget")
+                stop = (False, "deadline", None)
+            elif pending:
+                stop = bound_round()
+            if stop is None and pending == []:
+                glb = min([h[0] for h in heap], default=float("inf"))
+                res.global_lb = glb
+                rate = rounds / max(1e-9, time.monotonic() - t0)
+                res.history.append((time.monotonic() - t0, len(heap), glb))
+                if progress is not None:
+                    progress(len(heap), glb, rate)
+                rigid_s = time.monotonic() - t_round - opt_s
+                opt_s = 0.0
+                if sync is None and not heap:
+                    stop = (True, "all domains proven", None)
+                elif sync is None and count >= cfg.max_domains:
+                    stop = (False, "max_domains", None)
+                elif heap and len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes:
+                    stop = (False, "memory budget", None)
+            if sync is not None:  # the ranks agree on one stop (or none), then even out their heaps
+                stop = sync.round(heap, stop, count, pending)
+            if stop is not None:
+                return finish(*stop)
             pending = []
             while heap and len(pending) + 2 <= max(2, batch):  # pending holds the children
                 d = heap[0][2]  # into pending before it leaves the heap (Ctrl-C loses nothing)

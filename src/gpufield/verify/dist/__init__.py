@@ -11,36 +11,50 @@ collective). Modes (issue 27):
   rounding (bitwise on the random nets tested) when intermediate slopes are not optimised.
 * ``tp`` (:mod:`.tp`): the paper's Megatron tensor parallelism (Col/Row pairs, A sharded inside
   zones, IBP for a zone's pre-activations): sound, looser than CROWN after the first zone.
+* ``domains`` (:mod:`.domains`): branch and bound with the open domains spread over the ranks,
+  one status exchange per round, a common stop, rebalancing of uneven heaps.
 * memory accounting (:mod:`.memory`): per-rank peak bytes of the verifier's tensors, from the CUDA
   allocator on GPU and from a dispatch-mode storage tracker on CPU.
+* ``gpufield verify run --shard MODE`` (:mod:`.session`): rank 0 writes the result file and the
+  ``--report`` JSON (every rank's peak memory and errors), the other ranks serve.
 
-Run a job::
+Run a job, or one instance::
 
     torchrun --standalone --nproc-per-node 2 -m gpufield.verify.dist.worker job.json out/
+    torchrun --standalone --nproc-per-node 2 -m gpufield verify run NET.onnx PROP.vnnlib --out r.txt --shard domains
 """
 
 from gpufield.verify.dist.alpha_shard import clause_block, sharded_alpha_crown
 from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
-from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown
+from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown, staged
+from gpufield.verify.dist.domains import DomainSync, plan, serve
 from gpufield.verify.dist.fsdp import ShardedOp, shard_graph, shard_rows
 from gpufield.verify.dist.memory import MemoryReport, StorageTracker, measure, storage_bytes
+from gpufield.verify.dist.session import Session, bounds_instance, run_bounds
 from gpufield.verify.dist.tp import tp_crown, tp_graph
 
 __all__ = [
     "BoundsConfig",
     "Comm",
     "DistConfig",
+    "DomainSync",
     "MemoryReport",
+    "Session",
     "ShardedOp",
     "StorageTracker",
+    "bounds_instance",
     "case_bounds",
     "clause_block",
     "init_from_env",
     "measure",
+    "plan",
+    "run_bounds",
+    "serve",
     "shard_graph",
     "shard_rows",
     "sharded_alpha_crown",
     "shutdown",
+    "staged",
     "storage_bytes",
     "tp_crown",
     "tp_graph",

@@ -72,12 +72,16 @@ class Comm:
             return shard
         import time
 
-        import torch.distributed as dist
 
         t0 = time.perf_counter()
         with torch.no_grad():
             full = shard.new_empty((self.world * shard.shape[0], *shard.shape[1:])) if out is None else out
-            dist.all_gather_single(full, shard.contiguous(), group=self.group)
+            if staged(shard, self.group):  # gloo on CUDA tensors: through host memory
+                host = torch.empty(full.shape, dtype=full.dtype)
+                _gather_into(host, shard.cpu().contiguous(), self.group)
+                full.copy_(host)
+            else:
+                _gather_into(full, shard.contiguous(), self.group)
         GATHER_STATS["calls"] += 1
         GATHER_STATS["bytes"] += full.numel() * full.element_size()
         GATHER_STATS["seconds"] += time.perf_counter() - t0
@@ -92,6 +96,29 @@ class Comm:
         out = [None] * self.world
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+
+def _gather_into(out: torch.Tensor, t: torch.Tensor, group) -> None:
+    """All-gather ``t`` into one buffer: ``all_gather_single`` (torch >= 2.12; ``all_gather_into_tensor``,
+    which it replaces, before: the H200 machine has torch 2.11)."""
+    import torch.distributed as dist
+
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(out, t, group=group)
+
+
+def staged(t: torch.Tensor, group=None) -> bool:
+    """Whether a collective on ``t`` goes through host memory: a CUDA tensor in a gloo group.
+
+    Gloo's CUDA paths cover only some collectives (all-reduce, broadcast); rather than rely on
+    them, :mod:`gpufield.verify.dist` copies CUDA tensors to the host and back under gloo (2 ranks
+    sharing one GPU); NCCL groups use the device tensors directly.
+    """
+    if not t.is_cuda:
+        return False
+    import torch.distributed as dist
+
+    return dist.get_backend(group) == "gloo"
 
 
 def init_from_env(cfg: DistConfig | None = None) -> Comm:

@@ -35,7 +35,14 @@ def _sum(t, comm: Comm):
         return t
     import torch.distributed as dist
 
+    from gpufield.verify.dist.comm import staged
+
     t = t.contiguous()  # callers pass fresh results (matmuls, sums): reduced in place, no copy
+    if staged(t, comm.group):  # gloo on a CUDA tensor: through host memory
+        h = t.cpu()
+        dist.all_reduce(h, group=comm.group)
+        t.copy_(h)
+        return t
     dist.all_reduce(t, group=comm.group)
     return t
 

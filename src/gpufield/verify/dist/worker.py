@@ -24,7 +24,6 @@ renamed. Every case is loaded, sharded and bounded identically on every rank.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -155,8 +154,9 @@ def run_job(job: dict, out_dir: Path) -> None:
         reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights,
                                   "gather_buffer_bytes": buffer_bytes, "world": comm.world,
                                   "shard": shard, **{f"gather_{k}": GATHER_STATS[k] - before[k] for k in before}}
-        if job.get("save_bounds", True):
-            results[entry["name"]] = res
+        if job.get("save_bounds", True):  # on the host: kept bounds must not count in the next case's peak
+            results[entry["name"]] = {k: v.detach().cpu() for k, v in res.items()}
+        del res
     out_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(out_dir / f"rank{comm.rank}.json", lambda p: p.write_text(json.dumps(reports, indent=1)))
     if job.get("save_bounds", True):

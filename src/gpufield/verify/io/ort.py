@@ -29,6 +29,7 @@ class OrtModel:
     def __init__(self, path: str | Path):
         ort = require("onnxruntime", "verify")
         p = Path(path)
+        self.path = str(p)  # the model file (verify.dist sends it to the ranks that join a search)
         data = read_bytes(p)  # .gz gunzipped; truncated: InputError naming the file
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
