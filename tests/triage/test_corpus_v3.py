@@ -7,61 +7,25 @@ depends on what it answers."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
 import pytest
+from _corpus_checks import (
+    CORPUS,
+    check_files,
+    check_no_shared_thread,
+    check_one_unique_url_per_row,
+    index_tables,
+    load_benchmark,
+    thread_key,
+)
 
 from gpufield.triage.engine.model import TAXONOMY
 
-ROOT = Path(__file__).resolve().parents[2]
-CORPUS = Path(__file__).resolve().parent / "corpus"
 P3 = CORPUS / "public3"
 INDEX = P3 / "INDEX.md"
-_URL = re.compile(r"https?://[^\s|)`>]+")
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
-
-
-EVAL = _load("triage_eval_corpus")
-SPLIT = _load("triage_corpus_split")
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
-
-
-def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
-    """Every markdown table of ``text`` as (lower-cased header, body rows)."""
-    out: list[tuple[list[str], list[list[str]]]] = []
-    head: list[str] | None = None
-    for line in text.splitlines():
-        if not line.lstrip().startswith("|"):
-            head = None
-            continue
-        cells = _cells(line)
-        if head is None:
-            head = [c.lower() for c in cells]
-            out.append((head, []))
-        elif not set("".join(cells)) <= set("-: "):
-            out[-1][1].append(cells)
-    return out
-
-
-def _thread(url: str) -> str:
-    """One key per thread: GitHub issues/N and pull/N of a repo are the same thread (GitHub redirects)."""
-    u = url.lower().rstrip(".,;:/").split("#")[0].split("?")[0]
-    u = re.sub(r"^https?://(www\.)?", "", u)
-    m = re.match(r"github\.com/([^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+)", u)
-    return f"{m.group(1)}#{m.group(2)}" if m else u
+EVAL = load_benchmark("triage_eval_corpus")
+SPLIT = load_benchmark("triage_corpus_split")
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +35,7 @@ def rows():
 
 @pytest.fixture(scope="module")
 def tables():
-    t = _tables(INDEX.read_text(encoding="utf-8"))
-    cases = [body for head, body in t if "case file" in head and "expected class" in head]
-    excluded = [body for head, body in t if "why excluded" in head]
-    assert len(cases) == 1 and len(excluded) == 1, "one case table and one excluded table"
-    case_head = next(head for head, _ in t if "case file" in head)
-    return case_head, cases[0], excluded[0]
+    return index_tables(INDEX)
 
 
 def test_rows_parse_with_taxonomy_classes(rows):
@@ -92,16 +51,7 @@ def test_rows_parse_with_taxonomy_classes(rows):
 
 
 def test_every_file_exists_and_is_named_by_exactly_one_row(rows):
-    named = [p.resolve() for r in rows for p in r.paths]
-    assert len(named) == len(set(named)), "a case path is named twice"
-    on_disk = {p.resolve() for p in P3.iterdir() if p.suffix != ".md"}
-    assert on_disk == set(named), f"unindexed {sorted(on_disk - set(named))}"
-    for r in rows:
-        for p in r.paths:
-            assert p.name.startswith(f"{r.id}-"), (r.id, p.name)
-            body = p.read_text(encoding="utf-8")  # UTF-8 text, as posted
-            assert body.strip() and body.endswith("\n"), p.name
-            assert len(body) < 64 * 1024, p.name  # excerpts, not whole logs
+    check_files(rows, P3)
 
 
 def test_split_complete_valid_and_stratified(rows):
@@ -115,42 +65,15 @@ def test_split_complete_valid_and_stratified(rows):
 
 
 def test_each_row_has_one_unique_source_url(tables, rows):
-    head, body, excluded = tables
-    src = head.index("source thread")
-    assert len(body) == len(rows)
-    keys = []
-    for cells in body:
-        urls = _URL.findall(cells[src])
-        assert len(urls) == 1, cells[0]
-        keys.append(_thread(urls[0]))
-    for cells in excluded:
-        assert re.fullmatch(r"x\d{2}", cells[0]) and not re.search(r"`[^`]+\.log`", " ".join(cells)), cells
-        urls = _URL.findall(cells[1])
-        assert len(urls) == 1 and cells[2].strip("- "), cells  # a URL and a reason
-        keys.append(_thread(urls[0]))
-    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
-
-
-def _keys_of(path: Path) -> set[str]:
-    return {_thread(u) for u in _URL.findall(path.read_text(encoding="utf-8"))}
-
-
-def _own_keys() -> set[str]:
-    return _keys_of(INDEX)
+    check_one_unique_url_per_row(tables, rows)
 
 
 def test_no_url_shared_with_the_other_corpora():
-    taken: set[str] = set()
-    for sub in ("public", "public2", "faults"):
-        taken |= _keys_of(CORPUS / sub / "INDEX.md")
-    assert len(taken) > 100  # the other indexes were read
-    assert not _own_keys() & taken, sorted(_own_keys() & taken)
+    check_no_shared_thread(INDEX, [CORPUS / sub / "INDEX.md" for sub in ("public", "public2", "faults")])
 
 
 def test_no_url_shared_with_the_shared_cases(shared_dir):
-    taken = _keys_of(shared_dir / "data" / "triage-cases" / "INDEX.md")
-    assert taken
-    assert not _own_keys() & taken, sorted(_own_keys() & taken)
+    check_no_shared_thread(INDEX, [shared_dir / "data" / "triage-cases" / "INDEX.md"])
 
 
 def test_dev_misses_discusses_dev_rows_only(rows):
@@ -161,6 +84,6 @@ def test_dev_misses_discusses_dev_rows_only(rows):
 
 
 def test_thread_key():
-    assert _thread("https://github.com/NVIDIA/nccl/issues/473") == _thread("https://github.com/nvidia/nccl/pull/473/")
-    assert _thread("https://github.com/a/b/issues/1#issuecomment-2") == "a/b#1"
-    assert _thread("https://forums.developer.nvidia.com/t/x/123/") == "forums.developer.nvidia.com/t/x/123"
+    assert thread_key("https://github.com/NVIDIA/nccl/issues/473") == thread_key("https://github.com/nvidia/nccl/pull/473/")
+    assert thread_key("https://github.com/a/b/issues/1#issuecomment-2") == "a/b#1"
+    assert thread_key("https://forums.developer.nvidia.com/t/x/123/") == "forums.developer.nvidia.com/t/x/123"

@@ -144,3 +144,51 @@ def backward_lines(lA, uA, aL, bL, aU, bU):
         new_u = pos * aU + neg * aL
         ub = dot_tail(pos, bU) + dot_tail(neg, bL)
     return [(new_l, new_u)], lb, ub
+
+
+class SShapedOp:
+    """The body of an S-shaped elementwise op (Sigmoid, Tanh); a subclass (a frozen dataclass with the
+    op's fields) sets ``fn`` (the function) and ``dfn`` (its derivative), both ``Tensor -> Tensor``.
+
+    IBP ``[f(l), f(u)]`` (``f`` increasing); CROWN lines from :func:`relax`; α-CROWN tangent points
+    from :func:`alpha_init`.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def from_onnx(cls, b, node, attrs, ins):
+        """Build from the ONNX node (no attributes)."""
+        return cls(), [ins[0]]
+
+    def forward(self, x):
+        """Exact ``f(x)``."""
+        return self.fn(x)
+
+    def ibp(self, b):
+        """``[f(l), f(u)]``."""
+        return self.fn(b[0]), self.fn(b[1])
+
+    def lines(self, low, up, alpha=None):
+        """``(aL, bL, aU, bU)``: ``aL z + bL <= f(z) <= aU z + bU`` for ``low <= z <= up``
+        (``[B, *]``; ``[S, B, *]`` with tangent-point parameters ``alpha`` ``[S, B, 2, *]``, see
+        :func:`relax`)."""
+        return relax(self.fn, self.dfn, low, up, alpha)
+
+    def alpha_init(self, low, up):
+        """α-CROWN's starting tangent-point parameters ``[B, 2, *]`` (CROWN's lines)."""
+        return alpha_init(low, up)
+
+    def backward(self, lA, uA, ctx):
+        """Lower pass ``A⁺ a_L + A⁻ a_U`` with bias ``A⁺ b_L + A⁻ b_U``; upper pass the reverse
+        (each pass with its own α when given)."""
+        low, up = ctx.in_bounds[0]
+        if ctx.alpha_lower is None and ctx.alpha_upper is None:
+            return backward_lines(lA, uA, *self.lines(low, up))
+        pushed_l, lb, _ = backward_lines(lA, None, *self.lines(low, up, ctx.alpha_lower))
+        pushed_u, _, ub = backward_lines(None, uA, *self.lines(low, up, ctx.alpha_upper))
+        return [(pushed_l[0][0], pushed_u[0][1])], lb, ub
+
+    def cast(self, dtype, device):
+        """No constants."""
+        return self

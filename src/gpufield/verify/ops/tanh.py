@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufield.verify.ops._sshape import alpha_init, backward_lines, relax
-from gpufield.verify.protocols import BackwardInputs
+from gpufield.verify.ops._sshape import SShapedOp
 
 
 def _dtanh(x):
@@ -24,46 +23,11 @@ def _dtanh(x):
 
 
 @dataclass(frozen=True, slots=True)
-class Tanh:
-    """``y = tanh(x)`` elementwise."""
+class Tanh(SShapedOp):
+    """``y = tanh(x)`` elementwise (methods: :class:`gpufield.verify.ops._sshape.SShapedOp`)."""
 
     n_inputs: int = 1
     nonlinear: bool = True
     relu_relaxation: bool = False
-
-    @classmethod
-    def from_onnx(cls, b, node, attrs, ins):
-        """Build from an ONNX Tanh node (no attributes)."""
-        return cls(), [ins[0]]
-
-    def forward(self, x):
-        """Exact tanh."""
-        return torch.tanh(x)
-
-    def ibp(self, b):
-        """``[tanh(l), tanh(u)]``."""
-        return torch.tanh(b[0]), torch.tanh(b[1])
-
-    def lines(self, low, up, alpha=None):
-        """``(aL, bL, aU, bU)``: ``aL z + bL <= tanh(z) <= aU z + bU`` for ``low <= z <= up``
-        (``[B, *]``; ``[S, B, *]`` with tangent-point parameters ``alpha`` ``[S, B, 2, *]``, see
-        :func:`gpufield.verify.ops._sshape.relax`)."""
-        return relax(torch.tanh, _dtanh, low, up, alpha)
-
-    def alpha_init(self, low, up):
-        """α-CROWN's starting tangent-point parameters ``[B, 2, *]`` (CROWN's lines)."""
-        return alpha_init(low, up)
-
-    def backward(self, lA, uA, ctx: BackwardInputs):
-        """Lower pass ``A⁺ a_L + A⁻ a_U`` with bias ``A⁺ b_L + A⁻ b_U``; upper pass the reverse
-        (each pass with its own α when given)."""
-        low, up = ctx.in_bounds[0]
-        if ctx.alpha_lower is None and ctx.alpha_upper is None:
-            return backward_lines(lA, uA, *self.lines(low, up))
-        pushed_l, lb, _ = backward_lines(lA, None, *self.lines(low, up, ctx.alpha_lower))
-        pushed_u, _, ub = backward_lines(None, uA, *self.lines(low, up, ctx.alpha_upper))
-        return [(pushed_l[0][0], pushed_u[0][1])], lb, ub
-
-    def cast(self, dtype, device):
-        """No constants."""
-        return self
+    fn = staticmethod(torch.tanh)
+    dfn = staticmethod(_dtanh)
