@@ -170,3 +170,100 @@ class ResultSeal:
         if self._timer is not None:
             self._timer.cancel()
         return False
+
+
+class ProcessResultSeal:
+    """:class:`ResultSeal` whose backstop runs in a forked child process, so it fires on time even while
+    this process holds the GIL for seconds (importing torch, a long C call): a timer *thread* cannot run
+    then, and on a loaded 2-core machine ``gpufield verify run --timeout 2`` sealed 0.6 s late that way.
+
+    The child is forked when the seal is entered (arm it before the heavy imports, while the process is
+    small and has no other threads), keeps only the write end of a reply pipe and the read end of a
+    request pipe, and does nothing but wait. Protocol: :meth:`finish` sends one byte and reads one reply
+    before writing; the child answers ``o`` (go ahead) if the byte came before ``end_s``, else at
+    ``end_s`` it writes ``text`` to ``path`` atomically itself, answers ``s`` (sealed) and exits. The
+    decision is taken in the child alone, so the file never changes once the seal has fired.
+
+    Args:
+        end_s: ``time.monotonic()`` time at which the fallback is written (the monotonic clock is
+            system-wide on Linux, so the child reads the same clock).
+        path: the result file; text: the fallback result (e.g. ``"timeout\\n"``).
+
+    Same interface as :class:`ResultSeal` (context manager, :meth:`finish`, ``sealed``). Linux/POSIX only
+    (``os.fork``); raises ``OSError`` if the fork fails.
+    """
+
+    def __init__(self, end_s: float, path: str | Path, text: str):
+        self.end_s, self.path, self.text = end_s, Path(path), text
+        self.sealed = False
+        self._done = False
+        self._lock = threading.Lock()
+        self._req_w = self._rep_r = -1
+        self._pid = 0
+
+    def __enter__(self) -> ProcessResultSeal:
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: wait for a request or the end, answer, exit without Python's clean-up
+            code = 0
+            try:
+                os.close(req_w)
+                os.close(rep_r)
+                import select
+
+                left = self.end_s - time.monotonic()
+                ready = select.select([req_r], [], [], max(0.0, left))[0] if left > 0 else []
+                if ready and os.read(req_r, 1):
+                    os.write(rep_w, b"o")
+                else:  # the end came first (or the parent died: EOF): seal
+                    write_text_atomic(self.path, self.text)
+                    os.write(rep_w, b"s")
+            except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(req_r)
+        os.close(rep_w)
+        self._req_w, self._rep_r, self._pid = req_w, rep_r, pid
+        return self
+
+    def _ask(self) -> bool:
+        """True if the child let this process write (it had not sealed)."""
+        try:
+            os.write(self._req_w, b"f")
+        except OSError:  # the child is gone: it sealed (or died; then nobody wrote, so write)
+            pass
+        reply = os.read(self._rep_r, 1)
+        if reply == b"s":
+            return False
+        return True  # b"o", or EOF from a child that died without sealing
+
+    def finish(self, write: Callable[[], None]) -> bool:
+        """Run ``write`` (the real result) unless the child sealed first; True if it ran."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            if not self._ask():
+                self.sealed = True
+                return False
+            write()
+            return True
+
+    def __exit__(self, *exc) -> bool:
+        with self._lock:
+            if not self._done:  # left without a result (as ResultSeal cancels its timer): stand the child
+                self._done = True  # down, or learn that it sealed already
+                self.sealed = not self._ask()
+        for fd in (self._req_w, self._rep_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._pid:
+            try:
+                os.waitpid(self._pid, 0)
+            except ChildProcessError:
+                pass
+        return False

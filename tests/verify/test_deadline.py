@@ -219,3 +219,60 @@ def test_mip_workers_do_not_outlive_the_budget(tmp_path):
     pre = _forward_pre(layers, np.random.default_rng(0).uniform(lo, hi, (2000, len(lo))))
     for (lo_t, hi_t), z in zip((out[r.inputs[0]] for r in g64.relu_nodes()), pre, strict=True):
         assert (lo_t.numpy().reshape(-1) <= z.min(0) + 1e-9).all() and (hi_t.numpy().reshape(-1) >= z.max(0) - 1e-9).all()
+
+
+def _gil_holding_regex_s(seconds: float) -> tuple[str, str]:
+    """A pattern and text whose ``re.match`` holds the GIL about ``seconds`` (catastrophic backtracking:
+    Python's ``re`` does not release the GIL while matching), the stand-in for importing torch."""
+    import re as std_re
+
+    n = 18
+    while True:
+        t0 = time.monotonic()
+        std_re.match(r"(a+)+$", "a" * n + "b")
+        if time.monotonic() - t0 >= seconds / 4 or n > 40:
+            return r"(a+)+$", "a" * (n + 2) + "b"  # each extra 'a' doubles the time
+        n += 1
+
+
+def test_process_seal_fires_on_time_while_this_process_holds_the_gil(tmp_path):
+    """The failure mode behind the CLI's late seal: a timer thread cannot run while the main thread holds
+    the GIL; the forked backstop of ProcessResultSeal can."""
+    import re as std_re
+
+    from gpufield.deadline import ProcessResultSeal, ResultSeal, write_text_atomic
+
+    pattern, text = _gil_holding_regex_s(1.0)
+    for cls in (ResultSeal, ProcessResultSeal):
+        out = tmp_path / f"{cls.__name__}.txt"
+        end = time.monotonic() + 0.2
+        seal = cls(end, lambda: write_text_atomic(out, "timeout\n")) if cls is ResultSeal else cls(end, out, "timeout\n")
+        with seal:
+            t0, wall0 = time.monotonic(), time.time()
+            std_re.match(pattern, text)  # holds the GIL well past end
+            held = time.monotonic() - t0
+            wrote = seal.finish(lambda: write_text_atomic(out, "unsat\n"))
+        assert held > 0.5
+        if cls is ProcessResultSeal:  # sealed by the child at `end`, while the GIL was held: the late result lost
+            assert (wrote, seal.sealed, out.read_text()) == (False, True, "timeout\n")
+            assert out.stat().st_mtime < wall0 + held - 0.2  # written during the match, not after it
+        else:  # the timer thread could not run during the match: the fallback came only after it
+            assert (wrote, out.read_text()) == (False, "timeout\n")
+            assert out.stat().st_mtime >= wall0 + held - 0.05
+
+
+def test_process_seal_lets_an_early_result_through_and_leaves_no_child(tmp_path):
+    from gpufield.deadline import ProcessResultSeal, write_text_atomic
+
+    out = tmp_path / "r.txt"
+    with ProcessResultSeal(time.monotonic() + 30, out, "timeout\n") as seal:
+        pid = seal._pid
+        assert seal.finish(lambda: write_text_atomic(out, "sat\n"))
+    assert out.read_text() == "sat\n" and not seal.sealed
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped by __exit__
+    # left without a result: the child stands down, nothing is written
+    out2 = tmp_path / "r2.txt"
+    with ProcessResultSeal(time.monotonic() + 30, out2, "timeout\n"):
+        pass
+    assert not out2.exists()

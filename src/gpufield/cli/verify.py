@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import stat
 import sys
@@ -203,7 +204,12 @@ def run(
 def _run(model, prop, out, timeout, force, method, device, dtype, alpha_iterations, branching, no_bab, mip_solver,
          session):
     """``run``'s body on rank 0 (or alone); returns the :class:`~gpufield.verify.runner.VerifyResult`."""
-    from gpufield.deadline import Deadline, ResultSeal, write_text_atomic  # torch-free
+    from gpufield.deadline import (  # torch-free
+        Deadline,
+        ProcessResultSeal,
+        ResultSeal,
+        write_text_atomic,
+    )
 
     t0 = time.monotonic()
     # a process started for this command (gpufield verify run ..., python -m gpufield verify run ...)
@@ -220,7 +226,14 @@ def _run(model, prop, out, timeout, force, method, device, dtype, alpha_iteratio
     except InputError as e:
         unsafe = e
     writable = refusal is None and unsafe is None and out.parent.is_dir() and not out.is_dir()
-    seal = ResultSeal(deadline.end_s + 0.5, lambda: write_text_atomic(out, "timeout\n")) if writable else None
+    # the backstop runs in a forked child where the OS has fork: a timer thread cannot fire while importing
+    # torch holds the GIL (it sealed 0.6 s late that way on a loaded 2-core machine)
+    if not writable:
+        seal = None
+    elif hasattr(os, "fork"):
+        seal = ProcessResultSeal(deadline.end_s + 0.5, out, "timeout\n")
+    else:
+        seal = ResultSeal(deadline.end_s + 0.5, lambda: write_text_atomic(out, "timeout\n"))
     with seal if seal is not None else contextlib.nullcontext():
         from gpufield.verify import run_instance, write_result_file
         from gpufield.verify.runner import load_instance
