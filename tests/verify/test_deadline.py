@@ -246,12 +246,13 @@ def test_process_seal_fires_on_time_while_this_process_holds_the_gil(tmp_path):
     for cls in (ResultSeal, ProcessResultSeal):
         out = tmp_path / f"{cls.__name__}.txt"
         end = time.monotonic() + 0.2
-        seal = cls(end, lambda: write_text_atomic(out, "timeout\n")) if cls is ResultSeal else cls(end, out, "timeout\n")
+        seal = (cls(end, lambda out=out: write_text_atomic(out, "timeout\n")) if cls is ResultSeal
+                else cls(end, out, "timeout\n"))
         with seal:
             t0, wall0 = time.monotonic(), time.time()
             std_re.match(pattern, text)  # holds the GIL well past end
             held = time.monotonic() - t0
-            wrote = seal.finish(lambda: write_text_atomic(out, "unsat\n"))
+            wrote = seal.finish(lambda out=out: write_text_atomic(out, "unsat\n"))
         assert held > 0.5
         if cls is ProcessResultSeal:  # sealed by the child at `end`, while the GIL was held: the late result lost
             assert (wrote, seal.sealed, out.read_text()) == (False, True, "timeout\n")
