@@ -15,11 +15,9 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from _triage_helpers import check_dev_row, events_of_text, top_incident_of_text
 
-from gpufield.triage import analyze
 from gpufield.triage.catalog import nccl_result, nccl_result_of_error_string
-from gpufield.triage.evaluate import score
-from gpufield.triage.ingest import IngestOptions, ingest
 from gpufield.triage.labels import parse_index
 
 CORPUS = Path(__file__).parent / "corpus" / "public3"
@@ -33,18 +31,6 @@ FIXED = {
 }
 
 
-def _events(tmp_path: Path, text: str, name: str = "x.log"):
-    """Events of ``text`` through the real ingestion path (keyword scan, prefilters, parser order)."""
-    p = tmp_path / name
-    p.write_text(text + "\n", encoding="utf-8")
-    return ingest([p], options=IngestOptions(year=2026)).events
-
-
-def _top(tmp_path: Path, text: str):
-    p = tmp_path / "job.log"
-    p.write_text(text + "\n", encoding="utf-8")
-    incs = analyze([str(p)]).incidents
-    return incs[0] if incs else None
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +40,7 @@ def rows():
 
 @pytest.mark.parametrize("rid", sorted(FIXED))
 def test_dev_row_is_right_on_class_and_action(rows, rid):
-    case = rows[rid]
-    assert case.split == "dev"  # never a test-half row
-    assert FIXED[rid] in (CORPUS / "INDEX.md").read_text(encoding="utf-8").split(f"| {rid} |", 1)[1].split("\n", 1)[0]
-    res = analyze([str(CORPUS / p) for p in case.paths])
-    top = res.incidents[0] if res.incidents else None
-    r = score(case, [(i.cls, i.established, i.confidence) for i in res.incidents], top)
-    assert r.correct, (rid, r.predicted, case.label)
-    assert r.action_ok is not False, (rid, top and (top.action_kind, top.action, top.next_evidence))
+    check_dev_row(CORPUS, rows[rid], FIXED[rid], blame=False)
 
 
 # --- ncclGetErrorString texts -> ncclResult_t ------------------------------------------------------------------
@@ -106,7 +85,7 @@ def test_release_table_agrees_with_the_result_table_and_keeps_old_texts():
     ("NCCL failure common.cu:908 'unhandled cuda error'.", "nccl_internal_error", "1", None),
 ])
 def test_nccl_tests_failure_line_is_the_nccl_error_of_its_result(tmp_path, line, kind, code, host):
-    evs = _events(tmp_path, line)
+    evs = events_of_text(tmp_path, line)
     assert len(evs) == 1
     ev = evs[0]
     assert (ev.source, ev.kind, ev.code, ev.host) == ("nccl", kind, code, host)
@@ -115,12 +94,12 @@ def test_nccl_tests_failure_line_is_the_nccl_error_of_its_result(tmp_path, line,
 
 def test_nccl_tests_testcheck_line_is_not_an_nccl_error(tmp_path):
     # NVIDIA/nccl-tests#322: the TESTCHECK line that follows carries no NCCL result
-    assert _events(tmp_path, " .. HCA-14 pid 1015577: Test failure common.cu:915") == []
+    assert events_of_text(tmp_path, " .. HCA-14 pid 1015577: Test failure common.cu:915") == []
 
 
 def test_nccl_tests_system_error_with_the_shm_warning_is_established_shm(tmp_path):
     # NVIDIA/nccl-tests#166: NCCL says which syscall failed; the bare-error prior (r018) is then not needed
-    top = _top(tmp_path, "\n".join([
+    top = top_incident_of_text(tmp_path, "\n".join([
         "ubuntu:9621:9685 [0] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment "
         "/dev/shm/nccl-zTYolS (size 5967872)",
         "ubuntu:9621:9685 [0] NCCL INFO transport/shm.cc:114 -> 2",
@@ -131,7 +110,7 @@ def test_nccl_tests_system_error_with_the_shm_warning_is_established_shm(tmp_pat
 
 def test_bare_internal_error_prior_yields_to_a_named_cause(tmp_path):
     # NVIDIA/nccl-tests#204: the same internal error, but another host's WARN names a closed peer connection
-    top = _top(tmp_path, "\n".join([
+    top = top_incident_of_text(tmp_path, "\n".join([
         "DisAI-4090-2: Test NCCL failure common.cu:961 'internal error - please report this issue to the NCCL "
         "developers / '",
         "DisAI-4090-3:63755:63768 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer "
@@ -150,9 +129,9 @@ def test_bare_internal_error_prior_yields_to_a_named_cause(tmp_path):
     "torch.distributed.DistStoreError: Timed out after 1801 seconds waiting for clients. 1/3 clients joined.",
 ])
 def test_store_errors_are_rendezvous_errors(tmp_path, line):
-    evs = _events(tmp_path, line)
+    evs = events_of_text(tmp_path, line)
     assert [(e.source, e.kind) for e in evs] == [("torchrun", "rendezvous_error")]
-    top = _top(tmp_path, line)  # no endpoint in the line: the action asks for what each node was told to reach
+    top = top_incident_of_text(tmp_path, line)  # no endpoint in the line: the action asks for what each node was told to reach
     assert (top.cls, top.action_kind) == ("RENDEZVOUS_UNREACHABLE", "FIX_CONFIG")
     assert "MASTER_ADDR" in top.action and "<endpoint not named>" not in top.action
 
@@ -179,7 +158,7 @@ def test_store_errors_are_rendezvous_errors(tmp_path, line):
      "anon-rss:9066596kB, file-rss:64kB", 21578, "redis-server", 9066596, None, None),
 ])
 def test_pre_4_19_oom_killer_lines(tmp_path, line, pid, name, anon_kb, cgroup, score):
-    evs = _events(tmp_path, line)
+    evs = events_of_text(tmp_path, line)
     assert [e.kind for e in evs] == ["host_oom_kill"]
     f = evs[0].fields
     assert (f["pid"], f["name"], f.get("anon_rss_kb"), f.get("cgroup"), f.get("score")) == (pid, name, anon_kb,
@@ -188,7 +167,7 @@ def test_pre_4_19_oom_killer_lines(tmp_path, line, pid, name, anon_kb, cgroup, s
 
 def test_oom_pair_counts_one_kill_and_names_the_host(tmp_path):
     # genular/pandora#49: the chosen task and its kill are one kill on host "doom"
-    top = _top(tmp_path, "\n".join([
+    top = top_incident_of_text(tmp_path, "\n".join([
         "May 07 21:43:54 doom kernel: Out of memory: Kill process 27438 (R) score 31 or sacrifice child",
         "May 07 21:43:54 doom kernel: Killed process 27438 (R) total-vm:38349780kB, anon-rss:1041924kB, "
         "file-rss:4kB, shmem-rss:0kB",
@@ -203,7 +182,7 @@ def test_oom_pair_counts_one_kill_and_names_the_host(tmp_path):
 def test_ibv_reg_mr_without_error_text_gets_the_memlock_action(tmp_path):
     # NCCL before 2.8 printed no errno; the fix was the memory-lock limit
     # (https://hhhyunwoo.github.io/posts/infiniband-nccl-issue)
-    top = _top(tmp_path, "\n".join([
+    top = top_incident_of_text(tmp_path, "\n".join([
         "ibvwrap.c: 106 NCCL WARN Call to ibv_reg_mr failed",
         "NCCL INFO ib_plugin.c:448 -> 2",
         "NCCL INFO include/net.h:23 -> 2",
@@ -216,7 +195,7 @@ def test_ibv_reg_mr_without_error_text_gets_the_memlock_action(tmp_path):
 def test_ibv_create_cq_enomem_is_not_given_the_memlock_action(tmp_path):
     # deepseek-ai/DeepEP#143: a CQ, not a memory registration (NVIDIA/nccl#1191: the same error at 700 nodes
     # persisted with ulimit -l unlimited), so it keeps the IB set-up action
-    top = _top(tmp_path, "\n".join([
+    top = top_incident_of_text(tmp_path, "\n".join([
         "msm-h200-2:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error Cannot "
         "allocate memory",
         "msm-h200-2:4016:4653 [7] NCCL INFO transport/net_ib.cc:659 -> 2",

@@ -12,10 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _triage_helpers import check_dev_row, events_of_text, top_incident_of_text
 
-from gpufield.triage import analyze
-from gpufield.triage.evaluate import score
-from gpufield.triage.ingest import IngestOptions, ingest
 from gpufield.triage.labels import parse_index
 
 CORPUS = Path(__file__).parent / "corpus" / "public4"
@@ -33,18 +31,6 @@ FIXED = {
 }
 
 
-def _events(tmp_path: Path, text: str, name: str = "x.log"):
-    """Events of ``text`` through the real ingestion path (keyword scan, prefilters, parser order)."""
-    p = tmp_path / name
-    p.write_text(text + "\n", encoding="utf-8")
-    return ingest([p], options=IngestOptions(year=2026)).events
-
-
-def _top(tmp_path: Path, text: str):
-    p = tmp_path / "job.log"
-    p.write_text(text + "\n", encoding="utf-8")
-    incs = analyze([str(p)]).incidents
-    return incs[0] if incs else None
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +40,7 @@ def rows():
 
 @pytest.mark.parametrize("rid", sorted(FIXED))
 def test_row_is_right_on_class_blame_and_action(rows, rid):
-    case = rows[rid]
-    assert case.split == "dev"
-    assert FIXED[rid] in (CORPUS / "INDEX.md").read_text(encoding="utf-8").split(f"| {rid} |", 1)[1].split("\n", 1)[0]
-    res = analyze([str(CORPUS / p) for p in case.paths])
-    top = res.incidents[0] if res.incidents else None
-    r = score(case, [(i.cls, i.established, i.confidence) for i in res.incidents], top)
-    assert r.correct, (rid, r.predicted, case.label)
-    assert r.blame_ok is not False, (rid, top and (top.host, top.rank, top.gpu))
-    assert r.action_ok is not False, (rid, top and (top.action_kind, top.action, top.next_evidence))
+    check_dev_row(CORPUS, rows[rid], FIXED[rid])
 
 
 # --- Megatron's NaN guard: an assertion that stops the run, not a printed metric ------------------------------
@@ -72,12 +50,12 @@ def test_megatron_nan_guard_names_rank_node_and_device(tmp_path):
     # https://github.com/alibaba/Pai-Megatron-Patch/issues/60 (older optimizer wording)
     line = ("AssertionError: Rank 3: found NaN in local grad norm in backwards pass. Device: 3, node: "
             "set-zw04-kubernetes-pc133.mt")
-    nan = [e for e in _events(tmp_path, line) if e.kind == "nan_loss"]
+    nan = [e for e in events_of_text(tmp_path, line) if e.kind == "nan_loss"]
     assert len(nan) == 1
     e = nan[0]
     assert (e.rank, e.host, e.gpu_index, e.fields["fatal"], e.fields["is_loss"]) == (
         3, "set-zw04-kubernetes-pc133.mt", 3, True, False)
-    top = _top(tmp_path, line)
+    top = top_incident_of_text(tmp_path, line)
     assert (top.cls, top.established, top.rank) == ("NAN_LOSS", True, 3)
 
 
@@ -86,9 +64,9 @@ def test_megatron_core_rerun_machine_wording_is_the_same_event(tmp_path):
     line = ("GKD训练Qwen3.5时报错Rank 7, node ed04b71d5c00, device 7, iteration -1: Unexpected result nan "
             "(message='found NaN in local grad norm for bucket #0 in backward pass before data-parallel "
             "communication collect")
-    nan = [e for e in _events(tmp_path, line) if e.kind == "nan_loss"]
+    nan = [e for e in events_of_text(tmp_path, line) if e.kind == "nan_loss"]
     assert [(e.rank, e.host, e.gpu_index) for e in nan] == [(7, "ed04b71d5c00", 7)]
-    assert _top(tmp_path, line).cls == "NAN_LOSS"
+    assert top_incident_of_text(tmp_path, line).cls == "NAN_LOSS"
 
 
 # --- Slurm task/cgroup OOM: newer singular wording ----------------------------------------------------------
@@ -104,9 +82,9 @@ def test_megatron_core_rerun_machine_wording_is_the_same_event(tmp_path):
     ("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.", "3756240.batch"),
 ])
 def test_slurm_oom_kill_wordings(tmp_path, line, step):
-    oom = [e for e in _events(tmp_path, line) if e.kind == "host_oom_kill"]
+    oom = [e for e in events_of_text(tmp_path, line) if e.kind == "host_oom_kill"]
     assert [e.fields["step"] for e in oom] == [step]
-    top = _top(tmp_path, line)
+    top = top_incident_of_text(tmp_path, line)
     assert (top.cls, top.established) == ("HOST_OOM_KILL", True)
 
 
@@ -114,7 +92,7 @@ def test_action_names_the_host_the_blame_stage_found(tmp_path):
     # https://github.com/nextflow-io/nextflow/issues/5932: srun names the node; the action must say it
     line = ("slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0. Some of the step tasks have been "
             "OOM Killed. srun: error: sdumont6156: task 0: Out Of Memory")
-    top = _top(tmp_path, line)
+    top = top_incident_of_text(tmp_path, line)
     assert top.host == "sdumont6156" and "sdumont6156" in top.action and "not named" not in top.action
 
 
@@ -129,9 +107,9 @@ def test_action_names_the_host_the_blame_stage_found(tmp_path):
      "--lr_conv 0.001", 8156),
 ])
 def test_bash_killed_is_a_sigkill_of_unknown_sender(tmp_path, line, pid):
-    sig = [e for e in _events(tmp_path, line) if e.kind == "signal_death"]
+    sig = [e for e in events_of_text(tmp_path, line) if e.kind == "signal_death"]
     assert [(e.pid, e.fields["signal"], e.fields.get("sent_by_agent")) for e in sig] == [(pid, 9, None)]
-    top = _top(tmp_path, line)
+    top = top_incident_of_text(tmp_path, line)
     # a bare SIGKILL: the OOM killer is the commonest sender, not established (lead's decision, RESULTS.md)
     assert (top.cls, top.established) == ("HOST_OOM_KILL", False)
     assert "dmesg" in top.action
@@ -142,14 +120,14 @@ def test_bash_killed_with_the_oom_line_is_established(tmp_path):
     text = ("/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py\n"
             "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup. Some of your processes may "
             "have been killed by the cgroup out-of-memory handler.")
-    top = _top(tmp_path, text)
+    top = top_incident_of_text(tmp_path, text)
     assert (top.cls, top.established) == ("HOST_OOM_KILL", True)
 
 
 def test_word_killed_in_prose_is_not_a_signal(tmp_path):
     # https://github.com/deepspeedai/DeepSpeed/issues/3160: the DeepSpeed launcher's own teardown line
     line = "[2023-04-07 13:09:33,201] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 80"
-    assert not [e for e in _events(tmp_path, line) if e.kind == "signal_death" and e.fields.get("reporter")]
+    assert not [e for e in events_of_text(tmp_path, line) if e.kind == "signal_death" and e.fields.get("reporter")]
 
 
 # --- darknet's check_error: "CUDA Error:" / "CUDA Error Prev:" -----------------------------------------------
@@ -161,13 +139,13 @@ def test_word_killed_in_prose_is_not_a_signal(tmp_path):
     ("CUDA Error Prev: an illegal memory access was encountered: File exists", None),  # AlexeyAB/darknet#3259
 ])
 def test_darknet_cuda_error_lines(tmp_path, line, name):
-    evs = [e for e in _events(tmp_path, line) if e.source == "cuda"]
+    evs = [e for e in events_of_text(tmp_path, line) if e.source == "cuda"]
     assert len(evs) == 1
     if name:
         assert evs[0].kind == "cuda_error" and evs[0].fields["cuda_error"] == name
     else:
         assert evs[0].kind == "cuda_illegal_address"
-    assert _top(tmp_path, line).cls == ("ECC_UNCORRECTABLE" if name else "CUDA_ILLEGAL_ADDRESS")
+    assert top_incident_of_text(tmp_path, line).cls == ("ECC_UNCORRECTABLE" if name else "CUDA_ILLEGAL_ADDRESS")
 
 
 # --- nvidia-smi -q: a section pasted without its GPU header; a pending row remap ------------------------------
@@ -180,12 +158,12 @@ PENDING = """    Remapped Rows
 
 
 def test_headless_remapped_rows_section_is_read(tmp_path):
-    evs = [e for e in _events(tmp_path, PENDING, "smi-q.txt") if e.kind == "row_remap"]
+    evs = [e for e in events_of_text(tmp_path, PENDING, "smi-q.txt") if e.kind == "row_remap"]
     assert [(e.fields["uncorrectable"], e.fields["pending"], e.line) for e in evs] == [(4, True, 2)]
 
 
 def test_pending_remap_needs_a_gpu_reset(tmp_path):
-    top = _top(tmp_path, PENDING)
+    top = top_incident_of_text(tmp_path, PENDING)
     assert (top.cls, top.action_kind) == ("GPU_RESET_REQUIRED", "RESET_GPU")
     assert "4 uncorrectable" in top.note
 
@@ -201,12 +179,12 @@ def test_pending_remap_needs_a_gpu_reset(tmp_path):
     "Test fail caused by ibvwrap.c:160 NCCL WARN Call to ibv_modify_qp failed with error Connection timed out.",
 ])
 def test_qp_connect_failure_gets_the_fabric_reachability_action(tmp_path, line):
-    top = _top(tmp_path, line)
+    top = top_incident_of_text(tmp_path, line)
     assert (top.cls, top.action_kind) == ("NCCL_NETWORK_CONFIG", "FIX_CONFIG")
     assert "NCCL_IB_GID_INDEX" in top.action and "NCCL_CROSS_NIC" in top.action
 
 
 def test_other_ibv_failures_keep_their_own_action(tmp_path):
     # https://github.com/NVIDIA/nccl-tests/issues/206 (title; public3 dev row r026): memory registration refused
-    top = _top(tmp_path, "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory")
+    top = top_incident_of_text(tmp_path, "misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory")
     assert top.cls == "NCCL_NETWORK_CONFIG" and "NCCL_CROSS_NIC" not in top.action and "memlock" in top.action.lower()
