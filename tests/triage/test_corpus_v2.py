@@ -5,23 +5,16 @@ shared, public or faults indexes."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from _corpus_checks import load_benchmark as _load
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look the module up while the class is built
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
 
 
 EVAL = _load("triage_eval_corpus")

@@ -30,12 +30,12 @@ series (whose thinning keeps the last loss line of each block by design) must eq
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
+from _corpus_checks import load_benchmark as _load
 
 from gpufield.triage.analyze import LOSS_EVERY
 from gpufield.triage.engine.phases import marks_in_block
@@ -53,12 +53,6 @@ YEAR = 2026
 DENSE_BYTES = 4_000_000
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, mod)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return sys.modules[name]
 
 
 def _canon(x):
