@@ -57,7 +57,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "pcie_aer": ("kernel", "PCIe AER error report", ("severity_text", "type", "device", "agent", "vendor_device", "status", "mask", "errors", "source", "id_kind")),
     "host_oom_kill": ("kernel", "OOM killer killed a process (``score``: the pre-4.19 'Kill process N (name) score S or "
                       "sacrifice child' line that names the chosen task)",
-                      ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup", "score")),
+                      ("pid", "name", "anon_rss_kb", "total_vm_kb", "cgroup", "score", "trigger", "gfp_mask",
+                       "report_header")),
     "nvrm_other": ("kernel", "other NVRM error line", ("message", "status", "driver_version")),
     "nic_link_state": ("kernel", "ConnectX (mlx5_core) port link state line", ("hca", "port", "state", "nic_bdf")),
     # nccl

@@ -4,7 +4,7 @@ OOM killer, ConnectX link state (dmesg, ``dmesg -T``, journal, syslog, ``/dev/km
 Formats: ``../shared/reference/triage.md`` §2.2; Xid template from NVIDIA open-gpu-kernel-modules
 (``nvErrorLog_va``, ``_gpuGenerateErrorLog``), SXid from ``NVSWITCH_PRINT_SXID`` in
 ``src/common/nvswitch/kernel/inc/common_nvswitch.h``; AER from Linux ``drivers/pci/pcie/aer.c``
-(``aer_print_error``); OOM from ``mm/oom_kill.c`` (``__oom_kill_process``).
+(``aer_print_error``); OOM from ``mm/oom_kill.c`` (``__oom_kill_process``, ``dump_header``).
 Docs: https://docs.nvidia.com/deploy/xid-errors/ , https://docs.kernel.org/PCI/pcieaer-howto.html
 """
 
@@ -91,6 +91,13 @@ OOM_SELECT_RE = rx.compile(
 OOM_VICTIM_RE = rx.compile(
     r"Killed process (?P<pid>\d+)(?:, UID \d+,)? \((?P<name>[^)]*)\),?(?: UID \d+,)? (?:total-vm|vsz):(?P<vm>\d+)kB, "
     r"anon-rss:(?P<anon>\d+)kB")
+# The OOM report's header (mm/oom_kill.c dump_header: "%s invoked oom-killer: gfp_mask=%#x(%pGg), order=%d,
+# oom_score_adj=%hd", current->comm, TASK_COMM_LEN 16): printed only when the OOM killer runs, before it picks
+# and kills a victim, so it establishes an OOM kill on this host even when the excerpt stops before the
+# "Killed process" line. The comm is the task whose allocation failed (not necessarily the victim).
+#   python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
+#   GC Thread#9 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0
+OOM_HEADER_RE = rx.compile(r"(?P<name>[^\s\]:][^\]:]{0,14}?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)")
 # mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN
 MLX_RE = rx.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
 
@@ -115,8 +122,10 @@ class KernelParser:
     name = "kernel"
     source = "kernel"
     prefilter = (r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|[Oo]ut of [Mm]emory[^:]*: [Kk]ill process|"
+                 r"invoked oom-killer: |"
                  r"mlx5_core \S+ \S+ Port: \d+ Link")
-    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "Kill process", "kill process", "mlx5_core")
+    keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "Kill process", "kill process", "mlx5_core",
+                "invoked oom-killer: ")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one kernel-log line (see module docstring for the formats)."""
@@ -141,6 +150,11 @@ class KernelParser:
                                             "anon_rss_kb": to_int(g.get("anon")), "total_vm_kb": to_int(g.get("vm")),
                                             "cgroup": bool(m["cg"]) if "cg" in g else None,
                                             "score": to_int(g.get("score"))})
+        m = OOM_HEADER_RE.search(line) if "invoked oom-killer: " in line else None
+        if m:  # the report's header: the OOM killer ran on this host (the victim line may be cut off)
+            return event("kernel", "host_oom_kill", ctx, line, prefix_of(line, ctx), severity="fatal", code=None,
+                         fields={"pid": None, "name": None, "trigger": m["name"].strip(), "gfp_mask": m["gfp"],
+                                 "report_header": True})
         m = MLX_RE.search(line)
         if m:
             down = m["state"] == "DOWN"

@@ -44,7 +44,7 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
     """Kernel / Slurm OOM-killer lines (deterministic), or SIGKILL'd ranks without one.
 
     The host OOM killer is named only on its own evidence (an ``Out of memory: Killed process`` kernel
-    line or a Slurm ``oom-kill event``). A rank killed with SIGKILL and no such line may have been killed
+    line, the OOM report's ``<comm> invoked oom-killer`` header, or a Slurm ``oom-kill event``). A rank killed with SIGKILL and no such line may have been killed
     by the OOM killer, a scheduler, a monitor or itself (triage.md 2.9): the finding is then
     ``PEER_PROCESS_EXIT`` (that rank's exit ended the job), not established, with ``HOST_OOM_KILL``
     recorded as a rejected hypothesis and the kernel log of that host asked for first.
@@ -63,7 +63,10 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
             related = [k for k in kills if k.host in (host, None)]
             # a pre-4.19 kernel names the chosen task ("Kill process N ... score S") before the victim
             # ("Killed process N ..."): count the victims, or the chosen tasks when no victim line is there
-            victims = [e for e in group if e.fields.get("score") is None] or group
+            # the report header ("<comm> invoked oom-killer") announces a kill but names no victim: count it only
+            # when the excerpt has no victim or chosen-task line
+            named = [e for e in group if not e.fields.get("report_header")]
+            victims = [e for e in named if e.fields.get("score") is None] or named or group[:1]
             n_kills = len({e.fields.get("pid", id(e)) for e in victims})
             out.append(finding(ctx, "HOST_OOM_KILL", "host_oom", Tier.HOST, 0.9 if host else 0.8, group + related,
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
