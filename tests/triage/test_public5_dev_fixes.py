@@ -20,6 +20,7 @@ CORPUS = Path(__file__).parent / "corpus" / "public5"
 # dev row -> thread (INDEX.md "Source thread" column)
 FIXED = {
     "p005": "https://github.com/RTXteam/RTX/issues/1680",
+    "p006": "https://github.com/marin-community/marin/issues/6940",
 }
 
 
@@ -45,4 +46,16 @@ def test_oom_report_header_is_a_kill_with_its_trigger_task(tmp_path):
         "python3", "0xcc0", None, True)
     top = top_incident_of_text(tmp_path, line)
     assert (top.cls, top.established) == ("HOST_OOM_KILL", True)
+
+
+# --- NCCL's bootstrap text without its WARN prefix (PyTorch's "Last error:" detail, a pasted title) ----------
+
+
+def test_bare_bootstrap_no_interface_is_network_config_but_the_info_line_is_not(tmp_path):
+    # https://github.com/marin-community/marin/issues/6940 (the message as quoted)
+    (e,) = events_of_text(tmp_path, "Bootstrap : no socket interface found")
+    assert (e.kind, e.fields["message"]) == ("nccl_warn", "Bootstrap : no socket interface found")
+    # a healthy run's INFO line (NVIDIA/nccl#1232 format) stays an init fact, not a warning
+    info = "[0] node0:13571:13571 [0] NCCL INFO Bootstrap : Using enp10s0:10.10.7.107<0>"
+    assert [e.kind for e in events_of_text(tmp_path, info)] == ["nccl_bootstrap"]
 

@@ -47,6 +47,9 @@ OLD_WARN_RE = rx.compile(r"(?P<site>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<ms
 # the "Last error:" detail PyTorch prints after ncclInternalError (misc/socket.cc WARN text, no prefix):
 # "ncclSocketInit: connecting to address  with family 59408 is neither AF_INET(2) nor AF_INET6(10)"
 SOCKET_INIT_RE = rx.compile(r"(?P<msg>ncclSocketInit: .*?)\s*$")
+# the same "Last error:" detail for a bootstrap that found no usable interface (src/bootstrap.cc WARN text,
+# printed by PyTorch without NCCL's prefix, often on a "[rankN]: " line): "Bootstrap : no socket interface found"
+BOOTSTRAP_NOIF_RE = rx.compile(r"(?:^|[\]:>]\s*)(?P<msg>Bootstrap ?: no socket interface found)")
 # src/init.cc: "node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000
 # commId 0x3f1c9a2b7e104d55 - Init COMPLETE" (older: no nvmlDev / commId; "Init START" first)
 COMM_RE = rx.compile(
@@ -102,13 +105,14 @@ class NcclParser:
     source = "nccl"
     prefilter = (r"NCCL WARN|NCCL INFO \S+:\d+ -> \d|NET/IB ?: Got|NCCL error in|Connection closed by remote peer|"
                  r"nccl(?:UnhandledCuda|System|Internal|Remote)Error|ncclInvalid(?:Argument|Usage)|ncclTimeout|"
-                 r"ncclSocketInit: |\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
+                 r"ncclSocketInit: |Bootstrap ?: no socket interface found|\.(?:h|cc|cu|cpp|c):\d+ WARN |NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ nranks|"
                  r"(?:NCCL |^)INFO (?:Bootstrap|NET/IB|NET/Socket) ?: Using |NCCL INFO Call to connect returned|"
                  r"Caught signal \d+ \(|NET/IB\w+ ?: ?Got completion|"
                  r"Error while (?:creating|attaching to) shared memory segment|"
                  r"\b(?:ncclGroupEnd|ncclGetUniqueId|ncclCommInitRank\w*|ncclShmOpen)\(")
     keywords = ("NCCL WARN", ".cc:", ".h:", ".cu:", ".cpp:", ".c:", "NET/IB", "NCCL error", "nccl",
-                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket", "INFO Call to connect", "Caught signal", "shared memory segment")
+                "Connection closed by remote peer", "INFO comm 0x", "INFO Bootstrap", "INFO NET/Socket", "INFO Call to connect", "Caught signal", "shared memory segment",
+                "no socket interface found")
 
     # "Error while creating shared memory segment /dev/shm/nccl-pZafXL (size 7340384)" quoted without NCCL's
     # prefix (a user's paste, a wrapper's log): still NCCL's SHM transport message (src/misc/shmutils.cc)
@@ -174,6 +178,10 @@ class NcclParser:
             return self._warn(m, line, ctx)
         m = SOCKET_INIT_RE.search(line)
         if m:
+            return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="error",
+                         fields={"message": m["msg"], "result": "ncclInternalError"})
+        m = BOOTSTRAP_NOIF_RE.search(line) if "no socket interface found" in line else None
+        if m:  # "Last error:" detail: NCCL's bootstrap matched no interface (NCCL_SOCKET_IFNAME, no usable NIC)
             return event("nccl", "nccl_warn", ctx, line, prefix_of(line, ctx), severity="error",
                          fields={"message": m["msg"], "result": "ncclInternalError"})
         m = REMOTE_RE.search(line)
