@@ -21,6 +21,7 @@ CORPUS = Path(__file__).parent / "corpus" / "public5"
 FIXED = {
     "p005": "https://github.com/RTXteam/RTX/issues/1680",
     "p006": "https://github.com/marin-community/marin/issues/6940",
+    "p024": "https://github.com/modelscope/ms-swift/issues/6368",
 }
 
 
@@ -58,4 +59,42 @@ def test_bare_bootstrap_no_interface_is_network_config_but_the_info_line_is_not(
     # a healthy run's INFO line (NVIDIA/nccl#1232 format) stays an init fact, not a warning
     info = "[0] node0:13571:13571 [0] NCCL INFO Bootstrap : Using enp10s0:10.10.7.107<0>"
     assert [e.kind for e in events_of_text(tmp_path, info)] == ["nccl_bootstrap"]
+
+
+# --- a host name the launch could not resolve is the rendezvous endpoint; a model download's is not --------
+
+
+def test_http_download_name_resolution_failure_is_not_a_rendezvous(tmp_path):
+    # https://github.com/yerfor/GeneFace/issues/283: urllib3 could not resolve huggingface.co (a download)
+    text = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "/home/zhangyw/.conda/envs/geneface/lib/python3.9/site-packages/requests/adapters.py", line 589, in send',
+        "    resp = conn.urlopen(",
+        '  File "/home/zhangyw/.conda/envs/geneface/lib/python3.9/site-packages/urllib3/connectionpool.py", line 843, in urlopen',
+        "    retries = retries.increment(",
+        '  File "/home/zhangyw/.conda/envs/geneface/lib/python3.9/site-packages/urllib3/util/retry.py", line 519, in increment',
+        "    raise MaxRetryError(_pool, url, reason) from reason  # type: ignore[arg-type]",
+        "urllib3.exceptions.MaxRetryError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded "
+        "with url: /facebook/hubert-large-ls960-ft/resolve/main/preprocessor_config.json (Caused by NameResolutionError("
+        "\"<urllib3.connection.HTTPSConnection object at 0x78a62d8f0040>: Failed to resolve 'huggingface.co' "
+        "([Errno -3] Temporary failure in name resolution)\"))",
+    ])
+    evs = events_of_text(tmp_path, text)
+    assert not [e for e in evs if e.kind == "name_unresolved"]  # a Python exception line, read as one
+    top = top_incident_of_text(tmp_path, text)
+    assert top is None or top.cls != "RENDEZVOUS_UNREACHABLE"
+
+
+def test_unresolved_master_name_is_the_rendezvous_endpoint(tmp_path):
+    # https://github.com/modelscope/ms-swift/issues/6368 (the DLC wait script, then torchrun's own traceback)
+    text = (CORPUS / "p024-dlc-nslookup-master-0-name-does-not-resolve-torchrun.log").read_text(encoding="utf-8")
+    names = [e.fields["name"] for e in events_of_text(tmp_path, text) if e.kind == "name_unresolved"]
+    assert names == ["(null)", "dlc1dwuhvtro4c27-master-0"]
+    top = top_incident_of_text(tmp_path, text)
+    assert (top.cls, top.established) == ("RENDEZVOUS_UNREACHABLE", True)
+    assert "dlc1dwuhvtro4c27-master-0" in top.action
+    # the wait script's lines alone (no launch in the log) name no rendezvous
+    alone = "nslookup: can't resolve 'dlc1dwuhvtro4c27-master-0': Name does not resolve"
+    top = top_incident_of_text(tmp_path, alone)
+    assert top is None or top.cls != "RENDEZVOUS_UNREACHABLE"
 

@@ -59,6 +59,17 @@ SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit
 # joined.  (c10d TCPStore client / server: the store at MASTER_ADDR:MASTER_PORT never answered, or ranks never joined it)
 STORE_RE = rx.compile(r"store->get\('[^']*'\) got error: (?P<err>.*)$|DistStoreError: .+|[Ss]ocket [Tt]imeout|"
                       r"Connection to the C10d store has failed")
+# a host name the resolver cannot resolve, printed by a tool or wrapper (not as a Python exception, which the
+# Python parser reads): glibc gai_strerror "Name or service not known" (EAI_NONAME) / "Temporary failure in name
+# resolution" (EAI_AGAIN) / "No address associated with hostname", musl "Name does not resolve", busybox
+# nslookup "can't resolve 'NAME'", macOS "nodename nor servname provided, or not known"
+#   nslookup: can't resolve 'dlc1dwuhvtro4c27-master-0': Name does not resolve
+#   ping: master-0: Name or service not known
+RESOLVE_RE = rx.compile(r"can't resolve '(?P<name>[^']+)'|(?:^|\s)(?P<name2>[\w.-]+): (?:Name or service not known|"
+                        r"Name does not resolve|Temporary failure in name resolution)|Name or service not known|"
+                        r"Name does not resolve|Temporary failure in name resolution|No address associated with hostname|"
+                        r"nodename nor servname provided")
+_PY_EXC_LINE = rx.compile(r"^\s*(?:\[[^\]]*\]:?\s*)*[\w.]+(?:Error|Exception|Exit)\b:?")
 # [default] Worker group FAILED. 3/3 attempts left; will restart worker group
 # slurmstepd: error: *** JOB 123 ON node01 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***
 # slurmstepd: error: *** STEP 12345.0 ON hA CANCELLED AT 2026-08-11T03:00:05 ***          (scancel: no reason)
@@ -100,11 +111,15 @@ class TorchrunParser:
     prefilter = (r"ChildFailedError|failed \(exitcode|closing signal|[Ss]ignal \d+ \(SIG|Rendezvous\w*(?:Error|Closed)|"
                  r"client socket has timed out|store->get|C10d store has failed|Worker group FAILED|CANCELLED AT|"
                  r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
-                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$|: line \d+: +\d+ Killed")
+                 r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$|: line \d+: +\d+ Killed|"
+                 r"can't resolve '|Name or service not known|Name does not resolve|Temporary failure in name resolution|"
+                 r"No address associated with hostname|nodename nor servname provided")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
                 "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
-                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED", " Killed")
+                "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED", " Killed",
+                "can't resolve '", "Name or service not known", "Name does not resolve", "name resolution",
+                "No address associated with hostname", "nodename nor servname")
 
     def __init__(self, inner: Sequence[LogParser] = ()) -> None:
         """``inner``: parsers offered the exception line that ends an entry's ``traceback`` field (the
@@ -154,6 +169,10 @@ class TorchrunParser:
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, code=m["exc"], severity="error",
                          fields={"exc_type": m["exc"], "message": (m["msg"] or "").strip() or None})
+        m = RESOLVE_RE.search(line)
+        if m and not _PY_EXC_LINE.search(pre.body):
+            return event("torchrun", "name_unresolved", ctx, line, pre, severity="error",
+                         fields={"name": m["name"] or m["name2"], "message": line[m.start():].strip()})
         m = STORE_RE.search(line)
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",

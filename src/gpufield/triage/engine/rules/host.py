@@ -143,16 +143,41 @@ def rendezvous_exceptions(ctx: RuleContext) -> list[Event]:
     return out
 
 
+# a distributed launch in the logs: the launcher's own frames (torchrun / torch.distributed.run / the elastic agent)
+_LAUNCH_FRAME = re.compile(r"torch/distributed/(?:run\.py|launch\.py|launcher/|elastic/)|/bin/torchrun:")
+# the unresolved name belongs to an HTTP download (model hub, dataset, pip), not to the rendezvous
+_HTTP_CLIENT = re.compile(r"HTTPS?ConnectionPool|urllib3|requests\.exceptions|MaxRetryError|huggingface_hub|"
+                          r"http\.client|aiohttp|pip\._", re.IGNORECASE)
+
+
+def unresolved_launch_names(ctx: RuleContext) -> list[Event]:
+    """Host names that could not be resolved before the job made progress, in a job whose logs show a
+    distributed launch and no HTTP-client failure: the only name a launcher needs at start-up is its rendezvous
+    endpoint (MASTER_ADDR / --rdzv-endpoint; a Kubernetes or DLC master pod's service name), so the launch
+    could not reach it (ms-swift#6368: ``nslookup: can't resolve '<job>-master-0'`` before a torchrun traceback)."""
+    unresolved = [e for e in ctx.kinds("name_unresolved") if not ctx.progress_before(e)]
+    if not unresolved:
+        return []
+    frames = [str(f) for tb in ctx.kinds("traceback") for f in (tb.fields.get("frames") or [])]
+    launched = any(_LAUNCH_FRAME.search(f) for f in frames) or bool(ctx.kinds("child_failed", "rendezvous_error"))
+    http = any(_HTTP_CLIENT.search(f) for f in frames) or any(_HTTP_CLIENT.search(text(e))
+                                                              for e in ctx.kinds("python_exception"))
+    return unresolved if launched and not http else []
+
+
 def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
-    """torchrun / c10d store connection failures (and exceptions raised inside the rendezvous code) ->
-    ``RENDEZVOUS_UNREACHABLE``."""
+    """torchrun / c10d store connection failures (and exceptions raised inside the rendezvous code, and host
+    names a launch could not resolve) -> ``RENDEZVOUS_UNREACHABLE``."""
     evs = ctx.kinds("rendezvous_error")
     evs += [e for e in rendezvous_exceptions(ctx) if e not in evs]
+    names = unresolved_launch_names(ctx)
+    evs += [e for e in names if e not in evs]
     if not evs:
         return []
     bind = [e for e in evs if e.fields.get("bind_failed")]
     conf = 0.85 if bind or any(_RDZV_CONNECT.search(text(e)) for e in evs) else CONF_INFERRED
-    endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), "-")
+    endpoint = next((str(e.fields["endpoint"]) for e in evs if e.fields.get("endpoint")), None) \
+        or next((str(e.fields["name"]) for e in names if re.fullmatch(r"[\w.-]+", str(e.fields.get("name") or ""))), "-")
     facts = {"endpoint": endpoint, "peer": endpoint}
     if bind:  # the store's own port is taken (EADDRINUSE): a second job on the same host, not reachability
         facts["fix"] = "port"
