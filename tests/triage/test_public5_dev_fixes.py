@@ -21,6 +21,7 @@ CORPUS = Path(__file__).parent / "corpus" / "public5"
 FIXED = {
     "p005": "https://github.com/RTXteam/RTX/issues/1680",
     "p006": "https://github.com/marin-community/marin/issues/6940",
+    "p021": "https://github.com/cBio/cbio-cluster/issues/232",
     "p024": "https://github.com/modelscope/ms-swift/issues/6368",
 }
 
@@ -98,3 +99,14 @@ def test_unresolved_master_name_is_the_rendezvous_endpoint(tmp_path):
     top = top_incident_of_text(tmp_path, alone)
     assert top is None or top.cls != "RENDEZVOUS_UNREACHABLE"
 
+
+# --- a memory report with no free swap is host memory exhaustion, named on the syslog host ------------------
+
+
+def test_free_swap_zero_is_an_unestablished_host_oom_on_its_host(tmp_path):
+    # https://github.com/cBio/cbio-cluster/issues/232 (the admin's syslog line)
+    line = "Mar 10 01:33:03 cpu-6-2 kernel: Free swap  = 0kB"
+    (e,) = events_of_text(tmp_path, line)
+    assert (e.kind, e.host, e.fields["free_swap_kb"]) == ("mem_report", "cpu-6-2", 0)
+    top = top_incident_of_text(tmp_path, line)
+    assert (top.cls, top.established, top.host) == ("HOST_OOM_KILL", False, "cpu-6-2")

@@ -92,6 +92,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     # torchrun
     "child_failed": ("torchrun", "ChildFailedError block: one failure", ("exitcode", "signal", "signal_name", "local_rank", "error_file", "root_cause", "time", "traceback", "script", "entry", "binary", "block_line")),
     "rendezvous_error": ("torchrun", "rendezvous connect / timeout error", ("endpoint", "message", "timeout_s")),
+    "mem_report": ("kernel", "a line of the kernel's memory report (show_mem: OOM killer, allocation failure)",
+                   ("free_swap_kb",)),
     "name_unresolved": ("torchrun", "a tool or wrapper could not resolve a host name (nslookup, ping, a launch "
                         "script; not a Python exception)", ("name", "message")),
     "elastic_restart": ("torchrun", "elastic agent restarting workers", ("restart_count", "attempts_left", "message")),

@@ -98,6 +98,11 @@ OOM_VICTIM_RE = rx.compile(
 #   python3 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), order=0, oom_score_adj=0
 #   GC Thread#9 invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE), order=0, oom_score_adj=0
 OOM_HEADER_RE = rx.compile(r"(?P<name>[^\s\]:][^\]:]{0,14}?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+)")
+# the kernel's memory report (mm/show_mem.c __show_mem / show_swap_cache_info: "Free swap  = %lukB"), printed
+# by the OOM killer's dump_header and by page-allocation-failure warnings (warn_alloc): a report with no free
+# swap left is host memory exhaustion caught in the act, even when the excerpt keeps only this line
+#   Mar 10 01:33:03 cpu-6-2 kernel: Free swap  = 0kB
+SWAP_RE = rx.compile(r"\bFree swap\s+=\s+(?P<kb>\d+)kB")
 # mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link DOWN
 MLX_RE = rx.compile(r"mlx5_core (?P<bdf>" + _BDF + r")(?: (?P<hca>\w+))?: Port: (?P<port>\d+) Link (?P<state>[A-Z_]+)")
 
@@ -122,10 +127,10 @@ class KernelParser:
     name = "kernel"
     source = "kernel"
     prefilter = (r"NVRM|SXid|AER: |PCIe Bus Error|Killed process|[Oo]ut of [Mm]emory[^:]*: [Kk]ill process|"
-                 r"invoked oom-killer: |"
+                 r"invoked oom-killer: |Free swap +=|"
                  r"mlx5_core \S+ \S+ Port: \d+ Link")
     keywords = ("NVRM", "SXid", "AER: ", "PCIe Bus Error", "Killed process", "Kill process", "kill process", "mlx5_core",
-                "invoked oom-killer: ")
+                "invoked oom-killer: ", "Free swap ")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one kernel-log line (see module docstring for the formats)."""
@@ -155,6 +160,11 @@ class KernelParser:
             return event("kernel", "host_oom_kill", ctx, line, prefix_of(line, ctx), severity="fatal", code=None,
                          fields={"pid": None, "name": None, "trigger": m["name"].strip(), "gfp_mask": m["gfp"],
                                  "report_header": True})
+        m = SWAP_RE.search(line) if "Free swap " in line else None
+        if m:
+            kb = int(m["kb"])
+            return event("kernel", "mem_report", ctx, line, prefix_of(line, ctx), code=None,
+                         severity="warning" if kb == 0 else "info", fields={"free_swap_kb": kb})
         m = MLX_RE.search(line)
         if m:
             down = m["state"] == "DOWN"

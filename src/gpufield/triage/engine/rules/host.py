@@ -72,6 +72,17 @@ def host_oom_rule(ctx: RuleContext) -> list[Finding]:
                                note=f"The kernel OOM killer killed a process on {host or 'the host'} "
                                     f"({n_kills} kill(s)); ranks died with SIGKILL."))
         return out
+    # the kernel's memory report with no free swap left (show_mem, printed by the OOM killer and by allocation
+    # failures) and no kill line in the excerpt: the host ran out of memory; the kill itself is not shown
+    exhausted = [e for e in ctx.kinds("mem_report") if e.fields.get("free_swap_kb") == 0]
+    for host, group in group_by(exhausted, lambda e: e.host).items():
+        related = [k for k in kills if k.host in (host, None)]
+        kills = [k for k in kills if k not in related]
+        out.append(finding(ctx, "HOST_OOM_KILL", "host_mem_report", Tier.HOST, CONF_INFERRED, group + related,
+                           established=False,
+                           note=f"The kernel printed a memory report with no free swap on {host or 'the host'} "
+                                f"({group[0].where}): host memory was exhausted; the OOM killer's 'Killed process' "
+                                "line next to it names the victim."))
     refused = [e for e in ctx.kinds("python_exception", "cuda_error") if _HOST_ALLOC.search(text(e))]
     if refused:
         first = refused[0]
