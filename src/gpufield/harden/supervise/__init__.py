@@ -295,7 +295,7 @@ def _launch(cfg: SuperviseConfig, attempt_no: int, hosts: list[str], excluded: l
         notes.append(note)
     metrics.attempt.set(attempt_no)
     log.emit("launch", attempt=attempt_no, argv=argv, notes=notes, hosts=hosts, resume=last_ckpt)
-    att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv), peer=coord.peer_check(attempt_no),
+    att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv), peer=coord.peer_check(attempt_no, hosts),
                   node=coord.me)
     t_launch = time.time()
     det = att.run()
