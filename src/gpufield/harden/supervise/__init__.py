@@ -271,6 +271,9 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
             time.sleep(dec.delay_s)
             coord.after(attempt_no, dec)
             attempt_no += 1
+    except ConnectionError as e:  # the store is gone, or the deciding node's supervisor: this node's part ends
+        log.emit("cluster", attempt=attempt_no, error=str(e))
+        raise
     finally:
         text = metrics.text()
         metrics.close()

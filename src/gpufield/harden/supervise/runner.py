@@ -191,7 +191,7 @@ class Attempt:
         now = time.monotonic()
         if p.rank is not None:
             if p.step is not None:
-                self.progress.on_step(p.rank, p.step, now)
+                self.progress.on_step(p.rank, p.step, now, step_time_s=p.step_time_s)
                 if p.nan:
                     self.progress.nan_seen = True
                     self.nan_rank = p.rank
@@ -265,7 +265,8 @@ class Attempt:
         if st is not None:
             v = self.progress.view(st.rank)
             d = Detection(kind="straggler", t=time.time(), ranks=(st.rank,),
-                          why=f"rank {st.rank} {100 * st.slowdown:.0f}% slower than its peers ({st.source} arrival skew)",
+                          why=f"rank {st.rank} {100 * st.slowdown:.0f}% slower than its peers "
+                              f"({'the step times its lines print' if st.source == 'step_time' else st.source + ' arrival skew'})",
                           details={"slowdown": round(st.slowdown, 3), "lateness_s": round(st.lateness_s, 4),
                                    "interval_s": round(st.interval_s, 4), "last_frac": st.last_frac,
                                    "source": st.source, "round": st.round, "host": v.host or self.host,
