@@ -253,7 +253,9 @@ class Heartbeat:
         now = self.clock()
         peers = [n for n in self.cfg.nodes if n != self.me and n not in self._ended]
         keys = [f"hb/{n}" for n in peers]
-        present = [k for k in keys if self.store.check([k])]
+        # a heartbeat key, once written, stays: only the ones not seen yet need a check round trip each;
+        # the others are read in one multi_get (steady state: one set and one multi_get per beat)
+        present = [k for n, k in zip(peers, keys, strict=True) if n in self._seen or self.store.check([k])]
         vals = dict(zip(present, self.store.multi_get(present), strict=True)) if present else {}
         with self._lock:
             for n, k in zip(peers, keys, strict=True):
