@@ -153,8 +153,10 @@ class StoreCoordinator:
         from gpufield.harden.supervise.cluster import pick_root
 
         reports = self.cl.gather(attempt, hosts)
-        dead = self.cl.dead([h for h in hosts if h != self.me and h not in reports])
+        dead = self.cl.dead([h for h in hosts if h != self.me])
         for n, silent_s in dead.items():  # a node whose supervisor is gone: nothing can launch there
+            if n in reports:  # it reported before it went: its report stays the evidence; it stays out below
+                continue
             reports[n] = {"node": n, "kind": "lost", "t": time.time(), "ranks": [], "victim": False,
                           "why": f"supervisor gone (no heartbeat for {silent_s:g} s)",
                           "failure": dataclasses.asdict(Failure(kind=LOST, host=n, action_kind="EXCLUDE_NODE"))}
