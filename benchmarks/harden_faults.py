@@ -61,6 +61,9 @@ def scenarios(hang_floor_s: float, clean_runs: int) -> list[dict]:
         dict(name="straggler +30% (logs only)", ranks=2, fault_rank=1, expect="straggler",
              args=["--step-sleep-s", "0.1", "--steps", "40", "--fault", "sleep", "--fault-step", "0",
                    "--fault-arg", "0.033"]),
+        dict(name="straggler +30% (logs only, printed compute time)", ranks=2, fault_rank=1, expect="straggler",
+             args=["--step-sleep-s", "0.1", "--steps", "40", "--fault", "sleep", "--fault-step", "0",
+                   "--fault-arg", "0.033", "--print-compute-time"]),
         dict(name="exception at step 6", ranks=2, fault_rank=1, expect="crash",
              args=[*base, "--steps", "30", "--fault", "exception", "--fault-step", "6", "--harden-monitor"]),
         dict(name="NaN loss at step 6 (all ranks)", ranks=2, fault_rank=None, expect="nan",
@@ -78,6 +81,8 @@ def scenarios(hang_floor_s: float, clean_runs: int) -> list[dict]:
                   args=["--step-sleep-s", "0.05", "--steps", "30", "--harden-monitor"]))
     s.append(dict(name="clean (logs only)", ranks=2, fault_rank=None, expect=None,
                   args=["--step-sleep-s", "0.05", "--steps", "40"]))
+    s.append(dict(name="clean (logs only, printed compute time)", ranks=2, fault_rank=None, expect=None,
+                  args=["--step-sleep-s", "0.05", "--steps", "40", "--print-compute-time"]))
     return s
 
 

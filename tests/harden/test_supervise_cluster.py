@@ -215,6 +215,77 @@ def test_two_supervisors_take_one_decision_when_a_rank_of_one_node_is_killed(tmp
         assert (tmp_path / f"exclude{n}.txt").read_text() == ""
 
 
+def _orphans(marker: Path) -> list[int]:
+    """Pids of processes started by a supervisor of this test (their environment names its run folder)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+        except OSError:
+            continue
+        if f"GPUFIELD_MONITOR_DIR={marker}".encode() in env:
+            out.append(int(name))
+    return out
+
+
+def test_a_supervisor_killed_mid_job_is_noticed_by_its_heartbeat(tmp_path):
+    """Two real supervisors around one ``torchrun --nnodes 2`` gloo job; node B's supervisor is
+    SIGKILLed while the job runs (its torchrun and rank live on, orphaned). Node A must end its launch
+    and decide within ``--peer-dead-s`` of the kill (margin 15 s for a loaded machine), not after
+    ``--gather-s`` (120 s here) or the job's end: the decision names node B as the root (lost), and
+    with budget 0 it is STOP, exit status 1. (Restart without the lost node and the store host's
+    death: ``benchmarks/harden_multinode.py``, scenarios ``supervisor-killed*``.)"""
+    import signal
+    import time
+
+    pytest.importorskip("torch")
+    port, py, dead_s = _free_port(), sys.executable, 3.0
+    env = {**os.environ, "PYTHONPATH": str(SRC), "OMP_NUM_THREADS": "1"}
+    procs = []
+    try:
+        for n in (0, 1):
+            cmd = [py, "-m", "gpufield", "run", "--cluster", "--nodes", "nodeA,nodeB", "--node-rank", str(n), "-q",
+                   "--run-dir", str(tmp_path / "run"), "--hang-floor-s", "60", "--startup-timeout-s", "150",
+                   "--max-retries", "0", "--backoff-s", "0", "--gather-s", "120", "--no-triage",
+                   "--peer-dead-s", str(dead_s), "--heartbeat-s", "0.5",
+                   "--", py, "-m", "torch.distributed.run", "--nnodes", "{nnodes}", "--nproc-per-node", "1",
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "hb",
+                   "-m", "gpufield.testing.faultloop", "--steps", "2000", "--step-sleep-s", "0.05",
+                   "--pg-timeout-s", "60"]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        console = tmp_path / "run" / "nodeB" / "attempt-0" / "console.log"
+        deadline = time.monotonic() + 150
+        while not (console.exists() and " step 1 " in console.read_text()):  # the job runs on both nodes
+            assert time.monotonic() < deadline and procs[0].poll() is None and procs[1].poll() is None, \
+                [p.poll() for p in procs]
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        t_kill = time.time()
+        err = procs[0].communicate(timeout=120)[1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for pid in _orphans(tmp_path / "run"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert procs[0].returncode == 1, err
+    ev = [json.loads(line) for line in (tmp_path / "run" / "nodeA" / "events.jsonl").read_text().splitlines()]
+    det = [e for e in ev if e["event"] == "detect"]
+    assert len(det) == 1 and det[0]["kind"] == "peer" and "nodeB's supervisor is gone" in det[0]["why"], det
+    assert det[0]["t"] - t_kill <= dead_s + 15  # behavioural deadline: the heartbeat's bound, not --gather-s
+    decided = [e for e in ev if e["event"] == "cluster" and "decided" in e]
+    assert decided and decided[0]["root"] == "nodeB" and decided[0]["lost"] == ["nodeB"]
+    dec = [e for e in ev if e["event"] == "decision"]
+    assert [d["action"] for d in dec] == ["STOP"] and "nodeB is gone" in dec[0]["reason"], dec
+    assert dec[0]["t"] - t_kill <= dead_s + 15
+
+
 def test_cli_cluster_bad_input_is_one_line(capsys, monkeypatch, tmp_path):
     from gpufield.cli import main
 
@@ -242,17 +313,45 @@ def test_expand_hostlist_asks_scontrol_show_hostnames_when_present(tmp_path):
         expand_hostlist("bad", scontrol=str(exe))
 
 
-def test_a_lost_store_is_a_connection_error_naming_it():
+def _until(pred, limit_s: float = 30.0):
+    import time
+
+    deadline = time.monotonic() + limit_s
+    while not (v := pred()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return v
+
+
+def test_heartbeats_name_a_silent_supervisor_dead_and_a_lost_store():
     import gc
 
     from gpufield.harden.supervise.cluster import Cluster
 
     pytest.importorskip("torch.distributed")
-    kw = dict(nodes=("a", "b"), store_host="127.0.0.1", store_port=_free_port(), connect_timeout_s=20, wait_s=5)
-    host, client = Cluster(ClusterConfig(node_rank=0, **kw)), Cluster(ClusterConfig(node_rank=1, **kw))
-    assert client.incident(0) is False and client.claim(0) and host.decider(0) == "b"
+    kw = dict(nodes=("a", "b", "c"), store_host="127.0.0.1", store_port=_free_port(), connect_timeout_s=20, wait_s=5,
+              gather_s=60, heartbeat_s=0.2, peer_dead_s=1.0)
+    host, b, c = (Cluster(ClusterConfig(node_rank=r, **kw)) for r in (0, 1, 2))
+    assert _until(lambda: set(host.heartbeat._seen) == {"b", "c"})  # both peers have beaten
+    c.close()  # c ends normally: its last heartbeat says so, it is never judged dead
+    assert b.claim(0)  # b decides launch 0's incident, then its supervisor stops beating (as when SIGKILLed)
+    b.heartbeat._stop.set()
+    b.heartbeat._thread.join()
+    dead = _until(lambda: host.dead())
+    assert list(dead) == ["b"] and dead["b"] >= kw["peer_dead_s"]
+    # waits do not wait for a dead node: its report is missing at once, not after gather_s (60 s)
+    assert host.gather(0, ["b"]) == {}
+    assert host.outcome(1, ["b"]) == "lost"
+    host.done(1)
+    assert host.outcome(1, ["a", "b"]) == "ok"  # the live node is done, the dead one is not waited for
+    with pytest.raises(ConnectionError, match="node b's supervisor is gone .* before it published the decision"):
+        host.decision(0)  # b decided launch 0 and died before publishing: no wait of wait_s
+    # the store goes (node 0's supervisor ends): a client's heartbeat and its next step say so
+    client = Cluster(ClusterConfig(node_rank=1, **{**kw, "nodes": ("a", "b")}))
+    assert client.incident(2) is False and client.claim(2) and host.decider(2) == "b"
+    host.heartbeat.close()
     host.store = host._raw = None  # node 0's supervisor ends: its store server goes with it
-    del host
+    host = None
     gc.collect()
+    assert "lost the store at 127.0.0.1" in _until(client.heartbeat.lost)
     with pytest.raises(ConnectionError, match="node b: lost the store at 127.0.0.1"):
         client.incident(0)

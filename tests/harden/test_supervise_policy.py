@@ -37,6 +37,16 @@ def test_hardware_excludes_the_blamed_host():
     assert (d.action, d.host, d.retries_used) == (EXCLUDE, "gpu-b17", 1)
 
 
+def test_a_lost_node_is_excluded_within_the_budget_and_is_not_a_stalled_restart():
+    p = RetryPolicy(config=PolicyConfig(max_retries=2, transient_retries=5, backoff_s=0.0))
+    first = p.decide(Failure(kind="crash", host="n0", steps=0))  # a restart granted: the next failure is judged
+    assert first.action == RETRY
+    d = p.decide(Failure(kind="lost", host="n1", steps=0))  # not a same-node retry even with transient retries left
+    assert (d.action, d.host, d.retries_used, p.stalled) == (EXCLUDE, "n1", 2, 0)
+    assert "supervisor of n1 is gone" in d.reason
+    assert p.decide(Failure(kind="lost", host="n2")).action == STOP  # the budget (2) is spent
+
+
 def test_transient_retries_same_nodes_once_then_excludes_most_implicated():
     p = RetryPolicy(config=PolicyConfig(max_retries=5, min_progress_steps=0))
     first = p.decide(Failure(kind="hang", host="b"))

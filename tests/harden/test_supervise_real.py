@@ -5,6 +5,7 @@ exception in user code, and a clean run. Each test is one to three torchrun laun
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import urllib.request
@@ -109,6 +110,40 @@ def test_slow_rank_is_named_as_straggler_and_the_job_goes_on(tmp_path):
     assert d["host"] == HOST and d["gpu"] == "1" and d["source"] == "collective"
     assert 0.15 < d["slowdown"] < 0.6 and d["round"] <= 20
     assert [g["blamed"] for g in d["telemetry"]["gpus"]] == [False, True]  # GPU 1 = rank 1's LOCAL_RANK
+
+
+def test_slow_rank_is_named_from_the_compute_times_its_lines_print_without_the_hook(tmp_path):
+    # no hook: rank 1 sleeps 0.3 s per step after its backward; every rank prints the time it spent
+    # before the loss all-reduce (compute_time) and the whole step's time (s/step, equalised by it)
+    import numpy as np
+
+    from gpufield.harden.supervise.parse import LineParser
+    from gpufield.harden.supervise.progress import Progress
+
+    cfg = _cfg(tmp_path, "--steps", "16", "--fault", "sleep", "--fault-rank", "1", "--fault-step", "0",
+               "--fault-arg", "0.3", "--step-sleep-s", "0.05", "--print-compute-time",
+               thresholds=Thresholds(hang_floor_s=10.0, startup_timeout_s=120.0), gpu_telemetry=False)
+    res = supervise(cfg)
+    assert res.ok and res.exit_code == 0
+    strag = [d for d in res.detections if d.kind == "straggler"]
+    assert [d.ranks for d in strag] == [(1,)]
+    d = strag[0].details
+    assert d["source"] == "step_time" and d["round"] <= 20  # named within 20 steps
+    # the slowdown against the printed numbers, read here with a plain split (numpy, float64)
+    console = (tmp_path / "run" / "attempt-0" / "console.log").read_text().splitlines()
+    ct = {r: np.array([float(x.split("compute_time ")[1].split()[0]) for x in console
+                       if x.startswith(f"[rank{r}]:") and "compute_time " in x], dtype=np.float64) for r in (0, 1)}
+    win = slice(d["round"] - 9, d["round"] + 1)  # the detector's window: the 10 steps up to the round named
+    expect = np.median(ct[1][win]) / np.median(ct[0][win]) - 1.0
+    assert d["slowdown"] == pytest.approx(expect, abs=6e-4)  # the detail is rounded to 3 decimals
+    assert np.median(ct[1] - ct[0]) > 0.25  # the 0.3 s sleep is in rank 1's printed time
+    # the same real lines without compute_time: the whole-step times are equalised by the all-reduce
+    parser, prog = LineParser(), Progress(world=2, start_t=0.0)
+    for i, line in enumerate(console):
+        p = parser.parse(re.sub(r" \| compute_time \S+ s", "", line))
+        if p.rank is not None and p.step is not None:
+            prog.on_step(p.rank, p.step, 0.001 * i, step_time_s=p.step_time_s)
+    assert prog.rounds["step_time"] and prog._step_time(Thresholds()) is None
 
 
 def test_clean_run_raises_no_alarm_and_reads_the_control_file(tmp_path):

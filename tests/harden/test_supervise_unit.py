@@ -63,6 +63,22 @@ def test_parser_phase_and_nan():
         LineParser(step_pattern=r"it (\d+)")
 
 
+@pytest.mark.parametrize("line,seconds", [
+    ("[rank0]:[rank0] step 3 | loss 6.41 | grad_norm 0.87 | 0.102 s/step", 0.102),  # faultloop / torchtitan-style
+    ("[rank1]:[rank1] step 3 | loss 6.41 | grad_norm 0.87 | compute_time 0.3514 s | 0.420 s/step", 0.3514),
+    (" iteration       12/    1000 | consumed samples: 96 | elapsed time per iteration (ms): 310.2 | "
+     "learning rate: 3.0E-04 | lm loss: 2.3E+00 |", 0.3102),  # Megatron-LM's training log line
+    ("[rank2]:Step 40/1000 lr 3e-4 loss 2.1 4.00 it/s", 0.25),  # tqdm-style rate, inverted
+    ("[rank0]:step 5 loss 2.0 step_time: 12.5ms", 0.0125),
+    ("[rank0]:step 5 loss 2.0 3.5 s/it", 3.5),
+    ("[rank0]:step 5 | loss 2.0 | grad_norm 1.0", None),
+    ("[rank0]:step 5 | loss 2.0 | 0.000 s/step", None),  # a time that is not > 0 is no time
+])
+def test_parser_reads_the_step_time_a_line_prints(line, seconds):
+    got = LineParser().parse(line).step_time_s
+    assert got == (pytest.approx(seconds, rel=1e-12) if seconds is not None else None)
+
+
 def _steps(prog, ranks, start, n, dt, t0, late=None):
     """Feed ``n`` steps of every rank, ``dt`` s apart; ``late`` = {rank: extra s} on step lines."""
     t = t0

@@ -75,6 +75,9 @@ def run(
     job_id: str | None = typer.Option(None, help="with --cluster: key prefix in the store (default: SLURM_JOB_ID, "
                                       "else the --rdzv-id)"),
     gather_s: float = typer.Option(60.0, min=0.001, help="with --cluster: wait for the other nodes' reports, s"),
+    peer_dead_s: float = typer.Option(6.0, min=0.001, help="with --cluster: a node whose supervisor's heartbeat is "
+                                      "this old is gone (its launch is ended and decided at once), s"),
+    heartbeat_s: float = typer.Option(1.0, min=0.001, help="with --cluster: period of this supervisor's heartbeat, s"),
     echo: bool = typer.Option(False, help="copy the job's output to stdout"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print detections and decisions only"),
 ) -> int:
@@ -94,7 +97,7 @@ def run(
 
         try:
             cl = cluster_config(tuple(command), store=store, node_rank=node_rank, nodes=host_list, job_id=job_id,
-                                gather_s=gather_s)
+                                gather_s=gather_s, peer_dead_s=peer_dead_s, heartbeat_s=heartbeat_s)
         except ValueError as e:
             raise InputError(f"gpufield run --cluster: {e}") from None
     elif store is not None or node_rank is not None:

@@ -17,6 +17,9 @@ Rules, in order:
    NaN may be a transient corruption and is retried once from the last checkpoint, but never from
    a checkpoint that already produced a NaN (Megatron #5281 reloaded one 44 times).
 4. **Hardware** (triage actions EXCLUDE_NODE / RESET_GPU with a host): EXCLUDE that host and retry.
+   A **lost node** (multi-node: its supervisor's heartbeat stopped, failure kind ``lost``) is
+   excluded the same way, before rules 3-5 are looked at (nothing can launch there; rules 1-2
+   still apply), and its failure does not count as a restart without progress.
 5. **Transient or unknown** (hangs, crashes, NCCL timeouts without a root): retry on the same nodes
    ``transient_retries`` times, then EXCLUDE the most implicated host (the blamed host of this and
    earlier failures, most often first).
@@ -34,8 +37,10 @@ from typing import Any
 from gpufield.triage import NO_RETRY
 
 RETRY, EXCLUDE, STOP, CONTINUE = "RETRY", "EXCLUDE", "STOP", "CONTINUE"
+#: failure kind of a node whose supervisor is gone (multi-node: its heartbeat stopped)
+LOST = "lost"
 #: failure kinds the supervisor reports
-KINDS = ("hang", "crash", "exit", "nan", "straggler")
+KINDS = ("hang", "crash", "exit", "nan", "straggler", LOST)
 #: exit status of ``gpufield run`` when it stops because restarts make no progress (nvrx-watch's)
 EXIT_NO_PROGRESS = 93
 
@@ -87,7 +92,8 @@ class Failure:
 
     Attributes:
         kind: ``"hang"``, ``"crash"`` (a rank died), ``"exit"`` (the launcher exited non-zero),
-            ``"nan"`` (a NaN/Inf loss on a progress line) or ``"straggler"``.
+            ``"nan"`` (a NaN/Inf loss on a progress line), ``"straggler"`` or ``"lost"`` (the
+            supervisor of node ``host`` is gone: nothing can launch there).
         cls: triage class of the top incident (or the supervisor's own: ``USER_EXCEPTION``,
             ``HANG``), or None.
         action_kind: the triage action kind (``RETRY``, ``EXCLUDE_NODE``, ``RESET_GPU``,
@@ -215,6 +221,12 @@ class RetryPolicy:
             if c.exclude_stragglers and failure.host:
                 return self._restart(EXCLUDE, f"straggler on {failure.host}: exclude it (exclude_stragglers)", failure.host)
             return Decision(action=CONTINUE, reason="straggler reported; the job goes on", retries_used=self.retries_used)
+        if failure.kind == LOST:  # the node cannot launch again: never a same-node retry; no progress verdict
+            if failure.host:
+                self.blamed[failure.host] += 1
+            self.transient_streak = 0
+            return self._restart(EXCLUDE, f"the supervisor of {failure.host or 'a node'} is gone (heartbeat stopped): "
+                                          "exclude that node", failure.host)
         if self.retries_used > 0:  # the attempt that just failed was a restart: did it progress?
             self.stalled = self.stalled + 1 if failure.steps < c.min_progress_steps else 0
         if failure.host:

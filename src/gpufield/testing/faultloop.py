@@ -73,6 +73,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ckpt-every", type=int, default=0, help="save a checkpoint every N steps (0: never)")
     p.add_argument("--ckpt-dir", default=None, help="checkpoint folder (default: a temp folder)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--print-compute-time", action="store_true",
+                   help="step lines also carry 'compute_time X s': the rank's time before the loss all-reduce "
+                        "(with DDP the gradient all-reduce is inside it; the straggler's sleep is after it)")
     p.add_argument("--fault-once-file", default=None,
                    help="a transient fault: it fires only while this file does not exist, and the faulting "
                         "rank creates it first (a restarted job then runs clean)")
@@ -223,14 +226,16 @@ def main(argv: list[str] | None = None) -> int:
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         loss_t = loss.detach().clone()
+        t_compute = time.perf_counter() - t0  # this rank's own time before the step's last collective
         if monitor is not None:
             with monitor.collective():
                 dist.all_reduce(loss_t)
         else:
             dist.all_reduce(loss_t)
         dt = time.perf_counter() - t0
+        compute = f" | compute_time {t_compute:.4f} s" if a.print_compute_time else ""
         _say(f"[rank{rank}] step {step} | loss {loss_t.item() / world:.4f} | "
-             f"grad_norm {float(grad_norm):.4f} | {dt:.3f} s/step")
+             f"grad_norm {float(grad_norm):.4f}{compute} | {dt:.3f} s/step")
         if monitor is not None:
             monitor.step(step)
         save = a.ckpt_every and (step + 1) % a.ckpt_every == 0

@@ -271,6 +271,9 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
             time.sleep(dec.delay_s)
             coord.after(attempt_no, dec)
             attempt_no += 1
+    except ConnectionError as e:  # the store is gone, or the deciding node's supervisor: this node's part ends
+        log.emit("cluster", attempt=attempt_no, error=str(e))
+        raise
     finally:
         text = metrics.text()
         metrics.close()
@@ -295,7 +298,7 @@ def _launch(cfg: SuperviseConfig, attempt_no: int, hosts: list[str], excluded: l
         notes.append(note)
     metrics.attempt.set(attempt_no)
     log.emit("launch", attempt=attempt_no, argv=argv, notes=notes, hosts=hosts, resume=last_ckpt)
-    att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv), peer=coord.peer_check(attempt_no),
+    att = Attempt(argv, folder, cfg, log, metrics, control, world_size(argv), peer=coord.peer_check(attempt_no, hosts),
                   node=coord.me)
     t_launch = time.time()
     det = att.run()

@@ -29,20 +29,34 @@ keeps one store, which outlives torchrun's restarts. Every launch gets its own `
 live under ``gpufield/<job_id>/``. Node 0 keeps the store up until every node has finished (or
 ``end_wait_s``).
 
+**Liveness** (:class:`Heartbeat`). Every supervisor writes ``hb/<node>`` every ``heartbeat_s``
+from a thread with its own store connection (JSON: wall time, pid, generation = the launch it is
+at, a sequence number); the same thread reads the other nodes' heartbeats. A peer whose heartbeat
+has not changed for ``peer_dead_s`` *on this node's clock* (no clock agreement needed; a node that
+has never beaten is not judged) is dead: a running launch with it is ended and decided at once
+(the dead node is the root, :data:`gpufield.harden.policy.LOST`: excluded within the budget, since
+nothing can launch there), and no wait (reports, gates, done, end) waits for it. A decider that
+dies before publishing its decision or plan ends the others' parts with a :class:`ConnectionError`
+(no takeover). A store that stops answering for ``peer_dead_s`` (node 0's supervisor gone) is a
+:class:`ConnectionError` on this node's next step: the local launch is ended and the supervisor
+exits naming the store. A node that ends normally writes a last heartbeat marked ``ended``.
+
 **Keys** (under the prefix): ``plan/<a>``, ``inc/<a>/decider``, ``inc/<a>/report/<node>``,
-``inc/<a>/decision``, ``policy``, ``budget``, ``gate/<a>/<node>``, ``done/<a>/<node>``, ``end/<node>``;
-values are JSON text.
+``inc/<a>/decision``, ``policy``, ``budget``, ``gate/<a>/<node>``, ``done/<a>/<node>``, ``end/<node>``,
+``hb/<node>``; values are JSON text.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-__all__ = ["Cluster", "ClusterConfig", "cluster_config", "pick_root"]
+__all__ = ["Cluster", "ClusterConfig", "Heartbeat", "cluster_config", "pick_root"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -60,6 +74,9 @@ class ClusterConfig:
         poll_s: how often a running node looks for another node's incident, seconds.
         gate_wait_s: how long the decider waits for an excluded node's validation result, seconds.
         end_wait_s: how long node 0 keeps the store up for the others at the end, seconds.
+        heartbeat_s: period of this supervisor's heartbeat in the store, seconds.
+        peer_dead_s: a peer whose heartbeat has not changed for this long (this node's clock) is
+            dead, and a store that has not answered for this long is lost, seconds (> 2 heartbeats).
     """
 
     nodes: tuple[str, ...]
@@ -73,6 +90,8 @@ class ClusterConfig:
     poll_s: float = 0.5
     gate_wait_s: float = 400.0
     end_wait_s: float = 60.0
+    heartbeat_s: float = 1.0
+    peer_dead_s: float = 6.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
@@ -84,9 +103,13 @@ class ClusterConfig:
             raise ValueError(f"store_port {self.store_port} is not a TCP port")
         if not self.store_host or not self.job_id or "/" in self.job_id:
             raise ValueError("store_host and job_id (without '/') must be given")
-        for name in ("connect_timeout_s", "gather_s", "wait_s", "poll_s", "gate_wait_s", "end_wait_s"):
+        for name in ("connect_timeout_s", "gather_s", "wait_s", "poll_s", "gate_wait_s", "end_wait_s",
+                     "heartbeat_s", "peer_dead_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        if not self.peer_dead_s > 2 * self.heartbeat_s:
+            raise ValueError(f"peer_dead_s ({self.peer_dead_s:g}) must exceed two heartbeats "
+                             f"(heartbeat_s {self.heartbeat_s:g})")
 
     @property
     def node(self) -> str:
@@ -152,8 +175,8 @@ def cluster_config(command: tuple[str, ...] | list[str], *, store: str | None = 
 
 def _rank_key(rep: dict[str, Any]) -> tuple:
     f = rep["failure"]
-    hardware = bool(f.get("host")) and f.get("action_kind") in ("EXCLUDE_NODE", "RESET_GPU") and \
-        float(f.get("confidence") or 0) >= 0.6
+    hardware = f.get("kind") == "lost" or (bool(f.get("host")) and f.get("action_kind") in ("EXCLUDE_NODE", "RESET_GPU")
+                                           and float(f.get("confidence") or 0) >= 0.6)
     return (not f.get("user_exception"), not hardware, bool(rep.get("victim")), not rep.get("ranks"),
             rep.get("kind") == "peer", float(rep.get("t") or 0.0), rep["node"])
 
@@ -161,7 +184,8 @@ def _rank_key(rep: dict[str, Any]) -> tuple:
 def pick_root(reports: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The report that explains the incident, among the nodes' reports (those with a ``failure``).
 
-    Order: a rank's exception in user code; a hardware verdict of triage naming a host; a rank that
+    Order: a rank's exception in user code; a node whose supervisor is gone (``kind`` ``lost``) or
+    a hardware verdict of triage naming a host; a rank that
     failed without a communication error of its own (the others' ranks then die of "connection
     closed by peer": victims); a report that names ranks (a stopped rank, ``/proc`` state T or D);
     a node's own detection before one that only followed; the earliest; the node name.
@@ -171,6 +195,117 @@ def pick_root(reports: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """
     cands = [r for r in reports.values() if r.get("failure")]
     return min(cands, key=_rank_key) if cands else None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+class Heartbeat:
+    """This supervisor's heartbeat in the store and its view of the other supervisors' heartbeats.
+
+    A daemon thread with its own store client (so a main thread blocked in a wait, a triage or a
+    gate does not stop it) writes ``hb/<me>`` every ``heartbeat_s`` and reads every peer's
+    ``hb/<peer>``. A peer is dead when its heartbeat (pid, sequence) has not changed for
+    ``peer_dead_s`` seconds of this node's monotonic clock since it last changed; a peer never seen
+    is not judged; a peer whose last heartbeat says ``ended`` is never dead. The store is lost when
+    one of the thread's store operations fails (a closed connection at once, an unanswered one after
+    the client's timeout, ``peer_dead_s``; torch's store client does not reconnect).
+
+    Args:
+        config: the :class:`ClusterConfig`.
+        clock: monotonic clock, seconds (tests pass their own).
+
+    Raises:
+        ConnectionError: the thread's store client cannot connect within ``peer_dead_s``.
+    """
+
+    def __init__(self, config: ClusterConfig, *, clock=time.monotonic) -> None:
+        from torch.distributed import PrefixStore, TCPStore
+
+        self.cfg, self.me, self.clock = config, config.node, clock
+        try:
+            raw = TCPStore(config.store_host, config.store_port, is_master=False, wait_for_workers=False,
+                           timeout=timedelta(seconds=config.peer_dead_s))
+        except Exception as e:
+            raise ConnectionError(f"node {self.me}: heartbeat cannot reach the store at {config.store_host}:"
+                                  f"{config.store_port} ({_first_line(e)})") from None
+        self._raw = raw
+        self.store = PrefixStore(f"gpufield/{config.job_id}/", raw)
+        self.generation = 0  # the launch this supervisor is at (the coordinator sets it)
+        self._seq = 0
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[tuple, float]] = {}  # peer -> ((pid, seq), monotonic time it last changed)
+        self._ended: set[str] = set()
+        self._lost: str | None = None
+        self._stop = threading.Event()
+        self._beat(ended=False)
+        self._thread = threading.Thread(target=self._loop, name=f"gpufield-heartbeat-{self.me}", daemon=True)
+        self._thread.start()
+
+    def _beat(self, *, ended: bool) -> None:
+        self._seq += 1
+        self.store.set(f"hb/{self.me}", json.dumps({"t": time.time(), "pid": os.getpid(), "gen": self.generation,
+                                                    "seq": self._seq, "ended": ended}))
+
+    def _look(self) -> None:
+        now = self.clock()
+        peers = [n for n in self.cfg.nodes if n != self.me and n not in self._ended]
+        keys = [f"hb/{n}" for n in peers]
+        # a heartbeat key, once written, stays: only the ones not seen yet need a check round trip each;
+        # the others are read in one multi_get (steady state: one set and one multi_get per beat)
+        present = [k for n, k in zip(peers, keys, strict=True) if n in self._seen or self.store.check([k])]
+        vals = dict(zip(present, self.store.multi_get(present), strict=True)) if present else {}
+        with self._lock:
+            for n, k in zip(peers, keys, strict=True):
+                if k not in vals:
+                    continue
+                hb = json.loads(vals[k].decode())
+                if hb.get("ended"):
+                    self._ended.add(n)
+                    self._seen.pop(n, None)
+                    continue
+                ident = (hb.get("pid"), hb.get("seq"))
+                old = self._seen.get(n)
+                if old is None or old[0] != ident:
+                    self._seen[n] = (ident, now)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.cfg.heartbeat_s):
+            try:
+                self._beat(ended=False)
+                self._look()
+            except RuntimeError as e:  # torch's DistNetworkError / DistStoreError: the client does not reconnect
+                c = self.cfg
+                self._lost = (f"node {self.me}: lost the store at {c.store_host}:{c.store_port} (node 0's supervisor "
+                              f"gone?): {_first_line(e)}")
+                return
+            except ValueError:  # a peer's heartbeat that is not JSON: that peer is judged on its next one
+                continue
+
+    def lost(self) -> str | None:
+        """Why the store counts as lost, or None while it answers."""
+        return self._lost
+
+    def dead(self, nodes=None) -> dict[str, float]:
+        """Peers (of ``nodes``, default all) whose heartbeat is older than ``peer_dead_s``: node -> seconds
+        since it last changed (this node's clock)."""
+        now = self.clock()
+        with self._lock:
+            return {n: round(now - t, 2) for n, (_, t) in self._seen.items()
+                    if (nodes is None or n in nodes) and now - t > self.cfg.peer_dead_s}
+
+    def close(self) -> None:
+        """Stop the thread and write a last heartbeat marked ``ended`` (peers then never judge this node dead)."""
+        self._stop.set()
+        self._thread.join(timeout=self.cfg.heartbeat_s + self.cfg.peer_dead_s)
+        try:
+            if self._lost is None:
+                self._beat(ended=True)
+        except Exception:  # the store may be gone already: nothing to tell
+            pass
+        self.store = self._raw = None
 
 
 class Cluster:
@@ -196,9 +331,11 @@ class Cluster:
             what = "host" if self.host else "reach"
             raise ConnectionError(f"node {self.me}: cannot {what} the store at {c.store_host}:{c.store_port} "
                                   f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-        self._raw.set_timeout(timedelta(seconds=c.wait_s))
+        # every wait below is polled, so a store operation blocks only when the store stops answering
+        self._raw.set_timeout(timedelta(seconds=c.peer_dead_s))
         self.store = PrefixStore(f"gpufield/{c.job_id}/", self._raw)
         self.store.set(f"node/{self.me}", "up")
+        self.heartbeat = Heartbeat(c)
 
     # -- small helpers ------------------------------------------------------------------------------
     def _lost(self, e: Exception) -> ConnectionError:
@@ -206,7 +343,23 @@ class Cluster:
         return ConnectionError(f"node {self.me}: lost the store at {c.store_host}:{c.store_port} "
                                f"(node 0's supervisor gone?): {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
+    def check_store(self) -> None:
+        """Raise when the heartbeat thread found the store lost.
+
+        Raises:
+            ConnectionError: no answer from the store for ``peer_dead_s``.
+        """
+        why = self.heartbeat.lost() if self.heartbeat is not None else None
+        if why:
+            raise ConnectionError(why)
+
+    def dead(self, nodes=None) -> dict[str, float]:
+        """Peers (of ``nodes``) whose supervisor is gone: node -> seconds since its heartbeat last changed."""
+        self.check_store()
+        return self.heartbeat.dead(nodes) if self.heartbeat is not None else {}
+
     def _has(self, key: str) -> bool:
+        self.check_store()
         try:
             return bool(self.store.check([key]))
         except RuntimeError as e:  # torch's DistNetworkError / DistStoreError are RuntimeErrors
@@ -224,14 +377,33 @@ class Cluster:
         except RuntimeError as e:
             raise self._lost(e) from None
 
-    def _wait_keys(self, keys: list[str], timeout_s: float) -> list[str]:
-        """The keys of ``keys`` present within ``timeout_s`` (polled: a missing node must not block forever)."""
+    def _wait_keys(self, keys: list[str], timeout_s: float, owners: list[str] | None = None) -> list[str]:
+        """The keys of ``keys`` present within ``timeout_s`` (polled: a missing node must not block forever).
+        With ``owners`` (the node that writes each key), a key whose node is dead is not waited for."""
         deadline = time.monotonic() + timeout_s
         while True:
             present = [k for k in keys if self._has(k)]
             if len(present) == len(keys) or time.monotonic() >= deadline:
                 return present
+            if owners is not None:
+                dead = self.dead(owners)
+                if all(k in present or o in dead for k, o in zip(keys, owners, strict=True)):
+                    return present
             time.sleep(0.1)
+
+    def _wait_from(self, key: str, owner: str | None, timeout_s: float, what: str) -> bool:
+        """Wait for ``key``, written by ``owner``; ConnectionError when that node's supervisor is gone."""
+        deadline = time.monotonic() + timeout_s
+        while not self._has(key):
+            if owner is not None and owner != self.me:
+                dead = self.dead([owner])
+                if owner in dead:
+                    raise ConnectionError(f"node {self.me}: node {owner}'s supervisor is gone (no heartbeat for "
+                                          f"{dead[owner]:g} s) before it published {what}; ending this node's part")
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
 
     # -- the protocol ------------------------------------------------------------------------------
     def plan(self, attempt: int) -> tuple[list[str], list[str]]:
@@ -239,7 +411,8 @@ class Cluster:
         key = f"plan/{attempt}"
         if attempt == 0 and self.host and not self._has(key):
             self._set(key, {"hosts": list(self.cfg.nodes), "excluded": []})
-        if not self._wait_keys([key], self.cfg.wait_s):
+        owner = self.cfg.nodes[0] if attempt == 0 else self.decider(attempt - 1)
+        if not self._wait_from(key, owner, self.cfg.wait_s, f"the plan of launch {attempt}"):
             raise TimeoutError(f"node {self.me}: no plan for launch {attempt} within {self.cfg.wait_s:g} s")
         p = self._get(key)
         return list(p["hosts"]), list(p["excluded"])
@@ -278,7 +451,7 @@ class Cluster:
     def gather(self, attempt: int, hosts: list[str]) -> dict[str, dict[str, Any]]:
         """The reports of ``hosts`` for launch ``attempt``: all of them, or those in within ``gather_s``."""
         keys = [f"inc/{attempt}/report/{h}" for h in hosts]
-        present = set(self._wait_keys(keys, self.cfg.gather_s))
+        present = set(self._wait_keys(keys, self.cfg.gather_s, owners=list(hosts)))
         return {h: self._get(k) for h, k in zip(hosts, keys, strict=True) if k in present}
 
     def budget(self, delta: int) -> int:
@@ -309,9 +482,10 @@ class Cluster:
 
         Raises:
             TimeoutError: none within ``wait_s``.
+            ConnectionError: the deciding node's supervisor is gone, or the store.
         """
         key = f"inc/{attempt}/decision"
-        if not self._wait_keys([key], self.cfg.wait_s):
+        if not self._wait_from(key, self.decider(attempt), self.cfg.wait_s, f"the decision of launch {attempt}"):
             raise TimeoutError(f"node {self.me}: no decision for launch {attempt} within {self.cfg.wait_s:g} s")
         return self._get(key)
 
@@ -322,7 +496,7 @@ class Cluster:
     def gates(self, attempt: int, nodes: list[str]) -> dict[str, bool]:
         """Validation results of ``nodes`` before launch ``attempt`` (a node silent past ``gate_wait_s`` fails)."""
         keys = [f"gate/{attempt}/{n}" for n in nodes]
-        present = set(self._wait_keys(keys, self.cfg.gate_wait_s))
+        present = set(self._wait_keys(keys, self.cfg.gate_wait_s, owners=list(nodes)))
         return {n: (bool(self._get(k)) if k in present else False) for n, k in zip(nodes, keys, strict=True)}
 
     def done(self, attempt: int) -> None:
@@ -331,14 +505,20 @@ class Cluster:
 
     def outcome(self, attempt: int, hosts: list[str]) -> str:
         """Wait until every host of launch ``attempt`` is done (``"ok"``) or an incident is recorded
-        (``"incident"``); ``"timeout"`` after ``wait_s``."""
+        (``"incident"``); ``"timeout"`` after ``wait_s``. A host whose supervisor is gone is not
+        waited for while another host is done (``"ok"``: the job's ranks ended 0 on the live nodes);
+        when none is done and every host not done is gone: ``"lost"``."""
         deadline = time.monotonic() + self.cfg.wait_s
         keys = [f"done/{attempt}/{h}" for h in hosts]
         while time.monotonic() < deadline:
             if self.incident(attempt):
                 return "incident"
-            if all(self._has(k) for k in keys):
+            done = [self._has(k) for k in keys]
+            if all(done):
                 return "ok"
+            dead = self.dead(hosts)
+            if all(d or h in dead for d, h in zip(done, hosts, strict=True)):
+                return "ok" if any(done) else "lost"
             time.sleep(0.1)
         return "timeout"
 
@@ -346,7 +526,10 @@ class Cluster:
         """Record this node's end; node 0 keeps the store up until every node has ended (or ``end_wait_s``)."""
         try:
             self._set(f"end/{self.me}", True)
-            if self.host:
-                self._wait_keys([f"end/{n}" for n in self.cfg.nodes], self.cfg.end_wait_s)
+            if self.host:  # the heartbeat still watches: a node that is gone is not waited for
+                self._wait_keys([f"end/{n}" for n in self.cfg.nodes], self.cfg.end_wait_s, owners=list(self.cfg.nodes))
+            if self.heartbeat is not None:
+                self.heartbeat.close()
         finally:
+            self.heartbeat = None
             self.store = self._raw = None  # the server thread stops with the last reference

@@ -3,7 +3,7 @@ per-node supervisors through the store (:class:`StoreCoordinator`, :mod:`...supe
 
 Both give :func:`gpufield.harden.supervise.supervise` the same five steps: ``plan`` (hosts and
 exclusions of the next launch), ``peer_check`` (a callable a running launch polls: has another node
-recorded an incident?), ``finished`` (a launch exited 0: is the whole job done?), ``resolve`` (this
+recorded an incident, or is another node's supervisor gone?), ``finished`` (a launch exited 0: is the whole job done?), ``resolve`` (this
 node's report of a failure -> the decision) and ``after`` (apply a restart decision: exclusions and
 the validation gate).
 """
@@ -11,10 +11,11 @@ the validation gate).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufield.harden.policy import EXCLUDE, Decision, Failure, RetryPolicy
+from gpufield.harden.policy import EXCLUDE, LOST, RETRY, Decision, Failure, RetryPolicy
 from gpufield.harden.supervise.export import EventLog
 
 
@@ -43,7 +44,7 @@ class LocalCoordinator:
                 self.log.emit("nodes", returned=h, reason="validation gate passed")
         return [h for h in self.nodes if h not in self.excluded], list(self.excluded)
 
-    def peer_check(self, attempt: int) -> Callable[[], bool] | None:
+    def peer_check(self, attempt: int, hosts: list[str] | None = None) -> Callable[[], str | None] | None:
         """None: no other supervisor can end this launch."""
         return None
 
@@ -86,11 +87,28 @@ class StoreCoordinator:
     def plan(self, attempt: int) -> tuple[list[str], list[str]]:
         """The plan of launch ``attempt`` as the store holds it (waits for it)."""
         hosts, self.excluded = self.cl.plan(attempt)
+        if self.cl.heartbeat is not None:
+            self.cl.heartbeat.generation = attempt
         return hosts, list(self.excluded)
 
-    def peer_check(self, attempt: int) -> Callable[[], bool]:
-        """A callable: has any node recorded an incident of launch ``attempt``?"""
-        return lambda: self.cl.incident(attempt)
+    def peer_check(self, attempt: int, hosts: list[str] | None = None) -> Callable[[], str | None]:
+        """A callable: why launch ``attempt`` must end for another node (an incident recorded, or the
+        supervisor of one of ``hosts`` gone), or None.
+
+        Raises (from the callable):
+            ConnectionError: the store is lost.
+        """
+        peers = [h for h in (hosts if hosts is not None else self.nodes) if h != self.me]
+
+        def check() -> str | None:
+            if self.cl.incident(attempt):
+                return "another node recorded an incident of this launch"
+            dead = self.cl.dead(peers)
+            if dead:
+                return "; ".join(f"node {n}'s supervisor is gone (no heartbeat for {s:g} s)" for n, s in sorted(dead.items()))
+            return None
+
+        return check
 
     def finished(self, attempt: int, hosts: list[str]) -> bool:
         """After this node's exit 0: wait for the others. False when another node's incident needs a decision."""
@@ -105,8 +123,16 @@ class StoreCoordinator:
         return False
 
     def sit_out(self, attempt: int, hosts: list[str]) -> bool:
-        """This node is excluded from launch ``attempt``: wait for its end; True when the job succeeded."""
-        return self.cl.outcome(attempt, hosts) != "incident"
+        """This node is excluded from launch ``attempt``: wait for its end; True when the job succeeded.
+
+        Raises:
+            ConnectionError: the supervisor of every node of the launch is gone.
+        """
+        out = self.cl.outcome(attempt, hosts)
+        if out == "lost":
+            raise ConnectionError(f"node {self.me}: the supervisor of every node of launch {attempt} ({', '.join(hosts)}) "
+                                  "is gone; nothing left to wait for")
+        return out != "incident"
 
     def resolve(self, attempt: int, hosts: list[str], report: dict[str, Any]) -> Decision:
         """Record this node's failure; decide when first, else follow the node that decides."""
@@ -127,6 +153,13 @@ class StoreCoordinator:
         from gpufield.harden.supervise.cluster import pick_root
 
         reports = self.cl.gather(attempt, hosts)
+        dead = self.cl.dead([h for h in hosts if h != self.me])
+        for n, silent_s in dead.items():  # a node whose supervisor is gone: nothing can launch there
+            if n in reports:  # it reported before it went: its report stays the evidence; it stays out below
+                continue
+            reports[n] = {"node": n, "kind": "lost", "t": time.time(), "ranks": [], "victim": False,
+                          "why": f"supervisor gone (no heartbeat for {silent_s:g} s)",
+                          "failure": dataclasses.asdict(Failure(kind=LOST, host=n, action_kind="EXCLUDE_NODE"))}
         root = pick_root(reports)
         self.policy.load(self.cl.policy_state())
         failure = Failure(**root["failure"]) if root else Failure(kind="exit")
@@ -136,14 +169,16 @@ class StoreCoordinator:
         excluded = list(self.excluded)
         if dec.action == EXCLUDE and dec.host and dec.host not in excluded:
             excluded.append(dec.host)
+        if dec.action in (RETRY, EXCLUDE):  # every node that is gone stays out of the next launch
+            excluded += [n for n in sorted(dead) if n not in excluded]
         self.excluded = excluded
         self.cl.save_policy_state(self.policy.state())
         self.cl.publish(attempt, {"decision": dataclasses.asdict(dec), "excluded": excluded, "decider": self.me,
                                   "root": root["node"] if root else None,
                                   "reports": {n: r.get("kind") for n, r in reports.items()},
-                                  "missing": [h for h in hosts if h not in reports]})
+                                  "missing": [h for h in hosts if h not in reports], "lost": sorted(dead)})
         self.log.emit("cluster", attempt=attempt, decided=dec.action, root=root["node"] if root else None,
-                      reports=sorted(reports), missing=[h for h in hosts if h not in reports])
+                      reports=sorted(reports), missing=[h for h in hosts if h not in reports], lost=sorted(dead))
         return dec
 
     def after(self, attempt: int, decision: Decision) -> None:

@@ -12,6 +12,13 @@ progress. Formats understood by the default pattern (each is a test case in
 - ``{'loss': 2.31, 'grad_norm': 1.1, 'learning_rate': 5e-05, 'epoch': 0.12}`` (HF Trainer; the
   ``'step'`` key when present, else every such dict counts as one step)
 
+A progress line may also carry the rank's **own step time** (:data:`STEP_TIME_RES`, first match
+wins): ``compute_time 0.31 s`` / ``compute 310 ms``, ``step_time: 0.31``, ``time/step 0.31``,
+``0.31 s/step`` / ``0.31 s/it``, ``3.2 it/s`` (inverted), Megatron's ``elapsed time per iteration
+(ms): 310.2``. Loops that print the time a rank spent before the step's collective make a compute
+straggler visible from the log alone (:meth:`gpufield.harden.supervise.progress.Progress.check_straggler`,
+source ``step_time``); a time that includes the collective is equalised by it and names no one.
+
 The rank comes from torchrun's line prefix (``[rank3]:``, which ``gpufield run`` asks torchrun for
 through ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``), else from a ``[rank3]`` / ``[Rank 3]`` /
 ``rank 3:`` tag inside the line.
@@ -37,6 +44,20 @@ DEFAULT_METRIC_PATTERN = (
     r"loss|\blr\b|learning[ _]rate|grad[ _]?norm|s/step|it/s|s/it|tokens?/s|samples?/s"
     r"|throughput|elapsed time per iteration|tflops"
 )
+_NUM = r"(?P<v>\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)"
+#: a rank's own step time on a progress line: (regex with group ``v``, seconds per unit, inverted);
+#: tried in order, the first that matches gives the line's ``step_time_s``
+STEP_TIME_RES: tuple[tuple[re.Pattern, float, bool], ...] = tuple(
+    (re.compile(rx, re.IGNORECASE), scale, inv) for rx, scale, inv in (
+        (r"\bcompute(?:[_ ]time)?(?:\s*\(ms\))?\s*[:=]?\s*" + _NUM + r"\s*ms\b", 1e-3, False),
+        (r"\bcompute(?:[_ ]time)?(?:\s*\(ms\))\s*[:=]?\s*" + _NUM, 1e-3, False),
+        (r"\bcompute(?:[_ ]time)?\s*[:=]?\s*" + _NUM + r"\s*s?\b", 1.0, False),
+        (r"\b(?:step[_ ]time|time/step)\s*[:=]?\s*" + _NUM + r"\s*ms\b", 1e-3, False),
+        (r"\b(?:step[_ ]time|time/step)\s*[:=]?\s*" + _NUM + r"\s*s?\b", 1.0, False),
+        (_NUM + r"\s*s/(?:step|it)\b", 1.0, False),
+        (_NUM + r"\s*it/s\b", 1.0, True),
+        (r"elapsed time per iteration \(ms\)\s*:\s*" + _NUM, 1e-3, False),
+    ))
 #: a NaN/Inf loss on a progress line (``loss nan``, ``loss=inf``, ``'loss': nan``, ``lm loss: NaN``)
 NAN_RE = re.compile(r"loss['\"]?\s*[:=|]?\s*[-+]?(?:nan|inf)\b", re.IGNORECASE)
 #: an HF Trainer log dict without a step key: each counts as one step
@@ -60,6 +81,7 @@ class ParsedLine:
         phase: the long phase the line announces (``"checkpoint"``, ``"eval"``), or None.
         nan: a progress line reporting a NaN/Inf loss.
         text: the line without torchrun's rank prefix.
+        step_time_s: the rank's own step time the progress line reports, seconds, or None.
     """
 
     rank: int | None
@@ -67,6 +89,7 @@ class ParsedLine:
     phase: str | None
     text: str
     nan: bool = False
+    step_time_s: float | None = None
 
 
 class LineParser:
@@ -121,4 +144,24 @@ class LineParser:
                     phase = name
                     break
         nan = step is not None and bool(NAN_RE.search(text))
-        return ParsedLine(rank=rank, step=step, phase=phase, text=text, nan=nan)
+        return ParsedLine(rank=rank, step=step, phase=phase, text=text, nan=nan,
+                          step_time_s=step_time(text) if step is not None else None)
+
+
+def step_time(text: str) -> float | None:
+    """The step time a progress line reports, seconds (``it/s`` inverted), or None (none, or not > 0).
+
+    Args:
+        text: the line without torchrun's prefix.
+    """
+    for rx, scale, inv in STEP_TIME_RES:
+        m = rx.search(text)
+        if m:
+            try:
+                v = float(m.group("v"))
+            except ValueError:
+                continue
+            if not v > 0 or v != v or v == float("inf"):
+                return None
+            return (1.0 / v if inv else v) * scale
+    return None

@@ -18,6 +18,15 @@ lateness L, against the round interval T, gives ``L / (T - L) >= straggler_slowd
 rank needs ``T`` where its peers need ``T - L``) and ``L >= straggler_min_s``. Log-line times of a
 synchronous DDP loop are equalised by its collectives (traceml #252): without the hook a compute
 straggler stays invisible there; only loops whose step lines precede the step's collective show it.
+
+**Straggler from printed step times** (source ``step_time``). When the step lines carry each
+rank's own step time (``compute_time 0.31 s``, ``0.31 s/step``, ``it/s``: :mod:`...supervise.parse`),
+per step the rank's time d_r is compared with the median of its peers' times m: over the last
+``straggler_window`` steps every rank reported, a rank is named when it had the longest time in
+at least ``straggler_last_frac`` of them and its median d over the median m gives
+``d / m - 1 >= straggler_slowdown`` with ``d - m >= straggler_min_s``. Times that include the
+step's collective are equal across ranks and name no one; times taken before it (compute) show
+the slow rank. Looked at after the hook's collectives and before the step-line arrival skew.
 """
 
 from __future__ import annotations
@@ -125,7 +134,9 @@ class Straggler:
         lateness_s: its median lateness, seconds.
         interval_s: median round interval, seconds.
         last_frac: share of the window it arrived last in.
-        source: ``"collective"`` (monitor hook) or ``"step_line"``.
+        source: ``"collective"`` (monitor hook), ``"step_time"`` (the step times the lines print:
+            ``lateness_s`` is then its median time minus its peers', ``interval_s`` its median time)
+            or ``"step_line"`` (the lines' arrival skew).
         round: the last round key looked at (collective seq or step).
     """
 
@@ -153,7 +164,8 @@ class Progress:
     intervals: deque = field(default_factory=lambda: deque(maxlen=512))
     n_intervals: int = 0  # intervals appended so far (the deque keeps the last 512)
     p99_cache: tuple[int, float] | None = None  # (n_intervals, p99) of the last computation
-    rounds: dict[str, dict[int, dict[int, float]]] = field(default_factory=lambda: {"collective": {}, "step_line": {}})
+    rounds: dict[str, dict[int, dict[int, float]]] = field(
+        default_factory=lambda: {"collective": {}, "step_line": {}, "step_time": {}})
     named: set = field(default_factory=set)
     nan_seen: bool = False
     phase_mark_t: float = float("-inf")
@@ -170,7 +182,8 @@ class Progress:
             self.world = max(self.world, rank + 1)
         return v
 
-    def on_step(self, rank: int, step: int, now: float, *, source: str = "step_line") -> None:
+    def on_step(self, rank: int, step: int, now: float, *, source: str = "step_line",
+                step_time_s: float | None = None) -> None:
         """A rank reported ``step`` at ``now`` (s). ``step == -1``: a progress line without a number.
 
         Args:
@@ -178,6 +191,7 @@ class Progress:
             step: step number, or -1 (counted as the next step).
             now: caller's clock, seconds.
             source: ``"step_line"`` (a log line) or ``"monitor"`` (the hook).
+            step_time_s: the rank's own time of that step as its line reports it, seconds, or None.
         """
         v = self.view(rank)
         if step < 0:
@@ -193,6 +207,8 @@ class Progress:
             v.step, v.progress_t = step, now
             if source == "step_line":
                 self.rounds["step_line"].setdefault(step, {})[rank] = now
+                if step_time_s is not None and step_time_s > 0:
+                    self.rounds["step_time"].setdefault(step, {})[rank] = step_time_s
         v.phase = v.phase_t = None
 
     def on_phase(self, rank: int, phase: str | None, now: float) -> None:
@@ -259,8 +275,20 @@ class Progress:
                      not_arrived=not_arrived, phase=phase, in_phase=in_phase)
 
     def check_straggler(self, th: Thresholds) -> Straggler | None:
-        """A newly named :class:`Straggler` (each rank is named once per attempt), else None."""
-        source = "collective" if self.rounds["collective"] else "step_line"
+        """A newly named :class:`Straggler` (each rank is named once per attempt), else None.
+
+        Sources in order: the hook's collective arrivals (when there are any), the step times the
+        lines print (when they print them), the step lines' arrival skew.
+        """
+        if self.rounds["collective"]:
+            return self._skew(th, "collective")
+        if self.rounds["step_time"]:
+            st = self._step_time(th)
+            if st is not None:
+                return st
+        return self._skew(th, "step_line")
+
+    def _full(self, th: Thresholds, source: str) -> list[int] | None:
         rounds = self.rounds[source]
         ranks = set(self.ranks)
         full = sorted(k for k, d in rounds.items() if set(d) >= ranks)
@@ -269,6 +297,33 @@ class Progress:
         keys = full[-(th.straggler_window + 1):]
         for k in [k for k in rounds if k < keys[0]]:
             del rounds[k]  # keep memory bounded
+        return keys
+
+    def _step_time(self, th: Thresholds) -> Straggler | None:
+        keys = self._full(th, "step_time")
+        if keys is None:
+            return None
+        rounds = self.rounds["step_time"]
+        window = keys[1:]
+        for r in sorted(self.ranks):
+            own = statistics.median(rounds[k][r] for k in window)
+            peers = statistics.median(statistics.median(t for q, t in rounds[k].items() if q != r) for k in window)
+            last = sum(1 for k in window if max(rounds[k], key=rounds[k].get) == r) / len(window)
+            if peers <= 0 or own - peers < th.straggler_min_s or last < th.straggler_last_frac:
+                continue
+            slow = own / peers - 1.0
+            if slow >= th.straggler_slowdown and r not in self.named:
+                self.named.add(r)
+                return Straggler(rank=r, slowdown=slow, lateness_s=own - peers, interval_s=own, last_frac=last,
+                                 source="step_time", round=window[-1])
+        return None
+
+    def _skew(self, th: Thresholds, source: str) -> Straggler | None:
+        keys = self._full(th, source)
+        if keys is None:
+            return None
+        rounds = self.rounds[source]
+        ranks = set(self.ranks)
         starts = [min(rounds[k].values()) for k in keys]
         interval = statistics.median(b - a for a, b in zip(starts, starts[1:], strict=False))
         window = keys[1:]

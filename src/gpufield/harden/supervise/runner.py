@@ -61,7 +61,7 @@ class Attempt:
     """
 
     def __init__(self, argv: list[str], folder: Path, cfg, log: EventLog, metrics: Metrics, control: Control,
-                 world: int, *, peer: Callable[[], bool] | None = None, node: str | None = None) -> None:
+                 world: int, *, peer: Callable[[], str | bool | None] | None = None, node: str | None = None) -> None:
         self.argv, self.folder, self.cfg, self.log, self.metrics, self.control = argv, folder, cfg, log, metrics, control
         self.monitor_dir = folder / "monitor"
         self.monitor_dir.mkdir(parents=True, exist_ok=True)
@@ -79,7 +79,7 @@ class Attempt:
         self.gone: tuple[float, float, tuple[int, ...]] | None = None  # (wall, monotonic, ranks) of the first exit
         self.world = world
         self.full_scan_t = 0.0
-        self.peer = peer  # has another node's supervisor recorded an incident of this launch?
+        self.peer = peer  # why this launch must end for another node (its incident, its supervisor gone), or None
         self.node = node  # this node's name in a multi-node job (its ranks' host), else None
         self.peer_s = cfg.cluster.poll_s if getattr(cfg, "cluster", None) is not None else cfg.scan_s
 
@@ -136,8 +136,9 @@ class Attempt:
                     det = self._check(now)
                 if det is None and self.peer is not None and now - last_peer >= self.peer_s:
                     last_peer = now
-                    if self.peer():
-                        det = self._peer()
+                    why = self.peer()
+                    if why:
+                        det = self._peer(why if isinstance(why, str) else "another node recorded an incident of this launch")
             if det.kind in ("hang", "nan", "peer") or (det.kind == "crash" and proc.poll() is None):
                 self._end(proc, det, buf, console)
         finally:
@@ -190,7 +191,7 @@ class Attempt:
         now = time.monotonic()
         if p.rank is not None:
             if p.step is not None:
-                self.progress.on_step(p.rank, p.step, now)
+                self.progress.on_step(p.rank, p.step, now, step_time_s=p.step_time_s)
                 if p.nan:
                     self.progress.nan_seen = True
                     self.nan_rank = p.rank
@@ -229,11 +230,11 @@ class Attempt:
                          f"{list(ranks)} exited first (pid {[self.seen_pids[r] for r in ranks]})",
                          details={"steps": self._steps(), "silent_s": self._silent(self.gone[1])})
 
-    def _peer(self) -> Detection:
-        """Another node recorded an incident: this launch ends too; ranks stopped here are named."""
+    def _peer(self, why: str) -> Detection:
+        """Another node recorded an incident, or its supervisor is gone (``why``): this launch ends too;
+        ranks stopped here are named."""
         self._scan_workers(self.proc)
         stopped = tuple(r for r, s in sorted(self.states.items()) if s in ("T", "t", "D"))
-        why = "another node recorded an incident of this launch"
         if stopped:
             why += f"; rank(s) {list(stopped)} here are stopped (/proc state T/D)"
         return Detection(kind="peer", t=time.time(), ranks=stopped, why=why,
@@ -264,7 +265,8 @@ class Attempt:
         if st is not None:
             v = self.progress.view(st.rank)
             d = Detection(kind="straggler", t=time.time(), ranks=(st.rank,),
-                          why=f"rank {st.rank} {100 * st.slowdown:.0f}% slower than its peers ({st.source} arrival skew)",
+                          why=f"rank {st.rank} {100 * st.slowdown:.0f}% slower than its peers "
+                              f"({'the step times its lines print' if st.source == 'step_time' else st.source + ' arrival skew'})",
                           details={"slowdown": round(st.slowdown, 3), "lateness_s": round(st.lateness_s, 4),
                                    "interval_s": round(st.interval_s, 4), "last_frac": st.last_frac,
                                    "source": st.source, "round": st.round, "host": v.host or self.host,
