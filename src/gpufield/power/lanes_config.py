@@ -17,6 +17,8 @@ Layout (every table but ``[lanes.*]`` is optional; units in the key names)::
 
     [nvml]
     backend = "pynvml"                            # "fake": gpufield.testing.FakeNvml (tests, CPU dry runs)
+    call_timeout_s = 2.0                          # deadline of every NVML call (a wedged driver fails the
+                                                  # lane safe instead of stalling the loop)
 
     [lanes.decode]                                # one table per lane; the name is free
     role = "decode"                               # "prefill" or "decode" (default: the lane's name)
@@ -104,6 +106,7 @@ class RunConfig:
         period_s, state_dir, decision_log, log_ticks, metrics_addr, metrics_port, fast_window_s, slow_window_s:
             ``[controller]``. guard: ``[guard]`` overrides of :class:`GuardConfig`.
         nvml_backend: ``"pynvml"`` or ``"fake"``; fake_gpus / fake_load: the fake's H200s and load (0..1).
+        nvml_call_timeout_s: deadline of each NVML call (s; :class:`~gpufield.telemetry.nvml_deadline.BoundedNvml`).
     """
 
     path: str
@@ -120,6 +123,7 @@ class RunConfig:
     nvml_backend: str = "pynvml"
     fake_gpus: int = 1
     fake_load: float = 0.0
+    nvml_call_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.lanes:
@@ -290,6 +294,8 @@ def load_run_config(path: str | Path) -> RunConfig:
                                expect="'pynvml' or 'fake'")
     kw["fake_gpus"] = n.get("fake_gpus", "int", 1, check=lambda v: 1 <= v <= 64, expect="an integer 1-64")
     kw["fake_load"] = n.get("fake_load", "num", 0.0, check=lambda v: 0 <= v <= 1, expect="a number in [0, 1]")
+    kw["nvml_call_timeout_s"] = n.get("call_timeout_s", "num", 2.0, check=lambda v: 0 < v <= 60,
+                                      expect="a number in (0, 60] (s)")
     n.done()
     lanes_d = data.get("lanes")
     if not lanes_d:

@@ -7,6 +7,7 @@ and the would-have-saved estimate of shadow mode.
 ``lane_clock_window_{low,high}_mhz`` (the setting the controller wants; NaN = vendor default / unlocked),
 ``lane_itl_p99_seconds{window}``, ``lane_ttft_p99_seconds{window}``, ``lane_queue_depth``,
 ``lane_kv_usage``, ``lane_telemetry_age_seconds``, ``intents_total{action}``, ``drift_total``,
+``nvml_timeouts_total{lane,call}`` and ``nvml_wedged`` (an NVML call missed its deadline),
 ``errors_total``, ``energy_joules_total`` and ``would_have_saved_joules_total``; per GPU
 ``gpu_power_watts``, ``gpu_enforced_limit_watts``, ``gpu_sm_clock_mhz``, ``gpu_clocks_locked``.
 
@@ -216,6 +217,11 @@ class RunMetrics:
         self.age = Gauge(p + "lane_telemetry_age_seconds", "Age of the lane's SLO histogram", L, registry=r)
         self.intents = Counter(p + "intents", "Intended (shadow) or applied (write) actions", L + ["action"], registry=r)
         self.drift = Counter(p + "drift", "External changes found by read-back", L, registry=r)
+        self.nvml_timeouts = Counter(p + "nvml_timeouts", "NVML calls that missed their deadline (the lane then "
+                                     "fails safe)", L + ["call"], registry=r)
+        self.nvml_wedged = Gauge(p + "nvml_wedged", "1 once an NVML call missed its deadline (no NVML call is made "
+                                 "after that)", registry=r)
+        self.nvml_wedged.set(0)
         self.errors = Counter(p + "errors", "Ticks with a lane error", L, registry=r)
         self.energy = Counter(p + "energy_joules", "GPU energy measured (counter deltas)", L, registry=r)
         self.saved = Counter(p + "would_have_saved_joules", "Shadow estimate of energy the intents would save",

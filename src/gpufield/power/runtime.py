@@ -76,6 +76,8 @@ class RuntimeLoop:
         lanes: lane -> GPU UUIDs. controllers: lane -> controller. source: signals. actuator: writes.
         period_s: control period. clock / sleep: injectable for tests.
         yield_after: external changes tolerated per lane before the loop stops writing it.
+        halted: optional ``() -> reason or None``; while it gives a reason no lane is written (the
+            guard still decides; e.g. NVML wedged: :attr:`BoundedNvml.wedged`, a write would not return).
 
     Raises:
         ActuationError: a lane mixes GPUs the actuator may write with GPUs it may not.
@@ -85,7 +87,7 @@ class RuntimeLoop:
     def __init__(self, lanes: dict[Lane, list[str]], controllers: dict[Lane, LaneController],
                  source: TelemetrySource, actuator: Actuator, *, period_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 yield_after: int = 3) -> None:
+                 yield_after: int = 3, halted: Callable[[], str | None] | None = None) -> None:
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         if yield_after < 1:
@@ -107,6 +109,7 @@ class RuntimeLoop:
         self._seen: dict[str, tuple[float, bool]] = {}  # control fields right after our last apply
         self._drifts: dict[Lane, int] = {lane: 0 for lane in lanes}
         self.yielded: set[Lane] = set()
+        self._halted = halted
 
     def _read_back(self, lane: Lane, gpus: list[str], drift: list[str]) -> tuple[bool, bool, bool]:
         """Read every GPU of ``lane``: ``(read_failed, thermal, changed_externally)``."""
@@ -154,6 +157,11 @@ class RuntimeLoop:
             if lane in self.yielded:
                 errors.append(f"{lane.value}: not written (its GPUs were changed from outside "
                               f"{self._drifts[lane]} times)")
+                continue
+            halt = self._halted() if self._halted is not None else None
+            if halt:
+                errors.append(f"{lane.value}: not written ({halt})")
+                self.applied[lane] = None
                 continue
             if setting == self.applied[lane]:
                 continue
