@@ -110,3 +110,70 @@ def test_device_query_script_is_read_only_and_reports_support():
     assert rec["unchanged"] is True and fake.setter_calls == []
     assert rec["gpus"][h200(0).uuid]["workload_profiles"]["available"] == (MAX_P, MAX_Q, BALANCED)
     assert rec["gpus"][h200(1).uuid]["workload_profiles"]["supported"] is False
+
+
+def _run_config(tmp_path, url):
+    from test_power_run import _config
+
+    from gpufield.power.lanes_config import load_run_config
+
+    p = _config(tmp_path, url)
+    p.write_text(p.read_text().replace('engine = "vllm"', 'engine = "vllm"\nplan = "fixed"\nworkload_profile = "max-q"'))
+    cfg = load_run_config(p)
+    assert cfg.lanes[0].workload_profile == "max-q"
+    return cfg
+
+
+def _fakes(**kw):
+    return FakeNvml([_gpu(), h200(1, workload_profiles={MAX_P: 1, MAX_Q: 2}), h200(2)], clock=lambda: 0.0, **kw)
+
+
+def test_power_run_uses_the_profile_as_a_decode_actuator(tmp_path):
+    import json
+
+    from test_power_run import _Engine
+
+    from gpufield.power.serve import run_lanes
+
+    eng = _Engine()
+    try:
+        (tmp_path / "shadow").mkdir()
+        cfg = _run_config(tmp_path / "shadow", eng.url)
+        fake = _fakes(read_only=True)
+        s = run_lanes(cfg, nvml=fake, max_ticks=2, echo=lambda m: None)
+        recs = [json.loads(x) for x in open(s.log_path)]
+        got = sorted((r["gpu"], r["value"]) for r in recs if r["event"] == "intent" and r["action"] == "workload_profile")
+        assert got == sorted((h200(i).uuid, "max-q") for i in (0, 1))
+        assert fake.setter_calls == [] and fake.gpus[0].requested_profiles == {BALANCED}
+        (tmp_path / "write").mkdir()
+        cfg = _run_config(tmp_path / "write", eng.url)
+        fake = _fakes()
+        seen = []
+        orig = fake.nvmlDeviceGetCurrentClocksEventReasons
+
+        def spy(h):  # read-back during the run: what the decode GPUs have requested
+            seen.append((h.index, frozenset(fake.gpus[h.index].requested_profiles)))
+            return orig(h)
+        fake.nvmlDeviceGetCurrentClocksEventReasons = spy
+        s = run_lanes(cfg, nvml=fake, write=True, allow=[h200(i).uuid for i in range(3)], max_ticks=2,
+                      echo=lambda m: None)
+        assert (0, frozenset({MAX_Q, BALANCED})) in seen and (1, frozenset({MAX_Q})) in seen
+        assert fake.gpus[0].requested_profiles == {BALANCED} and fake.gpus[1].requested_profiles == set()
+        assert s.unchanged
+    finally:
+        eng.close()
+
+
+def test_power_run_refuses_a_profile_the_gpus_do_not_offer(tmp_path):
+    from test_power_run import _Engine
+
+    from gpufield.power.serve import run_lanes
+
+    eng = _Engine()
+    try:
+        cfg = _run_config(tmp_path, eng.url)
+        fake = FakeNvml.spy([h200(i) for i in range(3)], clock=lambda: 0.0)
+        with pytest.raises(ActuationError, match=r"workload power profile max-q: GPU-\S+ has none \(NVMLError_NotSupported"):
+            run_lanes(cfg, nvml=fake, max_ticks=1, echo=lambda m: None)
+    finally:
+        eng.close()

@@ -160,6 +160,29 @@ class Recorder:
         self._act.reset_clocks(gpu, lane=self._lane, reason=reason)
         self._ev(gpu, "reset_clocks", None, reason)
 
+    def set_workload_profile(self, gpu: str, profile: str, *, lane: str, reason: str) -> Any:
+        """Forward and record (a workload power profile name)."""
+        setp = getattr(self._act, "set_workload_profile", None)
+        if setp is None:
+            from gpufield.errors import ActuationError
+
+            raise ActuationError(f"{gpu}: workload power profile {profile!r} asked of an actuator without profiles")
+        v = setp(gpu, profile, lane=self._lane, reason=reason)
+        self._ev(gpu, "workload_profile", profile, reason)
+        return v
+
+    @property
+    def clear_workload_profile(self) -> Any:
+        """Forward and record, when the actuator has profiles (else None: :func:`apply_setting` skips it)."""
+        inner = getattr(self._act, "clear_workload_profile", None)
+        if inner is None:
+            return None
+
+        def clear(gpu: str, *, lane: str, reason: str) -> None:
+            if inner(gpu, lane=self._lane, reason=reason):
+                self._ev(gpu, "workload_profile", None, reason)
+        return clear
+
     def restore_defaults(self, gpu: str) -> None:
         """Forward and record."""
         self._act.restore_defaults(gpu)

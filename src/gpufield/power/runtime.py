@@ -43,7 +43,12 @@ __all__ = ["TickRecord", "RuntimeLoop", "apply_setting", "THERMAL_REASONS"]
 
 
 def apply_setting(act: Actuator, gpu: str, setting: LaneSetting, *, lane: str, reason: str) -> None:
-    """Apply one lane setting to one GPU: power limit (default limit if None) and clock window (unlock if None)."""
+    """Apply one lane setting to one GPU: power limit (default limit if None), clock window (unlock if None)
+    and workload power profile (requested if set; cleared if None, on an actuator that has profiles).
+
+    Raises:
+        ActuationError: a write failed, or a profile was asked of an actuator without profiles.
+    """
     caps = act.capabilities(gpu)
     act.set_power_limit(gpu, setting.power_limit_w if setting.power_limit_w is not None else caps.default_limit_w,
                         lane=lane, reason=reason)
@@ -51,6 +56,14 @@ def apply_setting(act: Actuator, gpu: str, setting: LaneSetting, *, lane: str, r
         act.reset_clocks(gpu, lane=lane, reason=reason)
     else:
         act.set_clock_window(gpu, *setting.clock_window_mhz, lane=lane, reason=reason)
+    if setting.workload_profile is not None:
+        setp = getattr(act, "set_workload_profile", None)
+        if setp is None:
+            raise ActuationError(f"{gpu}: setting {setting.label!r} needs workload power profiles; this actuator has "
+                                 "none (wrap it in gpufield.power.actuators.wpp.WorkloadProfileActuator)")
+        setp(gpu, setting.workload_profile, lane=lane, reason=reason)
+    elif getattr(act, "clear_workload_profile", None) is not None:
+        act.clear_workload_profile(gpu, lane=lane, reason=reason)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

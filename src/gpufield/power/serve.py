@@ -163,7 +163,9 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
             r = http.get(url)
             r.raise_for_status()
             return r.text
-        with http, act_cm as act:
+        from gpufield.power.actuators.wpp import with_profiles
+
+        with http, with_profiles(act_cm) as act:
             info, probs, mprobs = check_lanes(cfg, act, get)
             if probs or mprobs:
                 kind = ActuationError if probs else TelemetryError

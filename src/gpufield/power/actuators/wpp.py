@@ -23,15 +23,18 @@ the request is logged as an intent ``workload_profile`` and nothing is called.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufield.errors import ActuationError
 from gpufield.power.types import GpuCaps, GpuState, Intent
 
-__all__ = ["PROFILE_IDS", "WorkloadProfiles", "WorkloadProfileActuator", "mask_bits", "read_workload_profiles"]
+__all__ = ["PROFILE_IDS", "WorkloadProfiles", "WorkloadProfileActuator", "mask_bits", "read_workload_profiles",
+           "with_profiles"]
 
 #: profile names -> NVML ids (nvidia-ml-py 13.615.71 ``NVML_POWER_PROFILE_*``; power.md 2.1)
 PROFILE_IDS = {"max-p": 0, "max-q": 1, "compute": 2, "memory-bound": 3, "network": 4, "balanced": 5,
@@ -136,7 +139,14 @@ class WorkloadProfileActuator:
         self.inner = inner
         self._saved: dict[str, tuple[int, ...]] = {}
         self._added: dict[str, set[int]] = {}
+        self._shadow: dict[str, int] = {}  # shadow: the profile id last "requested"
         self.intents: list[Intent] = []
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (``gpus``, ``restore_all``, ``lock_takeover``, ...) is the inner actuator's."""
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     # --- the Actuator protocol, delegated ---------------------------------------------------
     def capabilities(self, gpu: str) -> GpuCaps:
@@ -166,18 +176,45 @@ class WorkloadProfileActuator:
 
     def restore_defaults(self, gpu: str) -> None:
         """Clear the profile bits this actuator requested, then restore the inner actuator's settings."""
-        added = self._added.pop(gpu, set())
+        self._clear(gpu)
         self._saved.pop(gpu, None)
-        if added:
-            nv = self.inner._nvml
-            req = nv.c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t()
-            req.requestedProfilesMask = _mask(nv, sorted(added))
-            try:
-                nv.nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(self.inner._h(gpu), ctypes.byref(req))
-            except nv.NVMLError as e:
-                raise ActuationError(f"{gpu}: clearing workload power profiles {sorted(added)} failed: "
-                                     f"{type(e).__name__}") from e
         self.inner.restore_defaults(gpu)
+
+    def restore_all(self) -> None:
+        """Clear every profile bit this actuator requested, then the inner actuator's ``restore_all``."""
+        errors = []
+        for gpu in list(self._added):
+            try:
+                self._clear(gpu)
+            except ActuationError as e:
+                errors.append(str(e))
+        self.inner.restore_all()
+        if errors:
+            raise ActuationError("restore failed for " + "; ".join(errors))
+
+    def _clear(self, gpu: str) -> bool:
+        added = self._added.pop(gpu, set())
+        if not added:
+            return False
+        nv = self.inner._nvml
+        req = nv.c_nvmlWorkloadPowerProfileRequestedProfiles_v1_t()
+        req.requestedProfilesMask = _mask(nv, sorted(added))
+        try:
+            nv.nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(self.inner._h(gpu), ctypes.byref(req))
+        except nv.NVMLError as e:
+            self._added[gpu] = added
+            raise ActuationError(f"{gpu}: clearing workload power profiles {sorted(added)} failed: "
+                                 f"{type(e).__name__}") from e
+        return True
+
+    def clear_workload_profile(self, gpu: str, *, lane: str = "", reason: str = "") -> bool:
+        """Withdraw the profile this actuator requested on ``gpu`` (shadow: log it); True if there was one."""
+        if gpu in self._shadow:
+            pid = self._shadow.pop(gpu)
+            self.intents.append(Intent(t_s=time.time(), lane=lane, gpu=gpu, action="workload_profile_clear",
+                                       value=pid, reason=reason))
+            return True
+        return self._clear(gpu)
 
     # --- the third actuator -------------------------------------------------------------------
     def profiles(self, gpu: str) -> WorkloadProfiles:
@@ -203,6 +240,7 @@ class WorkloadProfileActuator:
         if pid not in cur.available:
             raise ActuationError(f"{gpu}: profile {profile} (id {pid}) not offered; available ids {list(cur.available)}")
         if not self.may_write(gpu):
+            self._shadow[gpu] = pid
             self.intents.append(Intent(t_s=time.time(), lane=lane, gpu=gpu, action="workload_profile",
                                        value=pid, reason=reason))
             return cur.enforced
@@ -222,3 +260,26 @@ class WorkloadProfileActuator:
             raise ActuationError(f"{gpu}: profile {profile} not in the requested mask after the write "
                                  f"(requested {list(after.requested)})")
         return after.enforced
+
+
+@contextlib.contextmanager
+def with_profiles(cm: Any) -> Iterator[WorkloadProfileActuator]:
+    """Enter actuator context ``cm`` and yield it wrapped in a :class:`WorkloadProfileActuator`; on exit the
+    profile bits it requested are cleared (before the inner actuator restores its own settings).
+
+    Raises:
+        ActuationError: clearing failed (raised after the inner actuator's exit has run).
+    """
+    with cm as inner:
+        w = WorkloadProfileActuator(inner)
+        failed: list[str] = []
+        try:
+            yield w
+        finally:
+            for gpu in list(w._added):
+                try:
+                    w._clear(gpu)
+                except Exception as e:  # noqa: BLE001 - collected; the inner exit must still run
+                    failed.append(f"{gpu}: {e}")
+    if failed:
+        raise ActuationError("workload power profiles not cleared: " + "; ".join(failed))
