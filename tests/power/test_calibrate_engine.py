@@ -178,3 +178,39 @@ def test_cli_unreachable_engine_is_one_line_naming_the_url(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 4 and f"cannot reach {url}/v1/models" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "p.json").exists()
+
+
+def test_cli_with_a_lanes_file_reads_energy_and_steps_caps_only_with_write(server, tmp_path, capsys):
+    load = 0.9
+    g = h200(0)
+    p_fake_w = (g.idle_power_mw + load * (g.tdp_mw - g.idle_power_mw)) / 1000.0  # FakeGpu's toy model at max clock
+    cfg = tmp_path / "lanes.toml"
+    cfg.write_text(f"""[controller]
+state_dir = "state"
+[nvml]
+backend = "fake"
+fake_gpus = 1
+fake_load = {load}
+[lanes.dec]
+role = "decode"
+gpus = ["{g.uuid}"]
+engine = "vllm"
+metrics = ["{server}/metrics"]
+itl_p99_slo_s = 0.2
+ttft_p99_slo_s = 1.0
+""")
+    args = ["power", "calibrate", "--engine", server, "--config", str(cfg), "--lane", "dec", "--concurrency", "2",
+            "--duration-s", "0.15", "--max-tokens", "4", "--settle-s", "0", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "shadow.json")]) == 0  # read-only fake: a setter would raise
+    w = json.loads((tmp_path / "shadow.json").read_text())["evidence"]["windows"][0]
+    assert w["power_w"] == pytest.approx(p_fake_w, rel=0.02)  # energy counter delta / window wall time
+    assert w["tokens_per_j"] == pytest.approx(w["tokens"] / w["energy_j"])
+    assert main([*args, "--caps-w", "600", "--out", str(tmp_path / "x.json")]) == 2  # --caps-w without --write
+    assert main([*args, "--write", "--allow", g.uuid, "--caps-w", "650,600", "--out", str(tmp_path / "w.json")]) == 0
+    d = json.loads((tmp_path / "w.json").read_text())
+    assert [x["setting"]["power_limit_w"] for x in d["evidence"]["windows"]] == [650.0, 600.0]
+    assert d["setting"]["power_limit_w"] == 600.0 and d["key"]["mode"] == "balanced" and d["key"]["gpu"] == g.name
+    # the toy model: 650 W does not bind (p_fake_w ~ 638 W); at 600 W it runs the highest clock within the cap
+    assert d["evidence"]["windows"][0]["power_w"] == pytest.approx(p_fake_w, rel=0.02)
+    assert 0.9 * 600.0 < d["evidence"]["windows"][1]["power_w"] <= 600.0 * 1.01
+    assert not list((tmp_path / "state").glob("GPU-*.json"))  # restored: no saved-state file left

@@ -164,7 +164,8 @@ class StepResult:
         engine: the engine's histograms over the window: ``itl_p99``, ``ttft_p99`` (bucket estimates),
             ``itl_mean`` / ``ttft_mean`` (sum/count deltas), ``itl_count`` / ``ttft_count``; None values
             when the histogram is missing.
-        energy_j / power_w: GPU energy over the window and mean power (NaN without an actuator).
+        energy_j / power_w: GPU energy over the load and its mean power, summed over the lane's GPUs, from
+            energy-counter reads right before and after the load (NaN without an actuator).
         tokens_per_j: ``tokens / energy_j`` (NaN without energy).
         gate_passed / gate_reasons: the gate (module docstring) and why it failed.
     """
@@ -422,10 +423,20 @@ def _scrape(http: Any, cfg: EngineSweepConfig) -> dict[str, HistogramSeries | No
     return {"itl": lane_histogram(fams, m.itl), "ttft": lane_histogram(fams, m.ttft)}
 
 
-def _energy(act: Any, gpus: Sequence[str]) -> float:
+def _energy(act: Any, gpus: Sequence[str]) -> list[Any]:
+    """One read per GPU (``GpuState``: energy counter in J at monotonic ``t_s``); empty without an actuator."""
     if act is None or not gpus:
-        return math.nan
-    return float(sum(act.read(g).energy_j for g in gpus))
+        return []
+    return [act.read(g) for g in gpus]
+
+
+def _power(a: list[Any], b: list[Any]) -> tuple[float, float]:
+    """``(energy_j, power_w)`` between two reads of the lane's GPUs (NaN without reads); each GPU's own interval."""
+    if not a:
+        return math.nan, math.nan
+    e = sum(y.energy_j - x.energy_j for x, y in zip(a, b, strict=True))
+    p = sum((y.energy_j - x.energy_j) / (y.t_s - x.t_s) for x, y in zip(a, b, strict=True) if y.t_s > x.t_s)
+    return float(e), float(p)
 
 
 def _rank(s: LaneSetting) -> float:
@@ -492,21 +503,23 @@ def _calibrate(cfg: EngineSweepConfig, http: Any, actuator: Any, writes: list[La
             for c in cfg.concurrency:
                 if progress is not None:
                     progress(f"step {step.label}: concurrency {c} for {cfg.duration_s:g} s")
-                h0, e0 = _scrape(http, cfg), _energy(actuator, cfg.gpus)
+                h0 = _scrape(http, cfg)
+                e0 = _energy(actuator, cfg.gpus)  # energy brackets the load only, the scrapes bracket both
                 samples, wall = asyncio.run(client.window(c, cfg.duration_s))
-                h1, e1 = _scrape(http, cfg), _energy(actuator, cfg.gpus)
+                e1 = _energy(actuator, cfg.gpus)
+                h1 = _scrape(http, cfg)
                 errs = [s for s in samples if s.error]
                 if samples and len(errs) == len(samples):
                     raise TelemetryError(f"every request to {client.url} failed at concurrency {c}: {errs[0].error}")
                 tokens = sum(s.tokens for s in samples if not s.error)
                 eng = _engine_stats(h0, h1)
                 why = _gate(cfg, eng, len(errs), names)
-                energy = e1 - e0
+                energy, power = _power(e0, e1)
                 results.append(StepResult(
                     setting=step, concurrency=c, wall_s=wall, requests=len(samples), errors=len(errs),
                     tokens=tokens, tokens_per_s=tokens / wall if wall > 0 else math.nan,
                     client=_client_stats(samples, cfg), engine=eng, energy_j=energy,
-                    power_w=energy / wall if wall > 0 else math.nan,
+                    power_w=power,
                     tokens_per_j=tokens / energy if energy > 0 else math.nan,
                     gate_passed=not why, gate_reasons=why))
     finally:
