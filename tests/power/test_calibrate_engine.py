@@ -130,7 +130,7 @@ def test_bootstrap_matches_numpy_on_the_concatenated_resamples():
 def test_write_steps_need_an_allowed_actuator_and_are_restored(server, tmp_path):
     gpu = h200(0)
     steps = (LaneSetting(power_limit_w=650.0, label="cap 650 W"), LaneSetting(power_limit_w=500.0, label="cap 500 W"))
-    cfg = _cfg(server, concurrency=(2,), duration_s=0.1, gpus=(gpu.uuid,), steps=steps, warmup_requests=0)
+    cfg = _cfg(server, concurrency=(1,), duration_s=0.05, gpus=(gpu.uuid,), steps=steps, warmup_requests=0)
     n0 = len(_server_requests(server))
     with pytest.raises(ActuationError, match="writing is not allowed"):
         calibrate_engine(cfg)
@@ -144,22 +144,6 @@ def test_write_steps_need_an_allowed_actuator_and_are_restored(server, tmp_path)
     assert cal.wrote and cal.chosen.power_limit_w == 500.0 and cal.gpu_name == gpu.name
     prof = engine_profile(cal)
     assert prof.actuator == "power_cap" and prof.key.mode == "balanced" and prof.key.gpu == gpu.name
-
-
-def test_cli_writes_the_profile_atomically_and_refuses_special_files(server, tmp_path, capsys):
-    out = tmp_path / "decode.json"
-    args = ["power", "calibrate", "--engine", server, "--lane", "decode", "--itl-p99-slo-s", "0.2",
-            "--ttft-p99-slo-s", "1", "--concurrency", "2", "--duration-s", "0.1", "--max-tokens", "4", "--quiet"]
-    assert main([*args, "--out", str(out)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.json"]  # no temp file left beside it
-    d = json.loads(out.read_text())
-    prof = load_profile(out, engine_profile_key(d))
-    assert prof.setting.is_default and prof.evidence["windows"][0]["concurrency"] == 2
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    capsys.readouterr()
-    assert main([*args, "--out", str(fifo)]) == 2
-    assert "named pipe" in capsys.readouterr().err
 
 
 def engine_profile_key(d: dict):
@@ -200,9 +184,14 @@ itl_p99_slo_s = 0.2
 ttft_p99_slo_s = 1.0
 """)
     args = ["power", "calibrate", "--engine", server, "--config", str(cfg), "--lane", "dec", "--concurrency", "2",
-            "--duration-s", "0.15", "--max-tokens", "4", "--settle-s", "0", "--quiet"]
-    assert main([*args, "--out", str(tmp_path / "shadow.json")]) == 0  # read-only fake: a setter would raise
-    w = json.loads((tmp_path / "shadow.json").read_text())["evidence"]["windows"][0]
+            "--duration-s", "0.1", "--max-tokens", "4", "--settle-s", "0", "--quiet"]
+    out = tmp_path / "shadow.json"
+    assert main([*args, "--out", str(out)]) == 0  # read-only fake: a setter would raise
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lanes.toml", "shadow.json"]  # no temp file left beside it
+    d = json.loads(out.read_text())
+    prof = load_profile(out, engine_profile_key(d))
+    assert prof.setting.is_default and prof.key.gpu == g.name and prof.key.mode == "shadow"
+    w = d["evidence"]["windows"][0]
     assert w["power_w"] == pytest.approx(p_fake_w, rel=0.02)  # energy counter delta / window wall time
     assert w["tokens_per_j"] == pytest.approx(w["tokens"] / w["energy_j"])
     assert main([*args, "--caps-w", "600", "--out", str(tmp_path / "x.json")]) == 2  # --caps-w without --write
@@ -214,3 +203,8 @@ ttft_p99_slo_s = 1.0
     assert d["evidence"]["windows"][0]["power_w"] == pytest.approx(p_fake_w, rel=0.02)
     assert 0.9 * 600.0 < d["evidence"]["windows"][1]["power_w"] <= 600.0 * 1.01
     assert not list((tmp_path / "state").glob("GPU-*.json"))  # restored: no saved-state file left
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    capsys.readouterr()
+    assert main([*args, "--out", str(fifo)]) == 2  # refused before any load: a special file is never replaced
+    assert "named pipe" in capsys.readouterr().err
