@@ -315,7 +315,9 @@ def _calibrate_engine(ctx: typer.Context, *, engine: str, scenario: str | None, 
     if gpus and rc is not None:
         from gpufield.power.startup import open_nvml
 
-        nv = open_nvml(rc, write)
+        from gpufield.telemetry.nvml_deadline import BoundedNvml
+
+        nv = BoundedNvml(open_nvml(rc, write), timeout_s=rc.nvml_call_timeout_s)  # [nvml] call_timeout_s
         if write:
             from gpufield.power.actuators.nvml import NvmlActuator
             from gpufield.power.config import WriteConfig
