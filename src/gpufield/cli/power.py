@@ -163,16 +163,82 @@ def _check_out_dir(out: Path) -> None:
         raise InputError("--out directory is not writable", path=str(probe))
 
 
-@app.command()
-def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or path"),
-              out: str = typer.Option(..., "--out", help="directory for the profile JSON files"),
-              mode: Literal["balanced", "efficiency"] = typer.Option("balanced", help="balanced or efficiency"),
-              quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
-              ) -> None:
-    """Calibrate both lanes of a scenario in the twin and save the profiles (JSON).
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=f"'{option}'") from None
+    if not vals or min(vals) < 1:
+        raise typer.BadParameter(f"expected integers >= 1, got {text!r}", param_hint=f"'{option}'")
+    return vals
 
-    Example: gpufield power calibrate moe-agentic-b200 --out profiles/
+
+def _float_list(text: str, option: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}", param_hint=f"'{option}'") from None
+    if not vals or not all(math.isfinite(v) and v > 0 for v in vals):
+        raise typer.BadParameter(f"expected numbers > 0, got {text!r}", param_hint=f"'{option}'")
+    return vals
+
+
+@app.command()
+def calibrate(ctx: typer.Context,
+              scenario: str = typer.Argument(None, help="twin: bundled scenario name or path (omit with --engine)"),
+              out: str = typer.Option(..., "--out", help="twin: directory for the profiles; --engine: profile JSON file"),
+              mode: Literal["balanced", "efficiency"] = typer.Option("balanced", help="balanced or efficiency (twin)"),
+              quiet: bool = typer.Option(False, "--quiet", "-q", help=_QUIET_HELP),
+              engine: str = typer.Option(None, "--engine", help="calibrate against this OpenAI-compatible server "
+                                         "(base URL, e.g. http://127.0.0.1:8000)"),
+              metrics_url: list[str] = typer.Option([], "--metrics-url", help="engine /metrics URL (repeat; "  # noqa: B008
+                                                    "default: the lane's metrics, else <engine>/metrics)"),
+              lane: str = typer.Option(None, "--lane", help="lane name in --config, or the role prefill/decode"),
+              config: str = typer.Option(None, "--config", help="lanes.toml: the lane's GPUs, engine, metrics, SLOs"),
+              engine_kind: str = typer.Option(None, "--engine-kind", help="vllm | sglang | dynamo (default: the "
+                                              "lane's engine, else vllm)"),
+              api: Literal["completions", "chat"] = typer.Option("completions", "--api", help="/v1/completions or "
+                                                                 "/v1/chat/completions"),
+              model: str = typer.Option(None, "--model", help="model id (default: the first of /v1/models)"),
+              concurrency: str = typer.Option("1,4,16", "--concurrency", help="fixed concurrencies, comma-separated"),
+              duration_s: float = typer.Option(60.0, "--duration-s", help="load time per concurrency (s)",
+                                               callback=lambda v: _positive(v, "--duration-s")),
+              settle_s: float = typer.Option(15.0, "--settle-s", help="wait after each written step (s)"),
+              max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="max_tokens of each request"),
+              prompt: str = typer.Option("Write a long story about a lighthouse keeper.", "--prompt"),
+              itl_slo_s: float = typer.Option(None, "--itl-p99-slo-s", help="ITL p99 SLO (s; default: the lane's)",
+                                              callback=lambda v: _positive(v, "--itl-p99-slo-s")),
+              ttft_slo_s: float = typer.Option(None, "--ttft-p99-slo-s", help="TTFT p99 SLO (s; default: the lane's)",
+                                               callback=lambda v: _positive(v, "--ttft-p99-slo-s")),
+              headroom: float = typer.Option(0.10, "--headroom", min=0.0, max=0.99, help="gate at (1 - h) x SLO"),
+              write: bool = typer.Option(False, "--write", help="step the lane's power limit (needs --allow)"),
+              allow: list[str] = typer.Option([], "--allow", help="GPU UUID the sweep may write (repeat)"),  # noqa: B008
+              caps_w: str = typer.Option(None, "--caps-w", help="power limits to step through with --write (W, "
+                                         "comma-separated)"),
+              force: bool = typer.Option(False, "--force", help="replace an existing profile file of the same key"),
+              ) -> None:
+    """Calibrate in the twin (SCENARIO) or against a real engine (--engine URL) and save the profile(s).
+
+    With --engine: a fixed-concurrency streaming load sweep, gated on the engine's own TTFT/ITL histograms;
+    shadow by default (one as-is step, nothing written); --write --allow UUID --caps-w 700,650,600 steps the
+    lane's power limit and restores it.
+
+    Examples: gpufield power calibrate moe-agentic-b200 --out profiles/
+              gpufield power calibrate --engine http://127.0.0.1:8000 --lane decode --itl-p99-slo-s 0.05
+                  --ttft-p99-slo-s 2 --concurrency 1,4,16 --duration-s 60 --out decode-profile.json
     """
+    if engine is not None:
+        _calibrate_engine(ctx, engine=engine, scenario=scenario, out=out, quiet=quiet, metrics_url=metrics_url,
+                          lane=lane, config=config, engine_kind=engine_kind, api=api, model=model,
+                          concurrency=concurrency, duration_s=duration_s, settle_s=settle_s, max_tokens=max_tokens,
+                          prompt=prompt, itl_slo_s=itl_slo_s, ttft_slo_s=ttft_slo_s, headroom=headroom, write=write,
+                          allow=allow, caps_w=caps_w, force=force)
+        return
+    if scenario is None:
+        from gpufield.cli import _click
+
+        raise _click().exceptions.UsageError("give a twin SCENARIO, or --engine URL to calibrate against a real "
+                                             "engine", ctx=ctx)
     from gpufield.power import Mode, load_scenario
     from gpufield.power.ab import calibrate_twin
 
@@ -185,6 +251,106 @@ def calibrate(scenario: str = typer.Argument(..., help="bundled scenario name or
         profiles = calibrate_twin(sc, mode=Mode(mode), out_dir=out, progress=progress)
     for p in profiles:
         typer.echo(f"{p.key.lane}: {p.setting.label} ({p.actuator})")
+
+
+def _calibrate_engine(ctx: typer.Context, *, engine: str, scenario: str | None, out: str, quiet: bool,
+                      metrics_url: list[str], lane: str | None, config: str | None, engine_kind: str | None,
+                      api: str, model: str | None, concurrency: str, duration_s: float, settle_s: float,
+                      max_tokens: int, prompt: str, itl_slo_s: float | None, ttft_slo_s: float | None,
+                      headroom: float, write: bool, allow: list[str], caps_w: str | None, force: bool) -> None:
+    """``calibrate --engine``: options -> :func:`gpufield.power.calibrate.engine.calibrate_engine` -> profile."""
+    from gpufield.cli import _click
+
+    usage = _click().exceptions.UsageError
+    if scenario is not None:
+        raise usage("--engine calibrates a real engine: drop the SCENARIO argument", ctx=ctx)
+    if not engine.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"expected an http:// or https:// URL, got {engine!r}", param_hint="'--engine'")
+    if lane is None:
+        raise usage("--engine needs --lane (a lane name of --config, or prefill/decode)", ctx=ctx)
+    if write != bool(caps_w) or (allow and not write):
+        raise usage("--write, --allow UUID and --caps-w go together (without them the sweep writes nothing: "
+                    "one as-is step)", ctx=ctx)
+    if write and not allow:
+        raise usage("--write needs --allow UUID for every GPU of the lane", ctx=ctx)
+    conc = _int_list(concurrency, "--concurrency")
+    caps = _float_list(caps_w, "--caps-w") if caps_w else ()
+    from gpufield._files import check_output
+    from gpufield.power.calibrate.engine import (
+        AS_IS,
+        EngineSweepConfig,
+        calibrate_engine,
+        engine_profile,
+    )
+    from gpufield.power.types import Lane, LaneSetting
+
+    check_output(out, force=force, option="--out")  # before any load: a link, a FIFO, a directory are refused
+    ln = None
+    rc = None
+    if config is not None:
+        from gpufield.power.lanes_config import load_run_config
+
+        rc = load_run_config(config)
+        ln = next((x for x in rc.lanes if x.name == lane), None)
+        if ln is None:
+            raise typer.BadParameter(f"no lane {lane!r} in {config} (lanes: {', '.join(x.name for x in rc.lanes)})",
+                                     param_hint="'--lane'")
+    elif lane not in ("prefill", "decode"):
+        raise typer.BadParameter(f"without --config, --lane is the role 'prefill' or 'decode', got {lane!r}",
+                                 param_hint="'--lane'")
+    itl = itl_slo_s if itl_slo_s is not None else (ln.itl_p99_slo_s if ln else None)
+    ttft = ttft_slo_s if ttft_slo_s is not None else (ln.ttft_p99_slo_s if ln else None)
+    if itl is None or ttft is None:
+        raise usage("without --config, give --itl-p99-slo-s and --ttft-p99-slo-s", ctx=ctx)
+    gpus = tuple(ln.gpus) if ln else tuple(allow)
+    if write and set(allow) != set(gpus):
+        raise usage(f"--allow must name exactly the lane's GPUs ({', '.join(gpus)})", ctx=ctx)
+    steps = tuple(LaneSetting(power_limit_w=w, label=f"cap {w:g} W") for w in caps) if write else (AS_IS,)
+    cfg = EngineSweepConfig(engine_url=engine, metrics_urls=tuple(metrics_url) or (tuple(ln.metrics) if ln else ()),
+                            engine=engine_kind or (ln.engine if ln else "vllm"),
+                            lane=ln.role if ln else Lane(lane), gpus=gpus, api=api, model=model, prompt=prompt,
+                            max_tokens=max_tokens, concurrency=conc, duration_s=duration_s, settle_s=settle_s,
+                            steps=steps, itl_p99_slo_s=itl, ttft_p99_slo_s=ttft, headroom=headroom)
+    echo = (lambda m: None) if quiet else (lambda m: typer.echo(f"gpufield power calibrate: {m}", err=True))
+    if gpus and rc is not None:
+        from gpufield.power.startup import open_nvml
+
+        from gpufield.telemetry.nvml_deadline import BoundedNvml
+
+        nv = BoundedNvml(open_nvml(rc, write), timeout_s=rc.nvml_call_timeout_s)  # [nvml] call_timeout_s
+        if write:
+            from gpufield.power.actuators.nvml import NvmlActuator
+            from gpufield.power.config import WriteConfig
+
+            act_cm = NvmlActuator(WriteConfig(allow_uuids=frozenset(allow), i_own_this_gpu=True,
+                                              state_dir=rc.state_dir), nvml=nv)
+        else:
+            from gpufield.power.actuators.dryrun import DryRunActuator
+
+            act_cm = DryRunActuator(nvml=nv)
+        with act_cm as act:
+            cal = calibrate_engine(cfg, actuator=act, progress=echo)
+    else:
+        if write:
+            raise usage("--write needs --config with the lane's GPUs (NVML handles and limits)", ctx=ctx)
+        cal = calibrate_engine(cfg, progress=echo)
+    prof = engine_profile(cal)
+    from gpufield.power.profiles import save_profile
+
+    save_profile(prof, out)  # a temp file beside --out, then a rename
+    for r in cal.results:
+        e = r.engine
+        typer.echo(f"  {r.setting.label:12s} c={r.concurrency:<3d} {r.requests} req, {r.tokens_per_s:.1f} tok/s, "
+                   f"client TTFT p99 {r.client['ttft_p99'] * 1e3:.1f} ms ITL p99 {r.client['itl_p99'] * 1e3:.1f} ms"
+                   f" {r.client['itl_p99_ci'][0] * 1e3:.1f}-{r.client['itl_p99_ci'][1] * 1e3:.1f}; engine "
+                   f"TTFT p99 {_ms(e.get('ttft_p99'))} ITL p99 {_ms(e.get('itl_p99'))}: "
+                   f"{'pass' if r.gate_passed else 'FAIL (' + '; '.join(r.gate_reasons) + ')'}")
+    typer.echo(f"{cfg.lane.value}: {cal.chosen.label} ({prof.actuator}), gate {'passed' if cal.gate_passed else 'FAILED'}"
+               f"; profile {out}")
+
+
+def _ms(v: float | None) -> str:
+    return "missing" if v is None else f"{v * 1e3:.1f} ms" if math.isfinite(v) else "empty"
 
 
 @app.command()

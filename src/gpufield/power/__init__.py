@@ -58,6 +58,14 @@ systemd unit in ``examples/power/``)::
     gpufield power run --config lanes.toml --shadow
     sudo gpufield power run --config lanes.toml --write --allow GPU-... --allow GPU-...
 
+Calibrating a lane against a real engine (an OpenAI-compatible endpoint; shadow by default: one
+as-is step, nothing written; gated on the engine's own TTFT/ITL histograms)::
+
+    gpufield power calibrate --engine http://127.0.0.1:8000 --lane decode --itl-p99-slo-s 0.05 \
+        --ttft-p99-slo-s 2 --concurrency 1,4,16 --duration-s 60 --out decode-profile.json
+
+    from gpufield.power import EngineSweepConfig, calibrate_engine, engine_profile
+
 Controlling real GPUs from Python (root, explicit flag, allow-listed UUIDs)::
 
     from gpufield.power import NvmlActuator, WriteConfig, RuntimeLoop
@@ -78,6 +86,12 @@ from gpufield.power.calibrate.decode import (
     GateResult,
     SweepPoint,
     calibrate_decode,
+)
+from gpufield.power.calibrate.engine import (
+    EngineCalibration,
+    EngineSweepConfig,
+    calibrate_engine,
+    engine_profile,
 )
 from gpufield.power.calibrate.knee import KneeFit, fit_knee
 from gpufield.power.calibrate.prefill import PrefillCalibration, PrefillPoint, calibrate_prefill
@@ -114,6 +128,7 @@ __all__ = [
     "AbReport", "ArmResult", "SimProgress", "simulate_ab", "calibrate_twin",
     "DryRunActuator", "ReadOnlyNvml", "NvmlActuator", "SimActuator",
     "DecodeCalibration", "GateResult", "SweepPoint", "calibrate_decode", "KneeFit", "fit_knee",
+    "EngineCalibration", "EngineSweepConfig", "calibrate_engine", "engine_profile",
     "PrefillCalibration", "PrefillPoint", "calibrate_prefill",
     "CalibrationConfig", "GuardConfig", "WriteConfig", "mode_calibration",
     "LaneController", "LaneLimits", "PairPolicy", "static_policy", "vendor_setting",

@@ -4,7 +4,8 @@ A :class:`LaneController` implements the ``Policy`` protocol for one lane; :clas
 ``policy(lane, signals)`` calls of the twin (or of :mod:`gpufield.power.runtime`) to the two lanes.
 Notch semantics: decode with a cap raises the cap by ``step_w`` per notch; decode or prefill with a
 clock window shifts the whole window (floor and top) up by ``clock_step_mhz`` per notch. Reaching the vendor
-default (cap >= default limit, floor >= max clock) returns the default setting.
+default (cap >= default limit, floor >= max clock) returns the default setting. A workload power
+profile is a discrete knob: the first notch drops it (a profile-only setting then is the default).
 """
 
 from __future__ import annotations

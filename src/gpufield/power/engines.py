@@ -46,7 +46,7 @@ from gpufield.power.types import Lane, LaneSignals
 from gpufield.telemetry.histogram import HistogramSeries, histogram_series, windowed_quantile
 from gpufield.telemetry.prometheus import MetricFamily, parse_text
 
-__all__ = ["EngineAdapter", "PromEngine", "ENGINES", "PromLaneSource", "merge_families"]
+__all__ = ["EngineAdapter", "PromEngine", "ENGINES", "PromLaneSource", "lane_histogram", "merge_families"]
 
 #: labels whose series are replicas of one scheduler (max'ed before engines are combined)
 REPLICA_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "pid"})
@@ -166,8 +166,17 @@ def _merge(series: dict) -> HistogramSeries | None:
                            sum=s, count=total)
 
 
-def _hist(fams: Mapping[str, MetricFamily], name: str) -> HistogramSeries | None:
+def lane_histogram(fams: Mapping[str, MetricFamily], name: str) -> HistogramSeries | None:
+    """Histogram ``name`` summed over all its label sets (engines, workers), or None when absent.
+
+    Raises:
+        InputError: a malformed histogram (see :func:`~gpufield.telemetry.histogram.histogram_series`).
+        TelemetryError: label sets with different bucket layouts.
+    """
     return _merge(histogram_series(fams, name)) if name in fams else None
+
+
+_hist = lane_histogram
 
 
 class PromLaneSource:

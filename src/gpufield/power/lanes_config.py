@@ -17,6 +17,8 @@ Layout (every table but ``[lanes.*]`` is optional; units in the key names)::
 
     [nvml]
     backend = "pynvml"                            # "fake": gpufield.testing.FakeNvml (tests, CPU dry runs)
+    call_timeout_s = 2.0                          # deadline of every NVML call (a wedged driver fails the
+                                                  # lane safe instead of stalling the loop)
 
     [lanes.decode]                                # one table per lane; the name is free
     role = "decode"                               # "prefill" or "decode" (default: the lane's name)
@@ -27,6 +29,8 @@ Layout (every table but ``[lanes.*]`` is optional; units in the key names)::
     ttft_p99_slo_s = 2.0
     plan = "twin"                                 # or: profile = "decode-profile.json"
                                                   # or: plan = "fixed" + power_limit_w / clock_window_mhz
+                                                  #     / workload_profile ("max-q", "max-p", ...: NVML
+                                                  #     workload power profiles, where the GPU has them)
 
 Relative paths (``state_dir``, ``decision_log``, ``profile``) are taken from the config file's
 directory, not the working directory (a systemd unit's working directory is ``/``).
@@ -69,6 +73,7 @@ class LaneConfig:
         itl_p99_slo_s / ttft_p99_slo_s: SLOs (s). plan: ``"twin"``, ``"profile"`` or ``"fixed"``.
         profile: path of a calibration profile (``plan == "profile"``).
         power_limit_w / clock_window_mhz: the operator's own point (``plan == "fixed"``; W, MHz).
+        workload_profile: a workload power profile name of the fixed point (``plan == "fixed"``).
         step_w / clock_step_mhz: one guard notch (W / MHz).
     """
 
@@ -83,6 +88,7 @@ class LaneConfig:
     profile: str | None = None
     power_limit_w: float | None = None
     clock_window_mhz: tuple[int, int] | None = None
+    workload_profile: str | None = None
     step_w: float = 25.0
     clock_step_mhz: float = 90.0
 
@@ -91,8 +97,10 @@ class LaneConfig:
             raise ValueError(f"lane {self.name}: needs gpus and metrics")
         if self.plan not in ("twin", "profile", "fixed") or (self.plan == "profile") != (self.profile is not None):
             raise ValueError(f"lane {self.name}: plan must be 'twin', 'fixed' or a profile path")
-        if (self.plan == "fixed") != (self.power_limit_w is not None or self.clock_window_mhz is not None):
-            raise ValueError(f"lane {self.name}: plan 'fixed' needs power_limit_w and/or clock_window_mhz")
+        if (self.plan == "fixed") != (self.power_limit_w is not None or self.clock_window_mhz is not None
+                                      or self.workload_profile is not None):
+            raise ValueError(f"lane {self.name}: plan 'fixed' needs power_limit_w, clock_window_mhz and/or "
+                             "workload_profile")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,6 +112,7 @@ class RunConfig:
         period_s, state_dir, decision_log, log_ticks, metrics_addr, metrics_port, fast_window_s, slow_window_s:
             ``[controller]``. guard: ``[guard]`` overrides of :class:`GuardConfig`.
         nvml_backend: ``"pynvml"`` or ``"fake"``; fake_gpus / fake_load: the fake's H200s and load (0..1).
+        nvml_call_timeout_s: deadline of each NVML call (s; :class:`~gpufield.telemetry.nvml_deadline.BoundedNvml`).
     """
 
     path: str
@@ -120,6 +129,7 @@ class RunConfig:
     nvml_backend: str = "pynvml"
     fake_gpus: int = 1
     fake_load: float = 0.0
+    nvml_call_timeout_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.lanes:
@@ -224,15 +234,22 @@ def _lane(path: str, text: str, name: str, d: Any, base: Path) -> LaneConfig:
                 and 0 < w[0] <= w[1]):
             raise r.fail("clock_window_mhz", f"expected [low, high] integer MHz with 0 < low <= high, got {w!r}")
         win = (w[0], w[1])
-    if (plan == "fixed") != (cap is not None or win is not None):
-        key = "plan" if plan == "fixed" else "power_limit_w" if cap is not None else "clock_window_mhz"
-        raise r.fail(key, "plan = 'fixed' needs power_limit_w and/or clock_window_mhz (and they need plan = 'fixed')")
+    from gpufield.power.actuators.wpp import PROFILE_IDS
+
+    wpp = r.get("workload_profile", "str", None, check=lambda v: v in PROFILE_IDS,
+                expect=f"one of {', '.join(PROFILE_IDS)}")
+    if (plan == "fixed") != (cap is not None or win is not None or wpp is not None):
+        key = ("plan" if plan == "fixed" else "power_limit_w" if cap is not None else "clock_window_mhz"
+               if win is not None else "workload_profile")
+        raise r.fail(key, "plan = 'fixed' needs power_limit_w, clock_window_mhz and/or workload_profile (and they "
+                     "need plan = 'fixed')")
     step_w = r.get("step_w", "num", 25.0, check=_pos, expect="a number > 0 (W)")
     clock_step = r.get("clock_step_mhz", "num", 90.0, check=_pos, expect="a number > 0 (MHz)")
     r.done()
     return LaneConfig(name=name, role=Lane(role), gpus=gpus, engine=engine, metrics=metrics, itl_p99_slo_s=itl,
                       ttft_p99_slo_s=ttft, plan=plan, profile=_rel(base, profile) if profile else None,
-                      power_limit_w=cap, clock_window_mhz=win, step_w=step_w, clock_step_mhz=clock_step)
+                      power_limit_w=cap, clock_window_mhz=win, workload_profile=wpp, step_w=step_w,
+                      clock_step_mhz=clock_step)
 
 
 def load_run_config(path: str | Path) -> RunConfig:
@@ -290,6 +307,8 @@ def load_run_config(path: str | Path) -> RunConfig:
                                expect="'pynvml' or 'fake'")
     kw["fake_gpus"] = n.get("fake_gpus", "int", 1, check=lambda v: 1 <= v <= 64, expect="an integer 1-64")
     kw["fake_load"] = n.get("fake_load", "num", 0.0, check=lambda v: 0 <= v <= 1, expect="a number in [0, 1]")
+    kw["nvml_call_timeout_s"] = n.get("call_timeout_s", "num", 2.0, check=lambda v: 0 < v <= 60,
+                                      expect="a number in (0, 60] (s)")
     n.done()
     lanes_d = data.get("lanes")
     if not lanes_d:

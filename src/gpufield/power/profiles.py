@@ -108,6 +108,7 @@ def load_profile(path: str | Path, expected: ProfileKey, *, now_s: float | None 
         key = ProfileKey(**d["key"])
         s = d["setting"]
         setting = LaneSetting(power_limit_w=s["power_limit_w"], label=s.get("label", ""),
+                              workload_profile=s.get("workload_profile"),
                               clock_window_mhz=tuple(s["clock_window_mhz"]) if s["clock_window_mhz"] else None)
         prof = Profile(key=key, setting=setting, actuator=d["actuator"], slo=d["slo"],
                        evidence=d.get("evidence", {}), created_s=float(d["created_s"]),

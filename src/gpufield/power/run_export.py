@@ -7,6 +7,7 @@ and the would-have-saved estimate of shadow mode.
 ``lane_clock_window_{low,high}_mhz`` (the setting the controller wants; NaN = vendor default / unlocked),
 ``lane_itl_p99_seconds{window}``, ``lane_ttft_p99_seconds{window}``, ``lane_queue_depth``,
 ``lane_kv_usage``, ``lane_telemetry_age_seconds``, ``intents_total{action}``, ``drift_total``,
+``nvml_timeouts_total{lane,call}`` and ``nvml_wedged`` (an NVML call missed its deadline),
 ``errors_total``, ``energy_joules_total`` and ``would_have_saved_joules_total``; per GPU
 ``gpu_power_watts``, ``gpu_enforced_limit_watts``, ``gpu_sm_clock_mhz``, ``gpu_clocks_locked``.
 
@@ -159,6 +160,29 @@ class Recorder:
         self._act.reset_clocks(gpu, lane=self._lane, reason=reason)
         self._ev(gpu, "reset_clocks", None, reason)
 
+    def set_workload_profile(self, gpu: str, profile: str, *, lane: str, reason: str) -> Any:
+        """Forward and record (a workload power profile name)."""
+        setp = getattr(self._act, "set_workload_profile", None)
+        if setp is None:
+            from gpufield.errors import ActuationError
+
+            raise ActuationError(f"{gpu}: workload power profile {profile!r} asked of an actuator without profiles")
+        v = setp(gpu, profile, lane=self._lane, reason=reason)
+        self._ev(gpu, "workload_profile", profile, reason)
+        return v
+
+    @property
+    def clear_workload_profile(self) -> Any:
+        """Forward and record, when the actuator has profiles (else None: :func:`apply_setting` skips it)."""
+        inner = getattr(self._act, "clear_workload_profile", None)
+        if inner is None:
+            return None
+
+        def clear(gpu: str, *, lane: str, reason: str) -> None:
+            if inner(gpu, lane=self._lane, reason=reason):
+                self._ev(gpu, "workload_profile", None, reason)
+        return clear
+
     def restore_defaults(self, gpu: str) -> None:
         """Forward and record."""
         self._act.restore_defaults(gpu)
@@ -216,6 +240,11 @@ class RunMetrics:
         self.age = Gauge(p + "lane_telemetry_age_seconds", "Age of the lane's SLO histogram", L, registry=r)
         self.intents = Counter(p + "intents", "Intended (shadow) or applied (write) actions", L + ["action"], registry=r)
         self.drift = Counter(p + "drift", "External changes found by read-back", L, registry=r)
+        self.nvml_timeouts = Counter(p + "nvml_timeouts", "NVML calls that missed their deadline (the lane then "
+                                     "fails safe)", L + ["call"], registry=r)
+        self.nvml_wedged = Gauge(p + "nvml_wedged", "1 once an NVML call missed its deadline (no NVML call is made "
+                                 "after that)", registry=r)
+        self.nvml_wedged.set(0)
         self.errors = Counter(p + "errors", "Ticks with a lane error", L, registry=r)
         self.energy = Counter(p + "energy_joules", "GPU energy measured (counter deltas)", L, registry=r)
         self.saved = Counter(p + "would_have_saved_joules", "Shadow estimate of energy the intents would save",

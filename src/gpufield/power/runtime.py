@@ -43,7 +43,12 @@ __all__ = ["TickRecord", "RuntimeLoop", "apply_setting", "THERMAL_REASONS"]
 
 
 def apply_setting(act: Actuator, gpu: str, setting: LaneSetting, *, lane: str, reason: str) -> None:
-    """Apply one lane setting to one GPU: power limit (default limit if None) and clock window (unlock if None)."""
+    """Apply one lane setting to one GPU: power limit (default limit if None), clock window (unlock if None)
+    and workload power profile (requested if set; cleared if None, on an actuator that has profiles).
+
+    Raises:
+        ActuationError: a write failed, or a profile was asked of an actuator without profiles.
+    """
     caps = act.capabilities(gpu)
     act.set_power_limit(gpu, setting.power_limit_w if setting.power_limit_w is not None else caps.default_limit_w,
                         lane=lane, reason=reason)
@@ -51,6 +56,14 @@ def apply_setting(act: Actuator, gpu: str, setting: LaneSetting, *, lane: str, r
         act.reset_clocks(gpu, lane=lane, reason=reason)
     else:
         act.set_clock_window(gpu, *setting.clock_window_mhz, lane=lane, reason=reason)
+    if setting.workload_profile is not None:
+        setp = getattr(act, "set_workload_profile", None)
+        if setp is None:
+            raise ActuationError(f"{gpu}: setting {setting.label!r} needs workload power profiles; this actuator has "
+                                 "none (wrap it in gpufield.power.actuators.wpp.WorkloadProfileActuator)")
+        setp(gpu, setting.workload_profile, lane=lane, reason=reason)
+    elif getattr(act, "clear_workload_profile", None) is not None:
+        act.clear_workload_profile(gpu, lane=lane, reason=reason)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,6 +89,8 @@ class RuntimeLoop:
         lanes: lane -> GPU UUIDs. controllers: lane -> controller. source: signals. actuator: writes.
         period_s: control period. clock / sleep: injectable for tests.
         yield_after: external changes tolerated per lane before the loop stops writing it.
+        halted: optional ``() -> reason or None``; while it gives a reason no lane is written (the
+            guard still decides; e.g. NVML wedged: :attr:`BoundedNvml.wedged`, a write would not return).
 
     Raises:
         ActuationError: a lane mixes GPUs the actuator may write with GPUs it may not.
@@ -85,7 +100,7 @@ class RuntimeLoop:
     def __init__(self, lanes: dict[Lane, list[str]], controllers: dict[Lane, LaneController],
                  source: TelemetrySource, actuator: Actuator, *, period_s: float = 5.0,
                  clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 yield_after: int = 3) -> None:
+                 yield_after: int = 3, halted: Callable[[], str | None] | None = None) -> None:
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         if yield_after < 1:
@@ -107,6 +122,7 @@ class RuntimeLoop:
         self._seen: dict[str, tuple[float, bool]] = {}  # control fields right after our last apply
         self._drifts: dict[Lane, int] = {lane: 0 for lane in lanes}
         self.yielded: set[Lane] = set()
+        self._halted = halted
 
     def _read_back(self, lane: Lane, gpus: list[str], drift: list[str]) -> tuple[bool, bool, bool]:
         """Read every GPU of ``lane``: ``(read_failed, thermal, changed_externally)``."""
@@ -154,6 +170,11 @@ class RuntimeLoop:
             if lane in self.yielded:
                 errors.append(f"{lane.value}: not written (its GPUs were changed from outside "
                               f"{self._drifts[lane]} times)")
+                continue
+            halt = self._halted() if self._halted is not None else None
+            if halt:
+                errors.append(f"{lane.value}: not written ({halt})")
+                self.applied[lane] = None
                 continue
             if setting == self.applied[lane]:
                 continue

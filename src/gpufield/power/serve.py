@@ -19,6 +19,15 @@
    when the guard state or setting changed, or on an intent, drift or error), then the Prometheus
    gauges; each intent or write is an ``intent`` / ``write`` record. A lane whose SLO histogram goes missing is stale
    telemetry and falls back to defaults (the guard's fail-safe).
+4a. **NVML deadlines.** Every NVML call of the run goes through
+   :class:`~gpufield.telemetry.nvml_deadline.BoundedNvml` (``[nvml] call_timeout_s``, default 2 s): a
+   call that misses its deadline raises :class:`~gpufield.errors.NvmlTimeoutError` in the tick instead
+   of stalling it, and NVML counts as wedged from then on (every later call raises at once, none
+   reaches the driver). Each lane then fails safe: its read-back fails, the guard falls back to
+   defaults, no write is attempted on the driver; a ``fail_safe`` record and one ``intent``
+   (``write`` in write mode) record per GPU with ``applied: false`` go to the log, and
+   ``gpufield_power_nvml_timeouts_total{lane,call}`` / ``gpufield_power_nvml_wedged`` are exported.
+   The loop keeps its period; the settings are not read back at stop (the ``stop`` record says so).
 5. **Stop** on SIGTERM/SIGINT (or ``stop`` / ``max_ticks``): the loop ends after the tick under way;
    in write mode the actuator restores every GPU it changed; the GPUs' settings are read back, a
    ``stop`` record with the run's summary closes the log; the lock is released.
@@ -48,6 +57,7 @@ from gpufield.power.run_export import DecisionLog, LastSignals, Recorder, RunMet
 from gpufield.power.runtime import RuntimeLoop
 from gpufield.power.startup import check_lanes, check_write, open_nvml
 from gpufield.power.types import GpuCaps
+from gpufield.telemetry.nvml_deadline import BoundedNvml
 
 __all__ = ["RunSummary", "run_lanes"]
 
@@ -134,7 +144,9 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
         if lock.takeover:
             echo(f"gpufield power run: {lock.takeover}")
     try:
-        nv = nvml if nvml is not None else open_nvml(cfg, write)
+        raw = nvml if nvml is not None else open_nvml(cfg, write)
+        # every NVML call of the run (start-up checks, read-back, writes, attestation) has a deadline
+        nv = raw if isinstance(raw, BoundedNvml) else BoundedNvml(raw, timeout_s=cfg.nvml_call_timeout_s)
         if write:
             from gpufield.power.actuators.nvml import NvmlActuator
             from gpufield.power.config import WriteConfig
@@ -151,7 +163,9 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
             r = http.get(url)
             r.raise_for_status()
             return r.text
-        with http, act_cm as act:
+        from gpufield.power.actuators.wpp import with_profiles
+
+        with http, with_profiles(act_cm) as act:
             info, probs, mprobs = check_lanes(cfg, act, get)
             if probs or mprobs:
                 kind = ActuationError if probs else TelemetryError
@@ -166,7 +180,8 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                                  step_w=ln.step_w, clock_step_mhz=ln.clock_step_mhz)
                 ctrl = LaneController(ln.role, i["setting"], lim, cfg.guard_config(ln))
                 rec, src = Recorder(act, ln.name, write), LastSignals(i["source"])
-                loop = RuntimeLoop({ln.role: list(ln.gpus)}, {ln.role: ctrl}, src, rec, period_s=cfg.period_s)
+                loop = RuntimeLoop({ln.role: list(ln.gpus)}, {ln.role: ctrl}, src, rec, period_s=cfg.period_s,
+                                   halted=lambda: f"NVML wedged: {nv.wedged}" if nv.wedged is not None else None)
                 lanes.append((ln, ctrl, rec, src, loop, i["model"]))
             log = DecisionLog(log_path)
             metrics = None
@@ -194,14 +209,17 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                      f"http://{cfg.metrics_addr}:{metrics.port}/metrics, log {log_path}")
                 old = _install_signals(stop, why)
                 try:
-                    stats = _loop(cfg, lanes, act, log, metrics, stop, why, max_ticks, shadow=not write)
+                    stats = _loop(cfg, lanes, act, log, metrics, stop, why, max_ticks, shadow=not write, nv=nv)
                 finally:
                     for s, h in old.items():
                         signal.signal(s, h)
-                if write:
+                if write and nv.wedged is None:
                     act.restore_all()  # before the read-back: the GPUs must show what they had before
-                after = {u: d for u, d in attest(nv).items() if u in mine}
-                diffs = _changed(before, after)
+                if nv.wedged is None:
+                    after = {u: d for u, d in attest(nv).items() if u in mine}
+                    diffs = _changed(before, after)
+                else:  # no call reaches a wedged driver; what the GPUs hold now is unknown
+                    after, diffs = {}, [f"settings not read back after the run: {nv.wedged}"]
                 ok = not diffs
                 summary = RunSummary(mode=mode, log_path=log_path, metrics_port=metrics.port,
                                      stop_reason=why["reason"], attest_before=before, attest_after=after,
@@ -251,8 +269,26 @@ def _install_signals(stop: threading.Event, why: dict) -> dict:
     return old
 
 
+def _fail_safe(ln: Any, nv: BoundedNvml, log: DecisionLog, metrics: RunMetrics, shadow: bool) -> int:
+    """A lane's first tick after NVML missed a deadline: log the fail-safe intent (not written) and count it.
+
+    Returns the number of intent records written (one per GPU of the lane).
+    """
+    err = nv.wedged
+    metrics.nvml_timeouts.labels(ln.name, err.call).inc()
+    metrics.nvml_wedged.set(1)
+    t = time.time()
+    log.write({"event": "fail_safe", "t": t, "lane": ln.name, "call": err.call, "timeout_s": err.timeout_s,
+               "reason": str(err), "action": "restore defaults", "applied": False}, sync=True)
+    for g in ln.gpus:  # what the guard's fail-safe wants; never sent to a wedged driver
+        log.write({"event": "intent" if shadow else "write", "t": t, "lane": ln.name, "gpu": g, "action": "restore",
+                   "value": None, "applied": False, "reason": f"fail-safe: {err} (not written: NVML is wedged)"})
+        metrics.intents.labels(ln.name, "restore").inc()
+    return len(ln.gpus)
+
+
 def _loop(cfg: RunConfig, lanes: list, act: Any, log: DecisionLog, metrics: RunMetrics, stop: threading.Event,
-          why: dict, max_ticks: int | None, *, shadow: bool) -> dict:
+          why: dict, max_ticks: int | None, *, shadow: bool, nv: BoundedNvml) -> dict:
     starts, durs = [], []
     prev: dict[str, Any] = {}
     saved = {ln.name: 0.0 for ln, *_ in lanes}
@@ -261,6 +297,7 @@ def _loop(cfg: RunConfig, lanes: list, act: Any, log: DecisionLog, metrics: RunM
     every = cfg.log_ticks == "all"
     last_key: dict[str, tuple] = {}
     pend = {ln.name: 0.0 for ln, *_ in lanes}
+    failed_safe: set[str] = set()
     nxt = time.monotonic()
     while not stop.is_set():
         t0 = time.monotonic()
@@ -302,6 +339,9 @@ def _loop(cfg: RunConfig, lanes: list, act: Any, log: DecisionLog, metrics: RunM
                 metrics.drift.labels(ln.name).inc(len(tr.drift))
             if tr.error:
                 metrics.errors.labels(ln.name).inc()
+            if nv.wedged is not None and ln.name not in failed_safe:
+                failed_safe.add(ln.name)
+                n_int += _fail_safe(ln, nv, log, metrics, shadow)
             pend[ln.name] += lane_saved
             key = (state, level, ctrl.current)
             if every or key != last_key.get(ln.name) or n_ev or tr.drift or tr.error:

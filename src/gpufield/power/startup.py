@@ -69,8 +69,10 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
         model = None
     if lane.plan == "fixed":
         parts = ([f"cap {lane.power_limit_w:g} W"] if lane.power_limit_w is not None else []) + \
-                ([f"clocks {lane.clock_window_mhz[0]}-{lane.clock_window_mhz[1]} MHz"] if lane.clock_window_mhz else [])
+                ([f"clocks {lane.clock_window_mhz[0]}-{lane.clock_window_mhz[1]} MHz"] if lane.clock_window_mhz else []) + \
+                ([f"profile {lane.workload_profile}"] if lane.workload_profile else [])
         return (LaneSetting(power_limit_w=lane.power_limit_w, clock_window_mhz=lane.clock_window_mhz,
+                            workload_profile=lane.workload_profile,
                             label=" + ".join(parts) + " (fixed)"), model, "fixed in the lanes file")
     if lane.plan == "twin":
         if model is None:
@@ -90,6 +92,24 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
     fields.update(gpu=caps.name, lane=lane.role.value)  # what this run can check: SKU and lane role
     prof = load_profile(lane.profile, ProfileKey(**fields))
     return prof.setting, model, f"profile {lane.profile}"
+
+
+def _check_profile(act: Any, lane: LaneConfig, name: str, gpus: list[str]) -> None:
+    """Raise ValueError unless every GPU offers workload power profile ``name`` (read-only queries)."""
+    from gpufield.power.actuators.wpp import PROFILE_IDS
+
+    if name not in PROFILE_IDS:
+        raise ValueError(f"unknown workload power profile {name!r} (known: {', '.join(PROFILE_IDS)})")
+    profiles = getattr(act, "profiles", None)
+    if profiles is None:
+        raise ValueError(f"workload power profile {name} needs an actuator with profiles")
+    for u in gpus:
+        wp = profiles(u)
+        if not wp.supported:
+            raise ValueError(f"workload power profile {name}: {u} has none ({wp.reason})")
+        if PROFILE_IDS[name] not in wp.available:
+            raise ValueError(f"workload power profile {name} (id {PROFILE_IDS[name]}) not offered by {u} "
+                             f"(offers {list(wp.available)})")
 
 
 def check_lanes(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[dict, list[str], list[str]]:
@@ -127,6 +147,8 @@ def check_lanes(cfg: RunConfig, act: Any, get: Callable[[str], str]) -> tuple[di
             if setting.power_limit_w is not None and not c0.min_limit_w <= setting.power_limit_w <= c0.max_limit_w:
                 raise ValueError(f"power limit {setting.power_limit_w:g} W outside {c0.min_limit_w:g}-"
                                  f"{c0.max_limit_w:g} W")
+            if setting.workload_profile is not None:
+                _check_profile(act, ln, setting.workload_profile, list(caps))
         except (ValueError, GpufieldError) as e:
             probs.append(f"lane {ln.name}: plan: {e}")
             continue

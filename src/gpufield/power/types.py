@@ -46,12 +46,15 @@ class LaneSetting:
     Attributes:
         power_limit_w: board power limit (W).
         clock_window_mhz: locked SM-clock window ``(lo, hi)`` (MHz).
+        workload_profile: an NVML workload power profile to request (``"max-q"``, ``"max-p"``, ...: the
+            names of :data:`gpufield.power.actuators.wpp.PROFILE_IDS`), the third decode actuator.
         label: short name for reports (``"default"``, ``"cap 650 W"``, ``"maxq"``).
     """
 
     power_limit_w: float | None = None
     clock_window_mhz: tuple[int, int] | None = None
     label: str = "default"
+    workload_profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.power_limit_w is not None and not (self.power_limit_w > 0 and math.isfinite(self.power_limit_w)):
@@ -60,11 +63,13 @@ class LaneSetting:
             lo, hi = self.clock_window_mhz
             if not 0 < lo <= hi:
                 raise ValueError(f"clock_window_mhz needs 0 < lo <= hi, got ({lo}, {hi})")
+        if self.workload_profile is not None and not (isinstance(self.workload_profile, str) and self.workload_profile):
+            raise ValueError(f"workload_profile must be a profile name, got {self.workload_profile!r}")
 
     @property
     def is_default(self) -> bool:
         """True when nothing differs from the vendor default."""
-        return self.power_limit_w is None and self.clock_window_mhz is None
+        return self.power_limit_w is None and self.clock_window_mhz is None and self.workload_profile is None
 
 
 DEFAULT = LaneSetting()

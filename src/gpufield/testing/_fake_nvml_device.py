@@ -285,6 +285,62 @@ class DeviceCalls:
         g = self._enter("nvmlDeviceGetPerformanceState", (handle,))
         return 0 if g.load > 0 else 8
 
+    # --- workload power profiles (ctypes structures passed with ctypes.byref, as pynvml's callers do) ---
+    @staticmethod
+    def _set_mask(mask: Any, ids: Any) -> None:
+        for w in range(len(mask.mask)):
+            mask.mask[w] = 0
+        for i in ids:
+            mask.mask[i // 32] |= 1 << (i % 32)
+
+    @staticmethod
+    def _mask_ids(mask: Any) -> set[int]:
+        return {w * 32 + b for w in range(len(mask.mask)) for b in range(32) if (mask.mask[w] >> b) & 1}
+
+    def _wpp(self, name: str, handle: Any, *, setter: bool = False) -> Any:
+        g = self._enter(name, (handle,), setter=setter)
+        if not g.workload_profiles:
+            raise _err(_p.NVML_ERROR_NOT_SUPPORTED)
+        return g
+
+    def nvmlDeviceWorkloadPowerProfileGetProfilesInfo(self, device: Any, profilesInfo: Any) -> int:
+        """Fill ``c_nvmlWorkloadPowerProfileProfilesInfo_v1_t``: offered ids, priorities, conflicts."""
+        g = self._wpp("nvmlDeviceWorkloadPowerProfileGetProfilesInfo", device)
+        info = profilesInfo._obj
+        self._set_mask(info.perfProfilesMask, g.workload_profiles)
+        for k, (pid, prio) in enumerate(sorted(g.workload_profiles.items())):
+            info.perfProfile[k].profileId = pid
+            info.perfProfile[k].priority = prio
+            self._set_mask(info.perfProfile[k].conflictingmask, g.workload_conflicts.get(pid, ()))
+        return _p.NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileGetCurrentProfiles(self, device: Any, currentProfiles: Any) -> int:
+        """Fill ``c_nvmlWorkloadPowerProfileCurrentProfiles_v1_t`` (perf = offered, requested, enforced)."""
+        g = self._wpp("nvmlDeviceWorkloadPowerProfileGetCurrentProfiles", device)
+        cur = currentProfiles._obj
+        req = g.requested_profiles
+        enforced = {i for i in req if not any(j in req and g.workload_profiles[j] < g.workload_profiles[i]
+                                              for j in g.workload_conflicts.get(i, ()))}
+        self._set_mask(cur.perfProfilesMask, g.workload_profiles)
+        self._set_mask(cur.requestedProfilesMask, req)
+        self._set_mask(cur.enforcedProfilesMask, enforced)
+        return _p.NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileSetRequestedProfiles(self, device: Any, requestedProfiles: Any) -> int:
+        """Add the mask's ids to the requested ones (an id the GPU does not offer: ``INVALID_ARGUMENT``)."""
+        g = self._wpp("nvmlDeviceWorkloadPowerProfileSetRequestedProfiles", device, setter=True)
+        ids = self._mask_ids(requestedProfiles._obj.requestedProfilesMask)
+        if not ids <= set(g.workload_profiles):
+            raise _err(_p.NVML_ERROR_INVALID_ARGUMENT)
+        g.requested_profiles |= ids
+        return _p.NVML_SUCCESS
+
+    def nvmlDeviceWorkloadPowerProfileClearRequestedProfiles(self, device: Any, requestedProfiles: Any) -> int:
+        """Remove the mask's ids from the requested ones."""
+        g = self._wpp("nvmlDeviceWorkloadPowerProfileClearRequestedProfiles", device, setter=True)
+        g.requested_profiles -= self._mask_ids(requestedProfiles._obj.requestedProfilesMask)
+        return _p.NVML_SUCCESS
+
     # --- setters (root only; blocked in read-only mode) -----------------------------------------
     def nvmlDeviceSetPowerManagementLimit(self, handle: Any, limit: int) -> None:
         """Set the in-band limit in mW; outside ``LimitConstraints`` -> ``NVMLError_InvalidArgument``."""

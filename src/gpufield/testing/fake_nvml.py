@@ -84,6 +84,11 @@ class FakeGpu:
         ecc_mode: ``(current, pending)``; processes: ``[(pid, usedGpuMemory bytes or None)]``.
         unsupported: NVML function names or field ids that answer ``NVML_ERROR_NOT_SUPPORTED``.
         errors: function name -> NVML error code raised on every call (e.g. ``GPU_IS_LOST``).
+        workload_profiles: workload power profile id -> priority (``NVML_POWER_PROFILE_*``; empty: the
+            ``nvmlDeviceWorkloadPowerProfile*`` calls answer ``NOT_SUPPORTED``, as on Hopper).
+        workload_conflicts: id -> ids it conflicts with. requested_profiles: the requested mask's ids;
+            the enforced ones are the requested ids not in conflict with a requested id of lower
+            priority number (a toy arbitration).
     """
 
     name: str = "NVIDIA H200"
@@ -124,6 +129,9 @@ class FakeGpu:
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     unsupported: set[Any] = field(default_factory=set)
     errors: dict[str, int] = field(default_factory=dict)
+    workload_profiles: dict[int, int] = field(default_factory=dict)
+    workload_conflicts: dict[int, set[int]] = field(default_factory=dict)
+    requested_profiles: set[int] = field(default_factory=set)
     # driver-owned state (changed by setters and the fake clock)
     locked_clocks_mhz: tuple[int, int] | None = None
     locked_mem_clocks_mhz: tuple[int, int] | None = None
