@@ -256,7 +256,8 @@ def command(r: Run, logdir: Path | None) -> list[str]:
 def execute(r: Run, out: Path, timeout_s: float = 180.0) -> dict:
     """Run one case and write its files under ``out``; returns its manifest entry."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **r.env}
-    with tempfile.TemporaryDirectory(prefix=f"tf-{r.id}-") as tmp:
+    # the prefix carries no run id: the loops print temp paths (checkpoint folders), which would leak the label
+    with tempfile.TemporaryDirectory(prefix="tf-") as tmp:
         logdir = Path(tmp) / "logs" if r.shape == "logdir" else None
         env["TMPDIR"] = tmp  # faultloop's checkpoints land here and are deleted
         cmd = command(r, logdir)

@@ -83,7 +83,9 @@ def _run(fault: str, n: int, r: int, s: int, *, wrap: str = "ddp", model: str = 
     who = "every rank" if r < 0 else f"rank {r}"
     rid = (f"{'clean' if fault == 'none' else fault.replace('_', '')}-{wrap}-{model}-{n}r" + (f"-rank{'all' if r < 0 else r}-step{s}"
            if fault != "none" else "") + (f"-{tag}" if tag else "") + ("-logdir" if shape == "logdir" else ""))
-    blame = "-" if cls in ("clean", "NAN_LOSS") else f"{H} rank={r}"
+    # a host is labelled only where the log names one (docs/triage-labels.md: "as it appears in the logs"): a run
+    # that ends normally has no torchrun failure block ("host : localhost"), so a straggler row blames the rank only
+    blame = "-" if cls in ("clean", "NAN_LOSS") else f"rank={r}" if fault == "sleep" else f"{H} rank={r}"
     variant = [f"model {model}", f"accum {accum}"] + ([f"DataLoader workers {workers}"] if workers else []) + \
         ([f"ckpt {ckpt} every {every}" if every else f"ckpt {ckpt}"] if ckpt != "none" else []) + \
         [f"log {log}"] + (["rank-0 step lines"] if rank0 else []) + (["timing breakdown"] if timing else []) + \
