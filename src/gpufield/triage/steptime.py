@@ -45,6 +45,10 @@ _STATED = (
     r"|elapsed time per iteration \((?P<du>ms|s)\): (?P<d>\d+(?:\.\d+)?)"
     r"|'train_steps_per_second': (?P<e>\d+(?:\.\d+)?)")
 STATED_RE = rx.compile(_STATED)
+# a compute-only duration printed beside the step's wall time (``compute 304.8 ms``, ``fwd_bwd: 0.30s``,
+# ``compute_time=12ms``): measured before the step's collective waits, so unlike the wall time it is not
+# equalised by the barrier the collective forms (traceml #252) and can name the rank that is slow
+COMPUTE_RE = rx.compile(r"\b(?:compute|fwd_?bwd|forward[-_]backward)(?:_?time)?\b\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?) ?(?P<u>ms|s)\b")
 # a step line without a stated duration: "step 12", "iter 12", "iteration 12/1000", "global_step=12"
 STEP_LINE_RE = rx.compile(r"\b(?:global_step|step|iter(?:ation)?)\b\s*[:=]?\s*\d+")
 # [rank1] step 2 ... / [Rank 1] ... / rank 1: ... (a rank tag the prefix parser does not take)
@@ -142,10 +146,12 @@ class StepTimes:
     Attributes:
         year: year of year-less timestamps (interval timing only).
         stats: ``(file, host, rank)`` -> :class:`StepStat`.
+        compute: the same keys -> the compute-only durations of their step lines (:data:`COMPUTE_RE`).
     """
 
     year: int = 1970
     stats: dict[tuple, StepStat] = field(default_factory=dict)
+    compute: dict[tuple, StepStat] = field(default_factory=dict)
     _scan: rx.ByteScanner | None = None
     _hits: dict[str, int] = field(default_factory=dict)
 
@@ -235,6 +241,9 @@ class StepTimes:
             st._last_ts = pre.ts_ns
         else:
             return None
+        c = COMPUTE_RE.search(line)
+        if c is not None:
+            self.compute.setdefault(key, StepStat()).add(float(c["v"]) / (1000.0 if c["u"] == "ms" else 1.0))
         st.last_raw = line
         return key
 
@@ -249,6 +258,12 @@ class StepTimes:
                              host=host, rank=rank, severity="debug",
                              fields={"count": st.count, "mean_s": st.mean_s, "std_s": st.std_s, "max_s": st.max_s,
                                      "stated": st.stated, "first_line": st.first_line}))
+            c = self.compute.get((path, host, rank))
+            if c is not None and c.count >= cfg.min_steps:  # the compute-only part of the same step lines
+                out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
+                                 host=host, rank=rank, severity="debug",
+                                 fields={"count": c.count, "mean_s": c.mean_s, "std_s": c.std_s, "max_s": c.max_s,
+                                         "stated": c.count, "first_line": st.first_line, "what": "compute"}))
         return out
 
 
@@ -295,12 +310,15 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     return np.flatnonzero(hit).astype(np.int64) + lo
 
 
-def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> list[tuple[Event, float, float]]:
+def slow_ranks(events: list[Event], config: StepTimeConfig | None = None,
+               what: str = "step") -> list[tuple[Event, float, float]]:
     """Ranks whose mean step time is >= ``min_ratio`` x the median of their peers' means.
 
     Args:
         events: ``step_time`` events (one per rank; those without a rank are ignored).
         config: thresholds.
+        what: ``"step"`` compares the wall time of the step lines, ``"compute"`` their compute-only part
+            (events with ``fields["what"] == "compute"``).
 
     Returns:
         ``(event, ratio, peers_median_s)`` per slow rank, slowest first. Empty when fewer than
@@ -309,7 +327,7 @@ def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> lis
     cfg = config or StepTimeConfig()
     by_rank: dict[int, Event] = {}
     for e in events:
-        if e.rank is not None and e.fields.get("count", 0) >= cfg.min_steps:
+        if e.rank is not None and e.fields.get("what", "step") == what and e.fields.get("count", 0) >= cfg.min_steps:
             prev = by_rank.get(e.rank)
             if prev is None or e.fields["count"] > prev.fields["count"]:
                 by_rank[e.rank] = e

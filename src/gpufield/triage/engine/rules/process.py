@@ -305,13 +305,19 @@ def _step_time_stragglers(ctx: RuleContext) -> list[Finding]:
 
     cfg = StepTimeConfig()
     out = []
-    for e, ratio, med in slow_ranks(ctx.kinds("step_time"), cfg):
-        f = e.fields
-        out.append(finding(ctx, "STRAGGLER_COMPUTE", "step_time", Tier.PROCESS, 0.75, [e], rank=e.rank,
-                           facts={"ratio": f"{ratio:.2f}", "severity": cfg.severity(ratio - 1) or "low",
-                                  "steps": str(f["count"])},
-                           note=f"Rank {e.rank}'s mean step time {f['mean_s']:.3f} s over {f['count']} steps is "
-                                f"{ratio:.2f}x the median of its peers ({med:.3f} s)."))
+    named: set[int | None] = set()
+    # compute-only times first: they exclude the collective wait that equalises the wall times
+    for what, label in (("compute", "compute time (excluding collective waits)"), ("step", "step time")):
+        for e, ratio, med in slow_ranks(ctx.kinds("step_time"), cfg, what=what):
+            if e.rank in named:
+                continue
+            named.add(e.rank)
+            f = e.fields
+            out.append(finding(ctx, "STRAGGLER_COMPUTE", "step_time", Tier.PROCESS, 0.75, [e], rank=e.rank,
+                               facts={"ratio": f"{ratio:.2f}", "severity": cfg.severity(ratio - 1) or "low",
+                                      "steps": str(f["count"]), "timing": what},
+                               note=f"Rank {e.rank}'s mean {label} {f['mean_s']:.3f} s over {f['count']} steps is "
+                                    f"{ratio:.2f}x the median of its peers ({med:.3f} s)."))
     return out
 
 

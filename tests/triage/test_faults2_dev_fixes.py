@@ -1,0 +1,43 @@
+"""Root fixes for the dev-half misses of the fault-injection corpus faults2 (tests/triage/corpus/faults2),
+each checked on the row's real torchrun log against the row's own label (ground truth by construction:
+the injected fault and its rank, benchmarks/triage_faults2.py), plus a check of the mechanism itself.
+
+Never a test-half row: the rows are asserted to be dev rows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufield.triage import analyze
+from gpufield.triage.evaluate import score
+from gpufield.triage.labels import parse_index
+
+CORPUS = Path(__file__).parent / "corpus" / "faults2"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {c.number: c for c in parse_index(CORPUS / "INDEX.md")}
+
+
+def _top(rows, number: str):
+    case = rows[number]
+    assert case.split == "dev"  # never a test-half row
+    res = analyze([str(CORPUS / p) for p in case.paths])
+    top = res.incidents[0] if res.incidents else None
+    r = score(case, [(i.cls, i.established, i.confidence) for i in res.incidents], top)
+    assert r.correct, (number, r.predicted)
+    assert r.blame_ok is not False, (number, top and (top.host, top.rank))
+    assert r.action_ok is not False, (number, top and (top.action_kind, top.action))
+    return top
+
+
+def test_compute_time_names_the_straggler_the_wall_time_hides(rows):
+    # rank 1 sleeps 0.3 s per step; the loss all_reduce equalises the printed s/step of both ranks, the step
+    # lines' "compute N ms" part (measured before the collective) is ~0.3 s longer on rank 1 only
+    top = _top(rows, "sleep-ddp-mlp-2r-rank1-step1")
+    assert top.cls == "STRAGGLER_COMPUTE" and top.rank == 1
+    assert "compute time" in top.note
