@@ -41,3 +41,9 @@ def test_compute_time_names_the_straggler_the_wall_time_hides(rows):
     top = _top(rows, "sleep-ddp-mlp-2r-rank1-step1")
     assert top.cls == "STRAGGLER_COMPUTE" and top.rank == 1
     assert "compute time" in top.note
+
+
+def test_checkpoint_timeout_blames_the_rank_that_did_not_time_out(rows):
+    # rank 1 stalls 30 s before dcp.save; rank 0 times out inside dcp.save (its traceback frame is the save mark)
+    top = _top(rows, "ckptstall-fsdp2-mlp-2r-rank1-step3")
+    assert top.cls == "CHECKPOINT_SAVE_TIMEOUT" and top.rank == 1

@@ -200,9 +200,14 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     ck = _checkpoint_mark(ctx, evs)
     if ck is not None:
         # the saving rank: the one the save banner names, else the one rank that did not time out
+        # a rank tag on the mark names the saver, unless that rank itself timed out: then the mark is a frame of
+        # its own traceback (it waited inside a collective save, dcp.save) and the one rank that did not time out
+        # was the busy one (faults2 ckptstall-fsdp2-mlp-2r: the peer stalled before entering the save)
         m = _RANK_TAG.search(ck.text)
         waited = sorted({e.rank for e in evs if e.rank is not None})
-        saver = int(m.group(1)) if m else blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
+        busy = blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
+        tagged = int(m.group(1)) if m else None
+        saver = busy if tagged is None or (tagged in waited and busy is not None) else tagged
         return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
                         rank=saver, facts={"marker": f"{ck.file}:{ck.line}"},
                         note=f"The collective timed out while a checkpoint was being saved ({ck.file}:{ck.line}: "
