@@ -47,3 +47,11 @@ def test_checkpoint_timeout_blames_the_rank_that_did_not_time_out(rows):
     # rank 1 stalls 30 s before dcp.save; rank 0 times out inside dcp.save (its traceback frame is the save mark)
     top = _top(rows, "ckptstall-fsdp2-mlp-2r-rank1-step3")
     assert top.cls == "CHECKPOINT_SAVE_TIMEOUT" and top.rank == 1
+
+
+def test_rank_that_exited_zero_early_is_the_peer_that_left(rows):
+    # rank 1's data runs out: it exits 0; rank 0 gets gloo's "Connection closed by peer"; torchrun's summary
+    # lists rank 0 only (an exit code 0 is no failure)
+    top = _top(rows, "exit0-ddp-mlp-2r-rank1-step3")
+    assert top.cls == "PEER_PROCESS_EXIT" and top.rank == 1
+    assert top.action_kind == "FIX_CONFIG" and "same number of steps" in top.action
