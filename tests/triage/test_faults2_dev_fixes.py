@@ -55,3 +55,14 @@ def test_rank_that_exited_zero_early_is_the_peer_that_left(rows):
     top = _top(rows, "exit0-ddp-mlp-2r-rank1-step3")
     assert top.cls == "PEER_PROCESS_EXIT" and top.rank == 1
     assert top.action_kind == "FIX_CONFIG" and "same number of steps" in top.action
+
+
+def test_python_logging_rank_tag_after_the_level_names_the_rank():
+    # faults2 dev sleep-fsdp2-mlp-3r-rank2-step2: logging.basicConfig(format="%(asctime)s %(levelname)s [rank2] ...")
+    from gpufield.triage.parsers._prefix import split_prefix
+
+    line = ("2026-12-02 04:06:52,626 INFO [rank2] train: step 2 | loss 5.6626 | grad_norm 1.0114 | 0.486 s/step")
+    assert split_prefix(line, 2026).rank == 2
+    assert split_prefix("2026-12-02 04:06:52,626 INFO waiting for [rank3]", 2026).rank is None  # not the tag
+    res = analyze([str(CORPUS / "sleep-fsdp2-mlp-3r-rank2-step2.log")])
+    assert sorted(e.rank for e in res.events if e.kind == "step_time") == [0, 1, 2]  # one timing per rank
