@@ -66,3 +66,19 @@ def test_python_logging_rank_tag_after_the_level_names_the_rank():
     assert split_prefix("2026-12-02 04:06:52,626 INFO waiting for [rank3]", 2026).rank is None  # not the tag
     res = analyze([str(CORPUS / "sleep-fsdp2-mlp-3r-rank2-step2.log")])
     assert sorted(e.rank for e in res.events if e.kind == "step_time") == [0, 1, 2]  # one timing per rank
+
+
+def test_common_slowdown_is_an_unnamed_straggler_hint(rows):
+    from gpufield.triage.steptime import slowdown
+
+    # rank 2 sleeps 0.4 s per step from step 2; all three ranks' wall times jump together (the collective)
+    assert rows["sleep-fsdp2-mlp-3r-rank2-step2"].split == "dev"
+    top = analyze([str(CORPUS / "sleep-fsdp2-mlp-3r-rank2-step2.log")]).incidents[0]  # class right; blame stays wrong
+    assert top.cls == "STRAGGLER_COMPUTE" and not top.established and top.rank is None
+    assert "at step 2 " in top.note
+    # the same form in the first fault corpus: faults dev sleep-ddp-2r-rank1-0.3s (0.3 s from step 2)
+    other = analyze([str(CORPUS.parent / "faults" / "sleep-ddp-2r-rank1-0.3s.log")]).incidents
+    assert other and other[0].cls == "STRAGGLER_COMPUTE" and "at step 2 " in other[0].note
+    # the series rule itself: steps 0-1 of that log, then 0.36 s steps; a noisy flat series is no slowdown
+    assert slowdown([0.073, 0.064, 0.357, 0.365, 0.363, 0.365, 0.363, 0.360])[0] == 2
+    assert slowdown([0.069, 0.043, 0.027, 0.033, 0.036, 0.031, 0.05, 0.04, 0.03]) is None

@@ -53,6 +53,13 @@ COMPUTE_RE = rx.compile(r"\b(?:compute|fwd_?bwd|forward[-_]backward)(?:_?time)?\
 STEP_LINE_RE = rx.compile(r"\b(?:global_step|step|iter(?:ation)?)\b\s*[:=]?\s*\d+")
 # [rank1] step 2 ... / [Rank 1] ... / rank 1: ... (a rank tag the prefix parser does not take)
 RANK_TAG_RE = rx.compile(r"^\s*\[?[Rr]ank ?(?P<rank>\d+)\]?:? ")
+#: per-step durations kept per key (in order) for :func:`slowdown`; the moments cover every step
+SERIES_MAX = 512
+#: :func:`slowdown`: every later step at least this many times every earlier one (step 0, warm-up, left out)
+SLOWDOWN_RATIO = 2.5
+#: :func:`slowdown`: steps after the change at least, and an added time per step at least (seconds)
+SLOWDOWN_MIN_AFTER = 5
+SLOWDOWN_MIN_ADDED_S = 0.05
 #: step lines per file parsed one by one before sampling starts
 FULL_LINES = 4096
 #: past :data:`FULL_LINES`, one step line in this many is parsed
@@ -112,8 +119,11 @@ class StepStat:
     last_line: int = 0
     last_raw: str = ""
     _last_ts: int | None = None
+    series: list[float] = field(default_factory=list)
 
     def add(self, dur_s: float) -> None:
+        if len(self.series) < SERIES_MAX:
+            self.series.append(dur_s)
         self.count += 1
         self.total_s += dur_s
         self.sumsq_s2 += dur_s * dur_s
@@ -254,10 +264,12 @@ class StepTimes:
         for (path, host, rank), st in self.stats.items():
             if st.count < cfg.min_steps:
                 continue
+            jump = slowdown(st.series)
             out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
                              host=host, rank=rank, severity="debug",
                              fields={"count": st.count, "mean_s": st.mean_s, "std_s": st.std_s, "max_s": st.max_s,
-                                     "stated": st.stated, "first_line": st.first_line}))
+                                     "stated": st.stated, "first_line": st.first_line,
+                                     **({"slowdown": jump} if jump else {})}))
             c = self.compute.get((path, host, rank))
             if c is not None and c.count >= cfg.min_steps:  # the compute-only part of the same step lines
                 out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
@@ -308,6 +320,23 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
             hit[i] = 0 <= found < int(offsets[i + 1])
         pos = le
     return np.flatnonzero(hit).astype(np.int64) + lo
+
+
+def slowdown(series: list[float]) -> tuple[int, float, float] | None:
+    """A sustained step-time jump: the first step index ``k >= 2`` such that every duration from ``k`` on
+    is >= :data:`SLOWDOWN_RATIO` x every duration of steps ``1..k-1`` (step 0 is warm-up), with at least
+    :data:`SLOWDOWN_MIN_AFTER` steps after it and at least :data:`SLOWDOWN_MIN_ADDED_S` added per step.
+
+    Returns:
+        ``(k, median before, median after)`` in seconds, or None.
+    """
+    s = series[1:]
+    for k in range(1, len(s) - SLOWDOWN_MIN_AFTER + 1):
+        before, after = s[:k], s[k:]
+        lo, hi = max(before), min(after)
+        if hi >= SLOWDOWN_RATIO * lo and hi - lo >= SLOWDOWN_MIN_ADDED_S:
+            return k + 1, statistics.median(before), statistics.median(after)
+    return None
 
 
 def slow_ranks(events: list[Event], config: StepTimeConfig | None = None,
