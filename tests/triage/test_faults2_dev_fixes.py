@@ -82,3 +82,21 @@ def test_common_slowdown_is_an_unnamed_straggler_hint(rows):
     # the series rule itself: steps 0-1 of that log, then 0.36 s steps; a noisy flat series is no slowdown
     assert slowdown([0.073, 0.064, 0.357, 0.365, 0.363, 0.365, 0.363, 0.360])[0] == 2
     assert slowdown([0.069, 0.043, 0.027, 0.033, 0.036, 0.031, 0.05, 0.04, 0.03]) is None
+
+
+def test_faultloop2_nangrad_keeps_the_loss_finite_and_the_gradients_nan():
+    # the faults2 "clean (NaN grad-norm warnings only)" rows rest on this: 0*sqrt(0*h) is 0 forward, NaN backward
+    import torch
+
+    from gpufield.testing import faultloop2
+
+    a = faultloop2._parse(["--fault", "nangrad", "--model", "transformer", "--hidden", "16", "--vocab", "32"])
+    model = faultloop2._model(a)
+    model.poison = True
+    x = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
+    loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 32), x[:, 1:].reshape(-1))
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.isnan(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    with pytest.raises(SystemExit):  # a worker exception needs a DataLoader with workers
+        faultloop2._parse(["--fault", "worker_exception"])
