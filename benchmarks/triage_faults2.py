@@ -175,6 +175,8 @@ Notes on what the runs really did (measured, not intended):
   `TORCH_DISTRIBUTED_DEBUG=DETAIL` (FSDP2) torch's wrapper reports `Detected mismatch between collectives`.
 - `sigstop`: the stopped rank ignores torchrun's SIGTERM; torchrun SIGKILLs it 30 s later.
 - `ckpt_stall` with DCP: the stalling rank enters `dcp.save` after its peers' collective timed out.
+- After the first scoring, 8 runs (the checkpoint-saving ones and one log-dir run) were regenerated: their temp
+  folder names carried the run id, which the loop prints in checkpoint paths (a label leak).
 - `sleep`: the loss all_reduce equalises the printed per-step wall times; only the `--timing` run prints
   the per-rank compute time separately.
 
