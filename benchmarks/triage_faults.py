@@ -62,6 +62,8 @@ class Run:
         note: what the run is.
         env: extra environment of the run.
         launcher: extra torchrun arguments (``--max-restarts 1``).
+        module: the training loop torchrun runs (``-m``); ``faultloop2`` runs (benchmarks/triage_faults2.py)
+            take their arguments from ``args`` only.
     """
 
     id: str
@@ -79,6 +81,7 @@ class Run:
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
     launcher: tuple[str, ...] = ()
+    module: str = "gpufield.testing.faultloop"
 
     def __post_init__(self) -> None:
         if self.shape not in ("stream", "logdir") or self.wrap not in ("ddp", "fsdp2") or not 1 <= self.nproc <= 4:
@@ -243,9 +246,9 @@ def command(r: Run, logdir: Path | None) -> list[str]:
     cmd = [str(TORCHRUN), *(r.rdzv or ("--standalone",)), "--nproc-per-node", str(r.nproc), *r.launcher]
     if logdir is not None:
         cmd += ["--log-dir", str(logdir), "--tee", "3", "--redirects", "3"]
-    cmd += ["-m", "gpufield.testing.faultloop", "--wrap", r.wrap, "--fault", r.fault,
+    cmd += ["-m", r.module, "--wrap", r.wrap, "--fault", r.fault,
             "--fault-rank", str(r.rank), "--fault-step", str(r.step)]
-    if not any(a == "--steps" for a in r.args):
+    if r.module == "gpufield.testing.faultloop" and not any(a == "--steps" for a in r.args):
         cmd += ["--steps", "12"]
     return cmd + list(r.args)
 
@@ -253,7 +256,8 @@ def command(r: Run, logdir: Path | None) -> list[str]:
 def execute(r: Run, out: Path, timeout_s: float = 180.0) -> dict:
     """Run one case and write its files under ``out``; returns its manifest entry."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **r.env}
-    with tempfile.TemporaryDirectory(prefix=f"tf-{r.id}-") as tmp:
+    # the prefix carries no run id: the loops print temp paths (checkpoint folders), which would leak the label
+    with tempfile.TemporaryDirectory(prefix="tf-") as tmp:
         logdir = Path(tmp) / "logs" if r.shape == "logdir" else None
         env["TMPDIR"] = tmp  # faultloop's checkpoints land here and are deleted
         cmd = command(r, logdir)

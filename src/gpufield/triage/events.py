@@ -117,7 +117,8 @@ KINDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "restart_loop": ("tool", "repeated restart / rerun of the same job", ("count", "message")),
     "straggler_finding": ("tool", "per-rank timing table row or finding", ("finding", "step_ms", "metric", "value_ms", "median_ms", "median_rank", "total_ms", "message")),
     "traceback": ("torch", "Python traceback frames (innermost last)", ("frames", "files", "user_call", "user_frame")),
-    "step_time": ("train", "per-rank step-time summary (gpufield.triage.steptime, seconds)", ("count", "mean_s", "std_s", "max_s", "stated", "first_line")),
+    "step_time": ("train", "per-rank step-time summary (gpufield.triage.steptime, seconds); ``what`` = ``compute``: the "
+                  "compute-only durations of the same step lines", ("count", "mean_s", "std_s", "max_s", "stated", "first_line", "what")),
     # smi / dcgm
     "clock_event": ("smi", "active clock-event (throttle) reason", ("reason", "active", "reasons", "mask", "counter_us")),
     "ecc_counter": ("smi", "ECC counter value", ("counter", "value", "volatile", "location")),

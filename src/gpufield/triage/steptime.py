@@ -45,10 +45,21 @@ _STATED = (
     r"|elapsed time per iteration \((?P<du>ms|s)\): (?P<d>\d+(?:\.\d+)?)"
     r"|'train_steps_per_second': (?P<e>\d+(?:\.\d+)?)")
 STATED_RE = rx.compile(_STATED)
+# a compute-only duration printed beside the step's wall time (``compute 304.8 ms``, ``fwd_bwd: 0.30s``,
+# ``compute_time=12ms``): measured before the step's collective waits, so unlike the wall time it is not
+# equalised by the barrier the collective forms (traceml #252) and can name the rank that is slow
+COMPUTE_RE = rx.compile(r"\b(?:compute|fwd_?bwd|forward[-_]backward)(?:_?time)?\b\s*[:=]?\s*(?P<v>\d+(?:\.\d+)?) ?(?P<u>ms|s)\b")
 # a step line without a stated duration: "step 12", "iter 12", "iteration 12/1000", "global_step=12"
 STEP_LINE_RE = rx.compile(r"\b(?:global_step|step|iter(?:ation)?)\b\s*[:=]?\s*\d+")
 # [rank1] step 2 ... / [Rank 1] ... / rank 1: ... (a rank tag the prefix parser does not take)
 RANK_TAG_RE = rx.compile(r"^\s*\[?[Rr]ank ?(?P<rank>\d+)\]?:? ")
+#: per-step durations kept per key (in order) for :func:`slowdown`; the moments cover every step
+SERIES_MAX = 512
+#: :func:`slowdown`: every later step at least this many times every earlier one (step 0, warm-up, left out)
+SLOWDOWN_RATIO = 2.5
+#: :func:`slowdown`: steps after the change at least, and an added time per step at least (seconds)
+SLOWDOWN_MIN_AFTER = 5
+SLOWDOWN_MIN_ADDED_S = 0.05
 #: step lines per file parsed one by one before sampling starts
 FULL_LINES = 4096
 #: past :data:`FULL_LINES`, one step line in this many is parsed
@@ -108,8 +119,11 @@ class StepStat:
     last_line: int = 0
     last_raw: str = ""
     _last_ts: int | None = None
+    series: list[float] = field(default_factory=list)
 
     def add(self, dur_s: float) -> None:
+        if len(self.series) < SERIES_MAX:
+            self.series.append(dur_s)
         self.count += 1
         self.total_s += dur_s
         self.sumsq_s2 += dur_s * dur_s
@@ -142,10 +156,12 @@ class StepTimes:
     Attributes:
         year: year of year-less timestamps (interval timing only).
         stats: ``(file, host, rank)`` -> :class:`StepStat`.
+        compute: the same keys -> the compute-only durations of their step lines (:data:`COMPUTE_RE`).
     """
 
     year: int = 1970
     stats: dict[tuple, StepStat] = field(default_factory=dict)
+    compute: dict[tuple, StepStat] = field(default_factory=dict)
     _scan: rx.ByteScanner | None = None
     _hits: dict[str, int] = field(default_factory=dict)
 
@@ -235,6 +251,9 @@ class StepTimes:
             st._last_ts = pre.ts_ns
         else:
             return None
+        c = COMPUTE_RE.search(line)
+        if c is not None:
+            self.compute.setdefault(key, StepStat()).add(float(c["v"]) / (1000.0 if c["u"] == "ms" else 1.0))
         st.last_raw = line
         return key
 
@@ -245,10 +264,18 @@ class StepTimes:
         for (path, host, rank), st in self.stats.items():
             if st.count < cfg.min_steps:
                 continue
+            jump = slowdown(st.series)
             out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
                              host=host, rank=rank, severity="debug",
                              fields={"count": st.count, "mean_s": st.mean_s, "std_s": st.std_s, "max_s": st.max_s,
-                                     "stated": st.stated, "first_line": st.first_line}))
+                                     "stated": st.stated, "first_line": st.first_line,
+                                     **({"slowdown": jump} if jump else {})}))
+            c = self.compute.get((path, host, rank))
+            if c is not None and c.count >= cfg.min_steps:  # the compute-only part of the same step lines
+                out.append(Event(source="train", kind="step_time", file=path, line=st.last_line, raw=st.last_raw,
+                                 host=host, rank=rank, severity="debug",
+                                 fields={"count": c.count, "mean_s": c.mean_s, "std_s": c.std_s, "max_s": c.max_s,
+                                         "stated": c.count, "first_line": st.first_line, "what": "compute"}))
         return out
 
 
@@ -295,12 +322,32 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     return np.flatnonzero(hit).astype(np.int64) + lo
 
 
-def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> list[tuple[Event, float, float]]:
+def slowdown(series: list[float]) -> tuple[int, float, float] | None:
+    """A sustained step-time jump: the first step index ``k >= 2`` such that every duration from ``k`` on
+    is >= :data:`SLOWDOWN_RATIO` x every duration of steps ``1..k-1`` (step 0 is warm-up), with at least
+    :data:`SLOWDOWN_MIN_AFTER` steps after it and at least :data:`SLOWDOWN_MIN_ADDED_S` added per step.
+
+    Returns:
+        ``(k, median before, median after)`` in seconds, or None.
+    """
+    s = series[1:]
+    for k in range(1, len(s) - SLOWDOWN_MIN_AFTER + 1):
+        before, after = s[:k], s[k:]
+        lo, hi = max(before), min(after)
+        if hi >= SLOWDOWN_RATIO * lo and hi - lo >= SLOWDOWN_MIN_ADDED_S:
+            return k + 1, statistics.median(before), statistics.median(after)
+    return None
+
+
+def slow_ranks(events: list[Event], config: StepTimeConfig | None = None,
+               what: str = "step") -> list[tuple[Event, float, float]]:
     """Ranks whose mean step time is >= ``min_ratio`` x the median of their peers' means.
 
     Args:
         events: ``step_time`` events (one per rank; those without a rank are ignored).
         config: thresholds.
+        what: ``"step"`` compares the wall time of the step lines, ``"compute"`` their compute-only part
+            (events with ``fields["what"] == "compute"``).
 
     Returns:
         ``(event, ratio, peers_median_s)`` per slow rank, slowest first. Empty when fewer than
@@ -309,7 +356,7 @@ def slow_ranks(events: list[Event], config: StepTimeConfig | None = None) -> lis
     cfg = config or StepTimeConfig()
     by_rank: dict[int, Event] = {}
     for e in events:
-        if e.rank is not None and e.fields.get("count", 0) >= cfg.min_steps:
+        if e.rank is not None and e.fields.get("what", "step") == what and e.fields.get("count", 0) >= cfg.min_steps:
             prev = by_rank.get(e.rank)
             if prev is None or e.fields["count"] > prev.fields["count"]:
                 by_rank[e.rank] = e

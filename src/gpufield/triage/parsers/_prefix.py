@@ -72,6 +72,9 @@ NCCL_PREFIX_RE = rx.compile(r"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[
 # [Rank 0]  [PG 1 Rank 0]  [PG ID 0 PG GUID 0(default_pg) Rank 1]
 TORCH_RANK_RE = rx.compile(
     r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>\S+) )?)?Rank (?P<rank>\d+)\]")
+# 2026-12-02 04:06:52,039 INFO [rank1] train: ...   /   [INFO] [rank1] ...   (a python logging format with the
+# rank in brackets after the level: the tag opens the record's body, so it names the rank that logged it)
+BODY_RANK_RE = rx.compile(r"^(?:\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?\s*[-:]?\s*)?\[[Rr]ank ?(?P<rank>\d+)\]")
 # rank=3   (key=value loggers; "local_rank=3" does not match: no word boundary after "_")
 KV_RANK_RE = rx.compile(r"\brank=(?P<rank>\d+)\b")
 # 0000:3b:00  0000:b3:00.0  00000000:1B:00.0  (PCI bus id)
@@ -254,6 +257,10 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
         elif "rank=" in line:
             k = KV_RANK_RE.search(line)
             p.rank = int(k["rank"]) if k else None
+        if p.rank is None and pos and p.local_rank is None and "ank" in p.body[:24]:  # after a time/level prefix
+            b = BODY_RANK_RE.match(p.body)
+            if b is not None:
+                p.rank = int(b["rank"])
     return p
 
 

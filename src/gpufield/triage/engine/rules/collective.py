@@ -200,9 +200,14 @@ def phase_timeout_rule(ctx: RuleContext) -> list[Finding]:
     ck = _checkpoint_mark(ctx, evs)
     if ck is not None:
         # the saving rank: the one the save banner names, else the one rank that did not time out
+        # a rank tag on the mark names the saver, unless that rank itself timed out: then the mark is a frame of
+        # its own traceback (it waited inside a collective save, dcp.save) and the one rank that did not time out
+        # was the busy one (faults2 ckptstall-fsdp2-mlp-2r: the peer stalled before entering the save)
         m = _RANK_TAG.search(ck.text)
         waited = sorted({e.rank for e in evs if e.rank is not None})
-        saver = int(m.group(1)) if m else blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
+        busy = blame.busy_rank(waited, (e.rank for e in ctx.events if e.rank is not None))
+        tagged = int(m.group(1)) if m else None
+        saver = busy if tagged is None or (tagged in waited and busy is not None) else tagged
         return [finding(ctx, "CHECKPOINT_SAVE_TIMEOUT", "phase_timeout", Tier.PROCESS, CONF_INFERRED, evs,
                         rank=saver, facts={"marker": f"{ck.file}:{ck.line}"},
                         note=f"The collective timed out while a checkpoint was being saved ({ck.file}:{ck.line}: "
@@ -352,6 +357,15 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
     if not evs:
         return _restarted_group(ctx)
     evs.sort(key=lambda e: (ctx.t(e) or 0, e.file, e.line))
+    early = _quiet_exit(ctx, evs)
+    if early is not None:
+        rank, failed = early
+        return [finding(ctx, "PEER_PROCESS_EXIT", "peer_exit_quiet_rank", Tier.PROCESS, CONF_INFERRED, evs + failed,
+                        host=None, gpu=None, rank=rank, facts={"early_exit": str(rank), "peer": "-"},
+                        note=f"Rank {rank} left the job without an error while its peers were still in a collective: "
+                             f"they lost the connection to it ({evs[0].where}), and torchrun's failure summary lists "
+                             f"every other rank but not rank {rank} (a worker that exits with code 0 is no failure), "
+                             "so it finished its loop early (uneven data or a rank-dependent step count).")]
     reporters = sorted({e.host for e in evs if e.host})
     peers = Counter(p for p in (peer_name(ctx, e) for e in evs if e.fields.get("peer")) if p)
     peer = peers.most_common(1)[0][0] if peers else "-"
@@ -359,6 +373,34 @@ def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
                     host=None, gpu=None, rank=None, facts={"reporters": ",".join(reporters) or "-", "peer": peer},
                     note="A remote rank went away (broken pipe / connection closed / ncclRemoteError); "
                          f"{', '.join(reporters) or 'this host'} is a victim - the first failing peer is elsewhere.")]
+
+
+def _quiet_exit(ctx: RuleContext, lost: list[Event]) -> tuple[int, list[Event]] | None:
+    """The one rank that exited *without* an error while its peers lost the connection to it.
+
+    torchrun's failure summary (``child_failed`` entries) lists every worker of its group that exited
+    non-zero or was signalled (it SIGTERMs the survivors after the first failure), so a rank that
+    printed lines, has no entry, and no error or signal of its own, had already exited with code 0.
+    Only for one agent's summary (every entry on one host, ``rank == local_rank``: a single-node group, so
+    no rank can be missing for living on another node), and only when exactly one rank is that quiet.
+
+    Returns:
+        ``(rank, summary entries)`` or None.
+    """
+    failed = [e for e in ctx.kinds("child_failed") if e.rank is not None]  # the summary's entries (not the agent's
+    # "failed (exitcode: 1) local_rank: 0" line, which names no global rank)
+    if not failed or any(e.fields.get("local_rank") != e.rank for e in failed):
+        return None
+    if len({e.host for e in failed}) != 1 or not any(e.fields.get("root_cause") for e in failed):
+        return None
+    listed = {e.rank for e in failed}
+    seen = {e.rank for e in ctx.events if e.rank is not None}
+    noisy = {e.rank for e in ctx.events if e.rank is not None and e.kind != "child_failed"
+             and (e.severity in ("error", "fatal") or e.kind in ("signal_death", "traceback"))}
+    quiet = sorted(seen - listed - noisy)
+    if len(quiet) != 1 or not listed or not {e.rank for e in lost if e.rank is not None} <= listed:
+        return None
+    return quiet[0], failed
 
 
 def _restarted_group(ctx: RuleContext) -> list[Finding]:

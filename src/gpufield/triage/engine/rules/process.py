@@ -305,14 +305,46 @@ def _step_time_stragglers(ctx: RuleContext) -> list[Finding]:
 
     cfg = StepTimeConfig()
     out = []
-    for e, ratio, med in slow_ranks(ctx.kinds("step_time"), cfg):
-        f = e.fields
-        out.append(finding(ctx, "STRAGGLER_COMPUTE", "step_time", Tier.PROCESS, 0.75, [e], rank=e.rank,
-                           facts={"ratio": f"{ratio:.2f}", "severity": cfg.severity(ratio - 1) or "low",
-                                  "steps": str(f["count"])},
-                           note=f"Rank {e.rank}'s mean step time {f['mean_s']:.3f} s over {f['count']} steps is "
-                                f"{ratio:.2f}x the median of its peers ({med:.3f} s)."))
+    named: set[int | None] = set()
+    # compute-only times first: they exclude the collective wait that equalises the wall times
+    for what, label in (("compute", "compute time (excluding collective waits)"), ("step", "step time")):
+        for e, ratio, med in slow_ranks(ctx.kinds("step_time"), cfg, what=what):
+            if e.rank in named:
+                continue
+            named.add(e.rank)
+            f = e.fields
+            out.append(finding(ctx, "STRAGGLER_COMPUTE", "step_time", Tier.PROCESS, 0.75, [e], rank=e.rank,
+                               facts={"ratio": f"{ratio:.2f}", "severity": cfg.severity(ratio - 1) or "low",
+                                      "steps": str(f["count"]), "timing": what},
+                               note=f"Rank {e.rank}'s mean {label} {f['mean_s']:.3f} s over {f['count']} steps is "
+                                    f"{ratio:.2f}x the median of its peers ({med:.3f} s)."))
+    if not out:
+        out.extend(_common_slowdown(ctx))
     return out
+
+
+def _common_slowdown(ctx: RuleContext) -> list[Finding]:
+    """Every rank's step time jumped at the same step and stayed up (:func:`gpufield.triage.steptime.slowdown`)
+    while no rank stands out: in DDP/FSDP the step's collective makes every rank wait for the slowest, so a
+    rank that started to compute longer (a masked compute straggler, traceml #252) shows exactly this. A
+    shared cause (input pipeline, host contention) looks the same, so it is a hint, not established, and
+    the rank is not named: per-rank compute-only timing or collective arrival skew is the next evidence."""
+    walls = [e for e in ctx.kinds("step_time") if e.fields.get("what", "step") == "step" and e.rank is not None]
+    ranks = {e.rank for e in walls}
+    if len(ranks) < 2 or len(walls) != len(ranks) or not all(e.fields.get("slowdown") for e in walls):
+        return []
+    ks = [e.fields["slowdown"][0] for e in walls]
+    if max(ks) - min(ks) > 1:
+        return []
+    before = statistics.median(e.fields["slowdown"][1] for e in walls)
+    after = statistics.median(e.fields["slowdown"][2] for e in walls)
+    return [finding(ctx, "STRAGGLER_COMPUTE", "common_slowdown", Tier.PROCESS, CONF_CASCADE_ONLY, walls,
+                    established=False, rank=None, facts={"step": str(min(ks)), "before_s": f"{before:.3f}",
+                                                         "after_s": f"{after:.3f}"},
+                    note=f"Every rank's step time rose from {before:.3f} s to {after:.3f} s at step {min(ks)} and "
+                         "stayed there: the step's collective makes all ranks wait for the slowest one, so one rank "
+                         "that computes longer looks like this (a shared input or host slowdown does too); the wall "
+                         "times cannot name the rank.")]
 
 
 _PEER_LOST = re.compile(r"Connection closed by (?:remote )?peer|Connection reset by peer|Broken pipe|"
