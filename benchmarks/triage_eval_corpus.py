@@ -21,6 +21,8 @@ Usage::
 ``public`` and ``faults`` (``--sub public2`` scores the third public set alone, ``--sub public3``
 the fourth). ``--half dev``
 scores the development rows only (use it while writing rules; the test half is measured once).
+``--sub public6`` scores the seventh public set, a blind set whose every row is ``test``: score it
+once, at the end (``--sub public6 --half test``); it has no dev half to write rules against.
 """
 
 from __future__ import annotations
