@@ -74,8 +74,11 @@ def training(unit: int, rng: random.Random, n: int) -> list[str]:
     return out
 
 
-def build(path: Path, size_mb: int) -> dict:
-    corpus = b"".join(p.read_bytes() for p in sorted(CASES.glob("*.log")))
+def build(path: Path, size_mb: int, cases: Path = CASES) -> dict:
+    logs = sorted(Path(cases).glob("*.log"))
+    if not logs:
+        raise SystemExit(f"{cases}: no *.log files (the shared triage cases); pass --cases DIR")
+    corpus = b"".join(p.read_bytes() for p in logs)
     if not corpus.endswith(b"\n"):
         corpus += b"\n"
     rng = random.Random(7)
@@ -119,6 +122,8 @@ def main() -> None:
                          "each file, alternating with this one, and check that both print the same JSON (timings aside)")
     ap.add_argument("--one-worker-too", action="store_true",
                     help="also run this code with --workers 1 (one process; the default uses 2 on 2+ CPUs)")
+    ap.add_argument("--cases", default=str(CASES), metavar="DIR",
+                    help=f"the shared triage cases (*.log) the dense log is built from (default {CASES})")
     a = ap.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="triage-scale-"))
     src = str(REPO / "src")
@@ -128,7 +133,7 @@ def main() -> None:
     try:
         for mb in a.sizes_mb:
             f = work / f"dense-{mb}MB.log"
-            info = build(f, mb)
+            info = build(f, mb, Path(a.cases))
             gw, _, _, gout = timed(["grep", "-c", "-E", GREP, str(f)])
             outs = {}
             for code, path, extra in codes[::-1] if mb % 2 else codes:  # alternate which code runs first
