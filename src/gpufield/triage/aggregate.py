@@ -28,7 +28,7 @@ from typing import Any
 
 from gpufield.triage.events import Event
 
-__all__ = ["KEEP_PER_TEMPLATE", "MAX_TEMPLATES", "TemplateStats", "EventReducer"]
+__all__ = ["KEEP_PER_TEMPLATE", "MAX_TEMPLATES", "SETUP_KINDS", "TemplateStats", "EventReducer", "setup_key"]
 
 #: occurrences of one template (per file, host and rank) kept as events, besides the last one
 KEEP_PER_TEMPLATE = 32
@@ -37,6 +37,18 @@ KEEP_PER_TEMPLATE = 32
 MAX_TEMPLATES = 200_000
 #: hosts / ranks remembered per template
 _MAX_IDS = 64
+#: event kinds kept once per :func:`setup_key` (NCCL set-up lines: topology context)
+SETUP_KINDS = ("nccl_init", "nccl_bootstrap")
+
+
+def setup_key(e: Event) -> tuple:
+    """The key an NCCL set-up event (kind in :data:`SETUP_KINDS`) is kept once per:
+    ``(kind, host, rank, bus id, nranks, state)`` for ``nccl_init`` (the GPU -> rank map),
+    ``(kind, host, transport, addresses)`` for ``nccl_bootstrap`` (the IP -> host map)."""
+    f = e.fields
+    if e.kind == "nccl_init":
+        return (e.kind, e.host, f.get("rank"), f.get("bus_id"), f.get("nranks"), f.get("state"))
+    return (e.kind, e.host, f.get("transport"), tuple(f.get("addresses") or ()))
 
 
 @dataclass(slots=True)
@@ -109,10 +121,8 @@ class EventReducer:
                     self.dropped += 1
                 self._loss_pending[e.file] = (seq, e)
             return
-        if kind in ("nccl_init", "nccl_bootstrap"):
-            f = e.fields
-            key = (kind, e.host, f.get("rank"), f.get("bus_id"), f.get("nranks"), f.get("state")) \
-                if kind == "nccl_init" else (kind, e.host, f.get("transport"), tuple(f.get("addresses") or ()))
+        if kind in SETUP_KINDS:
+            key = setup_key(e)
             if key in self._setup:
                 self.dropped += 1
                 return

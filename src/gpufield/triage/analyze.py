@@ -135,7 +135,8 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
         if miner is not None:
             miner.note_event(e)
 
-    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY, workers=workers),
+    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY, workers=workers,
+                                                    setup_once=True),
                  on_block=on_block, sink=sink)
     st = res.stats
     labels = labels or {}
@@ -148,10 +149,11 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
     if miner is not None:
         miner.finish()
     events = reducer.events() + steps.events()
+    n_events = st.events + st.setup_repeats  # repeated set-up lines are events the reducer would have dropped
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
-             "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
+             "bytes": st.bytes, "lines": st.lines, "events": n_events, "seconds": round(st.seconds, 3),
              "truncated_lines": st.truncated_lines, "events_kept": len(events),
-             "events_aggregated": st.events - len(events), "phase_marks_aggregated": marks.dropped,
+             "events_aggregated": n_events - len(events), "phase_marks_aggregated": marks.dropped,
              "templates": reducer.summary(), "mined_lines": miner.lines_mined if miner is not None else 0,
              "warnings": warnings, "unreadable": [labels.get(u, u) for u in st.unreadable]}
     return events, marks.marks(), stats, [f.path for f in st.files]
