@@ -133,7 +133,9 @@ def main() -> None:
     try:
         for mb in a.sizes_mb:
             f = work / f"dense-{mb}MB.log"
+            tb = time.perf_counter()
             info = build(f, mb, Path(a.cases))
+            info["build_s"] = round(time.perf_counter() - tb, 2)
             gw, _, _, gout = timed(["grep", "-c", "-E", GREP, str(f)])
             outs = {}
             for code, path, extra in codes[::-1] if mb % 2 else codes:  # alternate which code runs first

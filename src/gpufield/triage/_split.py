@@ -20,7 +20,7 @@ stretch. Events, their order, the hooks' calls and the counters are those of the
   still open across the stretch boundary, a block without a newline), makes this process scan the
   rest of the file itself, from its exact state.
 
-Memory stays bounded: the helper returns one stretch of events at a time (48 MiB of log).
+Memory stays bounded: the helper returns one stretch of events at a time (64 MiB of log).
 Compressed files, standard input, pipes and files under :data:`MIN_BYTES` are scanned by one
 process (on a 100 MB file the helper's start-up and its one stretch cost more wall time than they
 saved: benchmarks/triage_RESULTS.md).
@@ -38,10 +38,14 @@ __all__ = ["MIN_BYTES", "OWN_READS", "HELPER_READS", "eligible", "scan_split"]
 
 #: smallest file (bytes on disk) read by two processes
 MIN_BYTES = 192 << 20
-#: reads (blocks) this process parses per stretch
-OWN_READS = 3
-#: reads the helper parses per stretch (this process also runs the hooks and the reducer on them)
-HELPER_READS = 6
+#: reads (blocks) this process parses per stretch. This process also runs the ``on_block`` hooks
+#: (phase banners, step times, miner: ~40 % of one process's CPU on a dense log) and the reducer on
+#: every block, so it parses the smaller share: 2 of 10 balanced the two processes' CPU best on the
+#: dense 300 MB log of ``benchmarks/triage_scale.py`` (3/6: 6.9 / 5.0 CPU-s, 2/8: 6.4 / 5.7, 1/8: 5.7 /
+#: 6.5; benchmarks/triage_RESULTS.md)
+OWN_READS = 2
+#: reads the helper parses per stretch
+HELPER_READS = 8
 
 
 def eligible(path: str, block_bytes: int) -> bool:
