@@ -99,3 +99,26 @@ def test_nccl_init_variants_fixture_twice_in_one_file(tmp_path):
     f = tmp_path / "twice.log"
     f.write_text((HERE / "data" / "nccl_init_variants.log").read_text() * 2)
     assert _same([f]).setup_repeats > 0
+
+
+def test_reducer_template_counts_equal_signature_per_event(shared_dir, tmp_path, monkeypatch):
+    # the reducer memoises signature() by (kind, raw, host); the counts per template must be those of
+    # signature() called on every event (same raw on another host is another template)
+    from collections import Counter
+
+    from gpufield.triage import aggregate
+    from gpufield.triage.engine.correlate import signature
+
+    log = tmp_path / "dense.log"
+    load_benchmark("triage_scale").build(log, 1, shared_dir / "data" / "triage-cases")
+    text = log.read_text()
+    (tmp_path / "other-host.log").write_text(text.replace("node-1:", "node-9:"))
+    events = ingest([str(log), str(tmp_path / "other-host.log")], options=IngestOptions(year=2026)).events
+    monkeypatch.setattr(aggregate, "_SIGNATURE_MEMO", 64)  # also exercise the clearing
+    red = EventReducer()
+    for e in events:
+        red.add(e)
+    want = Counter((e.kind, e.file, e.host, e.rank, signature(e)[1]) for e in events
+                   if e.kind not in aggregate.SETUP_KINDS and e.kind != "loss")
+    got = Counter({k: t.count for k, t in red.templates.items()})
+    assert got == want and len(want) > 50
