@@ -122,3 +122,42 @@ def test_reducer_template_counts_equal_signature_per_event(shared_dir, tmp_path,
                    if e.kind not in aggregate.SETUP_KINDS and e.kind != "loss")
     got = Counter({k: t.count for k, t in red.templates.items()})
     assert got == want and len(want) > 50
+
+
+def test_shared_banner_and_errorish_scan_finds_the_lines_of_the_two_scans(shared_dir, tmp_path):
+    # analyze runs one RE2 search for the phase keywords and the miner's words together; the banners
+    # and the mined templates must be those of the two separate searches, also where the words touch
+    # word characters, newlines and each other (the miner's \b)
+    import random
+
+    import numpy as np
+
+    from gpufield.triage.analyze import _SharedScan
+    from gpufield.triage.engine.phases import marks_in_block
+
+    words = ["error", "Errors", "xerror", "error_", "failed", "timed out", "Traceback", "WARN", "warning:",
+             "checkpoint", "Loading checkpoint", "tokenizing", "map", "Map:", "split", "download", "preprocess",
+             "filter", "loading dataset", " ", " ", "\n", "\n", "\t", "x", "7", "-", ":", "\xe9", "_"]
+    rng = random.Random(5)
+    blocks = ["".join(rng.choice(words) for _ in range(rng.randint(1, 300))).encode() + b"\n" for _ in range(300)]
+    log = tmp_path / "dense.log"
+    load_benchmark("triage_scale").build(log, 1, shared_dir / "data" / "triage-cases")
+    blocks.append(log.read_bytes())
+    shared = _SharedScan()
+    one, two = TemplateMiner(year=2026), TemplateMiner(year=2026)
+    banners = 0
+    for k, block in enumerate(blocks):
+        nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+        n = len(nl)
+        starts = np.concatenate([[0], nl + 1]).astype(np.int64)
+        b_lines, e_lines = shared.lines(block, int(starts[n]))
+        want = marks_in_block(block, starts, n, "f", 1)
+        assert marks_in_block(block, starts, n, "f", 1, firsts=b_lines) == want, block
+        banners += len(want)
+        one.on_block(f"f{k}", block, starts, n, 0)
+        two.on_block(f"f{k}", block, starts, n, 0, lines=e_lines)
+        assert one._pending == two._pending, block
+    one.finish()
+    two.finish()
+    assert [t.to_dict() for t in one.templates()] == [t.to_dict() for t in two.templates()]
+    assert banners > 100 and one.lines_mined > 1000
