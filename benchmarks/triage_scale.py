@@ -122,13 +122,17 @@ def main() -> None:
                          "each file, alternating with this one, and check that both print the same JSON (timings aside)")
     ap.add_argument("--one-worker-too", action="store_true",
                     help="also run this code with --workers 1 (one process; the default uses 2 on 2+ CPUs)")
+    ap.add_argument("--baseline-one-worker-too", action="store_true",
+                    help="with --baseline-src: also run the baseline with --workers 1")
     ap.add_argument("--cases", default=str(CASES), metavar="DIR",
                     help=f"the shared triage cases (*.log) the dense log is built from (default {CASES})")
     a = ap.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="triage-scale-"))
     src = str(REPO / "src")
     codes = [("this", src, [])] + ([("this-1-worker", src, ["--workers", "1"])] if a.one_worker_too else []) \
-        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else [])
+        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else []) \
+        + ([("baseline-1-worker", str(Path(a.baseline_src).resolve()), ["--workers", "1"])]
+           if a.baseline_src and a.baseline_one_worker_too else [])
     rows = []
     try:
         for mb in a.sizes_mb:

@@ -9,7 +9,7 @@
 #
 # Needs: python3 with numpy, pyarrow, google-re2, drain3, typer, rich (the lead's carried wheels), and the
 # shared triage cases (27 *.log files, 128 kB) at ../shared/data/triage-cases (or CASES=DIR).
-# SIZES="10 100" overrides the sizes (MB). Wall time: ~2-2.5 min with a baseline (log builds ~25 s of it), ~1.5 min without.
+# SIZES="10 100" overrides the sizes (MB); BASE1=1 also runs the baseline with --workers 1 (+~40 s). Wall time: ~2-2.5 min with a baseline (log builds ~25 s of it), ~1.5 min without.
 set -u
 out=${1:?usage: triage_scale_h200.sh OUTDIR [BASELINE_SRC]}
 base=${2:-}
@@ -25,6 +25,7 @@ py=${PYTHON:-python3}
 work=$(mktemp -d /tmp/triage-scale-XXXXXX)
 extra=()
 if [ -n "$base" ]; then extra=(--baseline-src "$base"); fi
+if [ -n "$base" ] && [ "${BASE1:-0}" = 1 ]; then extra+=(--baseline-one-worker-too); fi
 t0=$($py -c "import time; print(time.time())")
 PYTHONPATH=src timeout 175 taskset -c 0,1 $py benchmarks/triage_scale.py --sizes-mb ${SIZES:-100 1000} --dir "$work" \
     --one-worker-too --cases "$cases" "${extra[@]}" > "$out/triage-scale.jsonl" 2> "$out/triage-scale.stderr"
