@@ -74,8 +74,11 @@ def training(unit: int, rng: random.Random, n: int) -> list[str]:
     return out
 
 
-def build(path: Path, size_mb: int) -> dict:
-    corpus = b"".join(p.read_bytes() for p in sorted(CASES.glob("*.log")))
+def build(path: Path, size_mb: int, cases: Path = CASES) -> dict:
+    logs = sorted(Path(cases).glob("*.log"))
+    if not logs:
+        raise SystemExit(f"{cases}: no *.log files (the shared triage cases); pass --cases DIR")
+    corpus = b"".join(p.read_bytes() for p in logs)
     if not corpus.endswith(b"\n"):
         corpus += b"\n"
     rng = random.Random(7)
@@ -119,16 +122,24 @@ def main() -> None:
                          "each file, alternating with this one, and check that both print the same JSON (timings aside)")
     ap.add_argument("--one-worker-too", action="store_true",
                     help="also run this code with --workers 1 (one process; the default uses 2 on 2+ CPUs)")
+    ap.add_argument("--baseline-one-worker-too", action="store_true",
+                    help="with --baseline-src: also run the baseline with --workers 1")
+    ap.add_argument("--cases", default=str(CASES), metavar="DIR",
+                    help=f"the shared triage cases (*.log) the dense log is built from (default {CASES})")
     a = ap.parse_args()
     work = Path(a.dir or tempfile.mkdtemp(prefix="triage-scale-"))
     src = str(REPO / "src")
     codes = [("this", src, [])] + ([("this-1-worker", src, ["--workers", "1"])] if a.one_worker_too else []) \
-        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else [])
+        + ([("baseline", str(Path(a.baseline_src).resolve()), [])] if a.baseline_src else []) \
+        + ([("baseline-1-worker", str(Path(a.baseline_src).resolve()), ["--workers", "1"])]
+           if a.baseline_src and a.baseline_one_worker_too else [])
     rows = []
     try:
         for mb in a.sizes_mb:
             f = work / f"dense-{mb}MB.log"
-            info = build(f, mb)
+            tb = time.perf_counter()
+            info = build(f, mb, Path(a.cases))
+            info["build_s"] = round(time.perf_counter() - tb, 2)
             gw, _, _, gout = timed(["grep", "-c", "-E", GREP, str(f)])
             outs = {}
             for code, path, extra in codes[::-1] if mb % 2 else codes:  # alternate which code runs first

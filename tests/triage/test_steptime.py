@@ -107,12 +107,15 @@ def _block_search_rows(block: bytes, scan) -> list[int]:
     return rows
 
 
-def test_vectorised_step_rows_equal_the_block_search_also_across_line_ends():
+@pytest.mark.parametrize("share", [0.0, 1.0])  # run-on lines found by one block search / line by line
+def test_vectorised_step_rows_equal_the_block_search_also_across_line_ends(share, monkeypatch):
     # the per-line pass (pyarrow) must stop at exactly the lines the block search stops at, including
     # matches that run on into the next line through \s ("step\n5", "time :\n 3 ms")
     import random
 
     from gpufield.triage import steptime as stp
+
+    monkeypatch.setattr(stp, "_RUNS_ON_LINE_SHARE", share)
     from gpufield.triage.parsers._regex import ByteScanner
     from gpufield.triage.parsers._regex import compile as re2_compile
 

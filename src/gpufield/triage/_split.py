@@ -20,7 +20,7 @@ stretch. Events, their order, the hooks' calls and the counters are those of the
   still open across the stretch boundary, a block without a newline), makes this process scan the
   rest of the file itself, from its exact state.
 
-Memory stays bounded: the helper returns one stretch of events at a time (48 MiB of log).
+Memory stays bounded: the helper returns one stretch of events at a time (64 MiB of log).
 Compressed files, standard input, pipes and files under :data:`MIN_BYTES` are scanned by one
 process (on a 100 MB file the helper's start-up and its one stretch cost more wall time than they
 saved: benchmarks/triage_RESULTS.md).
@@ -38,10 +38,14 @@ __all__ = ["MIN_BYTES", "OWN_READS", "HELPER_READS", "eligible", "scan_split"]
 
 #: smallest file (bytes on disk) read by two processes
 MIN_BYTES = 192 << 20
-#: reads (blocks) this process parses per stretch
-OWN_READS = 3
-#: reads the helper parses per stretch (this process also runs the hooks and the reducer on them)
-HELPER_READS = 6
+#: reads (blocks) this process parses per stretch. This process also runs the ``on_block`` hooks
+#: (phase banners, step times, miner: ~40 % of one process's CPU on a dense log) and the reducer on
+#: every block, so it parses the smaller share: 2 of 10 balanced the two processes' CPU best on the
+#: dense 300 MB log of ``benchmarks/triage_scale.py`` (3/6: 6.9 / 5.0 CPU-s, 2/8: 6.4 / 5.7, 1/8: 5.7 /
+#: 6.5; benchmarks/triage_RESULTS.md)
+OWN_READS = 2
+#: reads the helper parses per stretch
+HELPER_READS = 8
 
 
 def eligible(path: str, block_bytes: int) -> bool:
@@ -69,17 +73,19 @@ class _Start:
 
 
 def _tail(path: str, start: _Start, skip: int, count: int, block_bytes: int, with_loss: bool, loss_every: int,
-          year: int, utc_offset_s: int, not_after_ns: int | None) -> dict[str, Any]:
+          year: int, utc_offset_s: int, not_after_ns: int | None, setup_once: bool = False) -> dict[str, Any]:
     """Helper process: cut ``skip`` reads after ``start`` without parsing, then scan ``count`` reads.
 
     Returns:
         ``ok`` (False: the stretch could not be derived, nothing else), ``assumed`` (carry, base,
         thin chunks, first_done at the helper's start), ``events`` ``[(block number, event)]``,
-        ``candidates``, ``clean`` (no warning but invalid timestamps), and the state at its end.
+        ``candidates``, ``setup_repeats``, ``clean`` (no warning but invalid timestamps), and the
+        state at its end. Set-up repeats are found among the stretch's own lines only (a set-up
+        line first seen in an earlier stretch is parsed again here, and dropped by the reducer).
     """
     from gpufield.triage.ingest import make_table
 
-    table = make_table(with_loss, loss_every)
+    table = make_table(with_loss, loss_every, setup_once)
     thin_find = table.thin_scan.find if table.thin_scan is not None else None
     with open(path, "rb") as f:
         f.seek(start.reads * block_bytes)
@@ -114,7 +120,8 @@ def _tail(path: str, start: _Start, skip: int, count: int, block_bytes: int, wit
     bad = counters.bad_timestamps
     expected = min(bad, 5) + (1 if bad > 5 and not state.stopped else 0)
     return {"ok": True, "assumed": (carry, base, chunks, first_done), "events": events,
-            "candidates": counters.candidates, "clean": len(counters.warnings) == expected,
+            "candidates": counters.candidates, "setup_repeats": counters.setup_repeats,
+            "clean": len(counters.warnings) == expected,
             "end": (state.carry, state.base, state.reads, state.thin.chunks, state.thin.first_done,
                     state.pending, state.stopped)}
 
@@ -207,7 +214,8 @@ def scan_split(stream, path: str, table, year: int, opts, counters: ScanCounters
     events, order, hook calls and counters as ``scan`` by one (see the module docstring)."""
     bb = opts.block_bytes
     state = ScanState()
-    args = (OWN_READS, HELPER_READS, bb, opts.with_loss, opts.loss_every, year, opts.utc_offset_s, not_after_ns)
+    args = (OWN_READS, HELPER_READS, bb, opts.with_loss, opts.loss_every, year, opts.utc_offset_s, not_after_ns,
+            opts.setup_once)
     helper: _Helper | None = None
 
     def own(**kw):
@@ -278,6 +286,7 @@ def scan_split(stream, path: str, table, year: int, opts, counters: ScanCounters
                 counters.count(ev)
                 yield ev
             counters.candidates += res["candidates"]
+            counters.setup_repeats += res["setup_repeats"]
             counters.helper_blocks += block
             if (carry, base, reads, stopped) != (state.carry, state.base, state.reads, state.stopped):
                 raise AssertionError(f"{path}: helper and reader cut the blocks differently")  # a bug, not input

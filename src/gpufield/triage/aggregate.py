@@ -28,7 +28,7 @@ from typing import Any
 
 from gpufield.triage.events import Event
 
-__all__ = ["KEEP_PER_TEMPLATE", "MAX_TEMPLATES", "TemplateStats", "EventReducer"]
+__all__ = ["KEEP_PER_TEMPLATE", "MAX_TEMPLATES", "SETUP_KINDS", "TemplateStats", "EventReducer", "setup_key"]
 
 #: occurrences of one template (per file, host and rank) kept as events, besides the last one
 KEEP_PER_TEMPLATE = 32
@@ -37,6 +37,29 @@ KEEP_PER_TEMPLATE = 32
 MAX_TEMPLATES = 200_000
 #: hosts / ranks remembered per template
 _MAX_IDS = 64
+#: templates remembered by ``(kind, raw, host)`` (a log repeats lines verbatim: a retry loop, every rank's
+#: copy of one traceback); cleared when full, so memory stays bounded
+_SIGNATURE_MEMO = 1 << 16
+#: only events whose raw text is at most this long are memoised (<= ~64 MB of keys in all)
+_MEMO_RAW_CHARS = 1024
+#: event kinds kept once per :func:`setup_key` (NCCL set-up lines: topology context)
+SETUP_KINDS = ("nccl_init", "nccl_bootstrap")
+
+
+def _signature(e: Event) -> str:
+    from gpufield.triage.engine.correlate import signature
+
+    return signature(e)[1]
+
+
+def setup_key(e: Event) -> tuple:
+    """The key an NCCL set-up event (kind in :data:`SETUP_KINDS`) is kept once per:
+    ``(kind, host, rank, bus id, nranks, state)`` for ``nccl_init`` (the GPU -> rank map),
+    ``(kind, host, transport, addresses)`` for ``nccl_bootstrap`` (the IP -> host map)."""
+    f = e.fields
+    if e.kind == "nccl_init":
+        return (e.kind, e.host, f.get("rank"), f.get("bus_id"), f.get("nranks"), f.get("state"))
+    return (e.kind, e.host, f.get("transport"), tuple(f.get("addresses") or ()))
 
 
 @dataclass(slots=True)
@@ -90,6 +113,7 @@ class EventReducer:
     _setup: set[tuple] = field(default_factory=set)
     _loss_first: set[str] = field(default_factory=set)
     _loss_pending: dict[str, tuple[int, Event]] = field(default_factory=dict)
+    _memo: dict[tuple, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.keep_per_template < 1:
@@ -109,19 +133,23 @@ class EventReducer:
                     self.dropped += 1
                 self._loss_pending[e.file] = (seq, e)
             return
-        if kind in ("nccl_init", "nccl_bootstrap"):
-            f = e.fields
-            key = (kind, e.host, f.get("rank"), f.get("bus_id"), f.get("nranks"), f.get("state")) \
-                if kind == "nccl_init" else (kind, e.host, f.get("transport"), tuple(f.get("addresses") or ()))
+        if kind in SETUP_KINDS:
+            key = setup_key(e)
             if key in self._setup:
                 self.dropped += 1
                 return
             self._setup.add(key)
             self._keep(seq, e)
             return
-        from gpufield.triage.engine.correlate import signature
-
-        _, template = signature(e)
+        if kind in ("watchdog_timeout", "desync") or len(e.raw) > _MEMO_RAW_CHARS:  # fields, not text / long
+            template = _signature(e)
+        else:  # signature() reads only the kind, the first raw line and the host
+            mk = (kind, e.raw, e.host)
+            template = self._memo.get(mk)  # type: ignore[assignment]
+            if template is None:
+                if len(self._memo) >= _SIGNATURE_MEMO:
+                    self._memo.clear()
+                template = self._memo[mk] = _signature(e)
         key = (kind, e.file, e.host, e.rank, template)
         st = self.templates.get(key)
         if st is None:

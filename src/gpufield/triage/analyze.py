@@ -122,11 +122,16 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
     reducer = EventReducer()
     steps = StepTimes(year=year or time.gmtime().tm_year)
 
+    shared = _SharedScan() if miner is not None else None
+
     def on_block(path: str, block: bytes, starts, n: int, base: int) -> None:
-        marks.extend(marks_in_block(block, starts, n, path, base + 1))
+        if shared is not None:  # one search for the banner keywords and the miner's words together
+            banner_lines, errorish_lines = shared.lines(block, int(starts[n]))
+            marks.extend(marks_in_block(block, starts, n, path, base + 1, firsts=banner_lines))
+            miner.on_block(path, block, starts, n, base, lines=errorish_lines)  # type: ignore[union-attr]
+        else:
+            marks.extend(marks_in_block(block, starts, n, path, base + 1))
         steps.on_block(path, block, starts, n, base)
-        if miner is not None:
-            miner.on_block(path, block, starts, n, base)
         if progress is not None:
             progress(path, len(block))
 
@@ -135,7 +140,8 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
         if miner is not None:
             miner.note_event(e)
 
-    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY, workers=workers),
+    res = ingest(list(paths), options=IngestOptions(year=year, with_loss=True, loss_every=LOSS_EVERY, workers=workers,
+                                                    setup_once=True),
                  on_block=on_block, sink=sink)
     st = res.stats
     labels = labels or {}
@@ -148,13 +154,53 @@ def _ingest(paths: Sequence[str], *, year: int | None, miner: TemplateMiner | No
     if miner is not None:
         miner.finish()
     events = reducer.events() + steps.events()
+    n_events = st.events + st.setup_repeats  # repeated set-up lines are events the reducer would have dropped
     stats = {"files_seen": st.files_seen, "files_read": st.files_read, "files_skipped": st.files_skipped,
-             "bytes": st.bytes, "lines": st.lines, "events": st.events, "seconds": round(st.seconds, 3),
+             "bytes": st.bytes, "lines": st.lines, "events": n_events, "seconds": round(st.seconds, 3),
              "truncated_lines": st.truncated_lines, "events_kept": len(events),
-             "events_aggregated": st.events - len(events), "phase_marks_aggregated": marks.dropped,
+             "events_aggregated": n_events - len(events), "phase_marks_aggregated": marks.dropped,
              "templates": reducer.summary(), "mined_lines": miner.lines_mined if miner is not None else 0,
              "warnings": warnings, "unreadable": [labels.get(u, u) for u in st.unreadable]}
     return events, marks.marks(), stats, [f.path for f in st.files]
+
+
+class _SharedScan:
+    """The lines of a block that hold a phase-banner keyword and those that hold an error-ish word
+    (:func:`gpufield.triage.engine.phases.keyword_pattern`, :data:`gpufield.triage.miner.ERRORISH`,
+    both case-insensitive), found by one RE2 search of the block for either (then each hit line is
+    asked which of the two it holds) instead of one search of the whole block for each. Neither
+    pattern can match across a newline, so a line holds a match of the block search exactly when it
+    holds one of its own: the same lines as the two separate scans."""
+
+    def __init__(self) -> None:
+        from gpufield.triage.engine.phases import keyword_pattern
+        from gpufield.triage.miner import ERRORISH
+        from gpufield.triage.parsers._regex import ByteScanner
+
+        kw = keyword_pattern()
+        self._both = ByteScanner(f"(?:{kw})|(?:{ERRORISH})", ignore_case=True)
+        self._kw = ByteScanner(kw, ignore_case=True)
+        self._err = ByteScanner(ERRORISH, ignore_case=True)
+
+    def lines(self, block: bytes, end: int) -> tuple[list[int], list[tuple[int, int]]]:
+        """``(banner line starts, [(start, end before the newline)] of error-ish lines)`` of ``block[:end]``."""
+        find, kw, err = self._both.find, self._kw.find, self._err.find
+        banner: list[int] = []
+        errorish: list[tuple[int, int]] = []
+        pos = 0
+        while pos < end:
+            hit = find(block, pos, end)
+            if hit < 0:
+                break
+            ls = block.rfind(b"\n", 0, hit) + 1
+            le = block.find(b"\n", hit, end)
+            le = end if le < 0 else le
+            if kw(block, ls, le) >= 0:
+                banner.append(ls)
+            if err(block, ls, le) >= 0:
+                errorish.append((ls, le))
+            pos = le + 1
+        return banner, errorish
 
 
 def input_id(files: Sequence[str]) -> str:

@@ -73,6 +73,13 @@ class IngestOptions:
             :data:`gpufield.triage._split.MIN_BYTES` is parsed by this process and one helper
             process in alternating stretches (:mod:`gpufield.triage._split`): the events are the
             same, in the same order, as with 1.
+        setup_once: an NCCL set-up line (``nccl_init`` / ``nccl_bootstrap``) in canonical form
+            whose key (host, rank, nranks, bus id, state / host, transport, addresses) was already
+            parsed earlier in the same file is counted in :attr:`FileStats.setup_repeats` and not
+            parsed or emitted (see ``parsers._scan.SetupRepeats``). The events dropped are exactly
+            those :class:`gpufield.triage.aggregate.EventReducer` would drop, so a reducer's output
+            is unchanged; :func:`gpufield.triage.analyze.analyze` sets it. Lines holding an
+            error-ish word of :data:`gpufield.triage.miner.ERRORISH` are always parsed.
     """
 
     year: int | None = None
@@ -81,6 +88,7 @@ class IngestOptions:
     loss_every: int = 1
     block_bytes: int = BLOCK_BYTES
     workers: int = 1
+    setup_once: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 64:
@@ -127,6 +135,8 @@ class FileStats:
         helper_blocks: read blocks parsed by a helper process (``IngestOptions.workers``);
             ``helper_stop``: why a helper stretch was last refused (or the helper stopped);
             ``helper_redone``: helper stretches refused and parsed by this process again.
+        setup_repeats: repeated NCCL set-up lines counted, not parsed (``IngestOptions.setup_once``;
+            not in ``events``).
     """
 
     path: str
@@ -141,6 +151,7 @@ class FileStats:
     helper_blocks: int = 0
     helper_stop: str | None = None
     helper_redone: int = 0
+    setup_repeats: int = 0
 
 
 @dataclass(slots=True)
@@ -157,6 +168,7 @@ class IngestStats:
         warnings: every :class:`IngestWarning`.
         unreadable: paths that could not be opened at all (missing, permission, zstd).
         truncated_lines: total of :attr:`FileStats.truncated_lines`.
+        setup_repeats: total of :attr:`FileStats.setup_repeats`.
     """
 
     files_seen: int = 0
@@ -172,6 +184,7 @@ class IngestStats:
     warnings: list[IngestWarning] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     truncated_lines: int = 0
+    setup_repeats: int = 0
 
     @property
     def nothing_read(self) -> bool:
@@ -315,7 +328,7 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
     """
     opts = options or IngestOptions()
     st = stats if stats is not None else IngestStats()
-    table = make_table(opts.with_loss, opts.loss_every)
+    table = make_table(opts.with_loss, opts.loss_every, opts.setup_once)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     t0 = time.perf_counter()
@@ -342,14 +355,19 @@ def iter_events(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]
             st.candidates += fs.candidates
             st.events += fs.events
             st.truncated_lines += fs.truncated_lines
+            st.setup_repeats += fs.setup_repeats
             st.seconds = time.perf_counter() - t0
     st.seconds = time.perf_counter() - t0
 
 
-def make_table(with_loss: bool, loss_every: int) -> Table:
-    """The parser table of one ingestion (the loss parser appended and thinned with ``with_loss``)."""
+def make_table(with_loss: bool, loss_every: int, setup_once: bool = False) -> Table:
+    """The parser table of one ingestion (the loss parser appended and thinned with ``with_loss``;
+    repeated NCCL set-up lines counted, not parsed, with ``setup_once``: see :class:`IngestOptions`)."""
+    from gpufield.triage.miner import ERRORISH
+
     return Table(PARSERS + ((LOSS_PARSER,) if with_loss else ()),
-                 thin=(len(PARSERS), loss_every) if with_loss else None)
+                 thin=(len(PARSERS), loss_every) if with_loss else None,
+                 setup_once=ERRORISH if setup_once else None)
 
 
 def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table, opts: IngestOptions,
@@ -397,7 +415,7 @@ def _scan_file(stream, path: str, kind: str | None, fs: FileStats, table: Table,
                             opts.block_bytes, on_error, not_after, on_block)
     finally:
         fs.bytes, fs.lines, fs.candidates, fs.events = counters.bytes, counters.lines, counters.candidates, counters.events
-        fs.truncated_lines = counters.truncated_lines
+        fs.truncated_lines, fs.setup_repeats = counters.truncated_lines, counters.setup_repeats
         fs.helper_blocks, fs.helper_stop, fs.helper_redone = counters.helper_blocks, counters.helper_stop, counters.helper_redone
         st.warnings.extend(IngestWarning(path, ln, msg) for ln, msg in counters.warnings)
     st.files_read += 1

@@ -123,12 +123,20 @@ class TemplateMiner:
             self._t_min = e.ts_ns if self._t_min is None else min(self._t_min, e.ts_ns)
             self._t_max = e.ts_ns if self._t_max is None else max(self._t_max, e.ts_ns)
 
-    def on_block(self, path: str, block: bytes, starts, n: int, base: int) -> None:
-        """Find the error-ish lines of one block (mined once that block's events are known)."""
+    def on_block(self, path: str, block: bytes, starts, n: int, base: int,
+                 lines: list[tuple[int, int]] | None = None) -> None:
+        """Find the error-ish lines of one block (mined once that block's events are known).
+
+        ``lines``: the ``(start, end)`` byte offsets (end before the newline) of the lines holding
+        an :data:`ERRORISH` match, ascending, when the caller found them already (one search shared
+        with the phase-banner scan)."""
         self._flush()
         end = int(starts[n])
         find = self._scan.find
         pos = 0
+        if lines is not None:
+            self._pending = [(path, ls, block[ls:min(le, ls + 4 * _MAX_CHARS)]) for ls, le in lines]
+            pos = end
         while pos < end:
             hit = find(block, pos, end)
             if hit < 0:

@@ -284,6 +284,12 @@ class StepTimes:
 #: matches the newline); such lines are checked against the whole block, as the RE2 search does
 _RUNS_ON = r"(?:time|step|iter|iteration)[\t\f\r ]*[:=]?[\t\f\r ]*\n"
 _RUNS_ON_SCAN: rx.ByteScanner | None = None
+#: the byte before a :data:`_RUNS_ON` line's newline is one of these (the last letter of time / step /
+#: iter / iteration, a blank of ``[\t\f\r ]`` or ``:`` / ``=``): only such lines are searched
+_RUNS_ON_LAST = b"eprn\t\f\r :="
+#: above this share of lines ending in one of those bytes (CRLF files: every line), the block is
+#: searched once instead of line by line
+_RUNS_ON_LINE_SHARE = 1 / 16
 
 
 def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
@@ -291,8 +297,11 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     included) where a match of :data:`_BLOCK_PATTERN` starts: the lines the block search of
     :meth:`StepTimes.on_block` stops at, found in C (pyarrow's RE2 kernel, one pass per line; the
     block is not copied). A match that starts on a line and runs on into the next one through
-    ``\\s`` is missed by a per-line pass, so lines ending as in :data:`_RUNS_ON` (found by one RE2
-    search of the block) are decided by ``scan`` over the block itself.
+    ``\\s`` is missed by a per-line pass, so lines ending as in :data:`_RUNS_ON` are decided by
+    ``scan`` over the block itself. Those lines are found among the ones whose byte before the newline
+    is in :data:`_RUNS_ON_LAST` (numpy over the line ends), each searched alone; where that is more
+    than :data:`_RUNS_ON_LINE_SHARE` of the lines, by one RE2 search of the block (the same lines:
+    a :data:`_RUNS_ON` match never spans a newline but its last byte).
 
     Returns:
         int64 array of row indices, ascending.
@@ -308,8 +317,22 @@ def _hit_rows(block: bytes, starts, lo: int, n: int, scan: rx.ByteScanner):
     if _RUNS_ON_SCAN is None:
         _RUNS_ON_SCAN = rx.ByteScanner(_RUNS_ON)
     ls0, end = int(offsets[0]), int(starts[n])
+    if end <= ls0:
+        return np.flatnonzero(hit).astype(np.int64) + lo
+    buf = np.frombuffer(block, dtype=np.uint8)
+    nl = offsets[1:].astype(np.int64) - 1  # each line's last byte: its newline (but an unterminated last line)
+    before = buf[np.maximum(nl - 1, 0)]
+    maybe = (buf[nl] == 10) & (nl > offsets[:-1]) & np.isin(before, np.frombuffer(_RUNS_ON_LAST, dtype=np.uint8)) & ~hit
+    rows = np.flatnonzero(maybe)
+    if len(rows) <= _RUNS_ON_LINE_SHARE * len(hit):
+        find, ol = _RUNS_ON_SCAN.find, offsets.tolist()
+        for i in rows.tolist():  # the (rare) lines that may run on
+            if find(block, ol[i], ol[i + 1]) >= 0:
+                found = scan.find(block, ol[i], end)
+                hit[i] = 0 <= found < ol[i + 1]
+        return np.flatnonzero(hit).astype(np.int64) + lo
     pos = ls0
-    while pos < end:  # the (rare) lines that may run on, found by one RE2 search over the block each
+    while pos < end:  # many candidate lines: one RE2 search over the block per run-on line
         at = _RUNS_ON_SCAN.find(block, pos, end)
         if at < 0:
             break

@@ -139,19 +139,22 @@ def _scan_block(block: bytes, end: int, file: str, first_line: int) -> tuple[lis
     return marks_in_block(block, starts, n, file, first_line), len(nl)
 
 
-def marks_in_block(block: bytes, starts, n: int, file: str, first_line: int) -> list[PhaseMark]:
+def marks_in_block(block: bytes, starts, n: int, file: str, first_line: int,
+                   firsts: list[int] | None = None) -> list[PhaseMark]:
     """Phase markers of the ``n`` lines ``block[starts[i]:starts[i + 1]]`` (``first_line`` = line of i=0).
 
     The form ingestion hands to its ``on_block`` hook (``gpufield.triage.ingest.iter_events``), so
     :func:`gpufield.triage.analyze.analyze` finds the banners in the same read as the events.
+    ``firsts``: the start offsets of the lines holding a :data:`_KEYWORDS` match (:func:`keyword_pattern`),
+    ascending, when the caller found them already (one search shared with the template miner).
     """
     if n == 0:
         return []
     end = int(starts[n])
     find = _keyword_scanner().find
     out = []
-    pos = 0
-    firsts: list[int] = []
+    pos = end if firsts is not None else 0
+    firsts = [] if firsts is None else firsts
     while pos < end:  # one case-insensitive RE2 search over the block per candidate line
         hit = find(block, pos, end)
         if hit < 0:
@@ -178,14 +181,20 @@ def marks_in_block(block: bytes, starts, n: int, file: str, first_line: int) -> 
 _SCANNER = None
 
 
+def keyword_pattern() -> str:
+    """The RE2 pattern (searched case-insensitively) of :data:`_KEYWORDS`: a line without a match holds no banner."""
+    from gpufield.triage.parsers._scan import _literal
+
+    return "|".join(_literal(k) for k in _KEYWORDS)
+
+
 def _keyword_scanner():
     """The case-insensitive RE2 scanner of :data:`_KEYWORDS` (built on first use)."""
     global _SCANNER
     if _SCANNER is None:
         from gpufield.triage.parsers._regex import ByteScanner
-        from gpufield.triage.parsers._scan import _literal
 
-        _SCANNER = ByteScanner("|".join(_literal(k) for k in _KEYWORDS), ignore_case=True)
+        _SCANNER = ByteScanner(keyword_pattern(), ignore_case=True)
     return _SCANNER
 
 

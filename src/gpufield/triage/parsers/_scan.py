@@ -24,7 +24,7 @@ from typing import BinaryIO
 import numpy as np
 
 from gpufield.triage.events import Event
-from gpufield.triage.parsers._regex import MAX_LINE_CHARS, ByteScanner, ByteSet
+from gpufield.triage.parsers._regex import _BOTH, MAX_LINE_CHARS, ByteScanner, ByteSet
 from gpufield.triage.protocols import MAX_RECORD_LINES, LineContext, LogParser, RecordParser
 
 #: ``on_block(block, starts, n, base)`` (see :func:`scan`)
@@ -61,6 +61,7 @@ class ScanState:
         thin: the thinned parser's per-file state.
         pending: an open record ``(parser index, lines, first line number)`` waiting for the next block.
         stopped: True when the scan returned at ``stop_after_reads`` (not at the end of the stream).
+        setup_seen: :class:`SetupRepeats` keys of the NCCL set-up lines parsed so far in this stream.
     """
 
     carry: bytes = b""
@@ -69,6 +70,7 @@ class ScanState:
     thin: _ThinState = field(default_factory=_ThinState)
     pending: tuple[int, list[str], int] | None = None
     stopped: bool = False
+    setup_seen: set[tuple] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -82,6 +84,7 @@ class ScanCounters:
     warnings: list[tuple[int | None, str]] = field(default_factory=list)
     bad_timestamps: int = 0  # events whose timestamp prefix was not a valid date/time
     truncated_lines: int = 0  # lines longer than MATCH_BYTES: only their head was matched
+    setup_repeats: int = 0  # NCCL set-up lines recognised as repeats and not parsed (``SetupRepeats``)
     helper_blocks: int = 0  # blocks whose events a helper process parsed (``gpufield.triage._split``)
     helper_stop: str | None = None  # why the helper's last refused stretch was refused (or why it stopped)
     helper_redone: int = 0  # helper stretches refused and parsed here again
@@ -104,14 +107,99 @@ class ScanCounters:
             self.warnings.append((None, f"{extra} more event(s) with an invalid timestamp (kept without a time)"))
 
 
+class SetupRepeats:
+    """NCCL set-up lines that repeat one already parsed in the same stream, found without parsing.
+
+    A job with ``NCCL_DEBUG=INFO`` prints, for every communicator, the same ``Bootstrap : Using``,
+    ``NET/IB : Using`` and ``comm 0x.. rank R nranks N ... busId B ... Init START/COMPLETE`` lines per
+    rank: ~200-400 parsed events per MB of a dense log, of which the reducer keeps one per
+    :func:`gpufield.triage.aggregate.setup_key` (host, rank, bus id, nranks, state / host,
+    transport, addresses). Here the canonical form of those lines (the NCCL prefix
+    ``host:pid:tid [dev] `` at the line start, nothing else in front or behind) is matched by one
+    anchored RE2 program on the line's bytes, and its *line key* is made of exactly the parts the
+    parser derives that key, the event kind and the line's other consumers from: the host token
+    (``split_prefix`` takes the host of such a line from it, and finds no time, rank or level in
+    it), the rank / nranks / busId / Init-state digits (``nccl_init``) or the transport and the
+    whole address list text (``nccl_bootstrap``); what varies between communicators and processes
+    (pid, tid, cudaDev, comm and commId pointers) is left out. The first line of each key is parsed
+    as always; it is remembered only when the parse gave the set-up event whose ``setup_key`` the
+    line key predicts, with no time and no timestamp warning, and the line holds no word of
+    ``keep_if`` (the template miner's error-ish words: a line it would look at must be known as an
+    event line). A later line with a remembered key (same parser-bit code, so the same parsers are
+    tried) would give an event the reducer drops: it is counted
+    (:attr:`ScanCounters.setup_repeats`), not parsed.
+
+    Args:
+        parser: index of the NCCL parser in the table (the only parser whose prefilter may match).
+        keep_if: RE2 pattern (case-insensitive) of lines never skipped.
+        max_keys: keys remembered per stream (beyond, new keys are parsed every time).
+    """
+
+    INIT = (rb"([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO comm 0x[0-9a-fA-F]+ rank (\d+) nranks (\d+) "
+            rb"cudaDev \d+(?: nvmlDev \d+)? busId ([0-9a-fA-F]+)(?: commId 0x[0-9a-fA-F]+)?(?: - Init (START|COMPLETE))?")
+    USING = rb"([A-Za-z][\w.-]*):\d+:\d+ \[\d+\] NCCL INFO (Bootstrap|NET/IB|NET/Socket) ?: Using ([^\r]*)"
+
+    def __init__(self, parser: int, keep_if: str, max_keys: int = 100_000) -> None:
+        import re2
+        from re2 import _re2
+
+        opts = re2.Options()
+        opts.log_errors = False
+        self.code = 1 << parser
+        self._init = _re2.RE2(self.INIT, opts)
+        self._using = _re2.RE2(self.USING, opts)
+        assert self._init.ok() and self._using.ok()
+        self._keep_if = ByteScanner(keep_if, ignore_case=True)
+        self.max_keys = max_keys
+
+    def key(self, block: bytes, s: int, e: int) -> tuple | None:
+        """The line key of ``block[s:e]`` (one line, its newline included), or None when the line is
+        not in canonical form."""
+        while e > s and block[e - 1] in (10, 13):
+            e -= 1
+        if e - s > MATCH_BYTES:
+            return None
+        g = self._init.Match(_BOTH, block, s, e)
+        if g[0][0] >= 0:
+            st = g[5]
+            return (b"i", block[g[1][0]:g[1][1]], block[g[2][0]:g[2][1]], block[g[3][0]:g[3][1]],
+                    block[g[4][0]:g[4][1]], block[st[0]:st[1]] if st[0] >= 0 else None)
+        g = self._using.Match(_BOTH, block, s, e)
+        if g[0][0] >= 0:
+            return (b"u", block[g[1][0]:g[1][1]], block[g[2][0]:g[2][1]], block[g[3][0]:g[3][1]])
+        return None
+
+    def predicts(self, key: tuple, ev: Event, block: bytes, s: int, e: int) -> bool:
+        """True when the parsed event ``ev`` of the line ``block[s:e]`` with line key ``key`` is the
+        set-up event the key stands for (see the class docstring), so its repeats may be skipped."""
+        from gpufield.triage.aggregate import setup_key
+        from gpufield.triage.parsers.nccl import ADDR_RE
+
+        if ev.ts_ns is not None or ev.mono_s is not None or "bad_timestamp" in ev.fields or \
+                self._keep_if.find(block, s, e) >= 0:
+            return False
+        host = key[1].decode()
+        if key[0] == b"i":
+            want = ("nccl_init", host, int(key[2]), key[4].decode(), int(key[3]),
+                    None if key[5] is None else key[5].decode())
+        else:
+            tail = key[3].decode()
+            want = ("nccl_bootstrap", host, key[2].decode(),
+                    tuple(f"{a['ifname']}:{a['ip']}" for a in ADDR_RE.finditer(tail)))
+        return ev.kind == want[0] and setup_key(ev) == want
+
+
 class Table:
     """Parsers plus their compiled prefilters: an RE2 keyword scanner over whole blocks and one RE2
     set of every parser's prefilter (which parsers a candidate line is for)."""
 
-    def __init__(self, parsers: Sequence[LogParser], thin: tuple[int, int] | None = None) -> None:
+    def __init__(self, parsers: Sequence[LogParser], thin: tuple[int, int] | None = None,
+                 setup_once: str | None = None) -> None:
         """``thin=(k, n)`` (``n > 1``): parser ``k`` (the loss parser, which wants nearly every
         line) is kept out of the per-line passes; see :func:`_thinned` for which of its lines are
-        parsed."""
+        parsed. ``setup_once``: an RE2 pattern of words that keep a line parsed (the template
+        miner's error-ish words); given, repeated NCCL set-up lines are counted, not parsed
+        (:class:`SetupRepeats`)."""
         self.parsers = tuple(parsers)
         self.thin = thin if thin is not None and thin[1] > 1 else None
         self._ks: dict[int, list[int]] = {}
@@ -123,6 +211,8 @@ class Table:
         self.prefilters = ByteSet([p.prefilter for p in self.parsers])
         self.main_mask = sum(1 << k for k in range(len(self.parsers)) if self.thin is None or k != self.thin[0])
         self.thin_scan = ByteScanner(self.parsers[self.thin[0]].prefilter) if self.thin else None
+        nccl = next((k for k, p in enumerate(self.parsers) if p.name == "nccl"), None)
+        self.repeats = SetupRepeats(nccl, setup_once) if setup_once is not None and nccl is not None else None
 
     def parsers_of(self, code: int) -> list[int]:
         """Parser indices whose bit is set in ``code`` (cached)."""
@@ -182,6 +272,8 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
     """
     st = state if state is not None else ScanState()
     carry, thin, base, pending = st.carry, st.thin, st.base, st.pending
+    rep, seen = table.repeats, st.setup_seen
+    rep_code = rep.code if rep is not None else -1
     eof = False
     while not eof:
         if stop_after_reads is not None and st.reads >= stop_after_reads:
@@ -263,6 +355,13 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
         for i, code in zip(cand.tolist(), codes.tolist(), strict=True):
             if i < nxt:
                 continue
+            rkey = None
+            if code == rep_code:
+                ls, le = int(starts[i]), int(starts[i + 1])
+                rkey = rep.key(block, ls, le)  # type: ignore[union-attr]
+                if rkey is not None and rkey in seen:
+                    counters.setup_repeats += 1
+                    continue
             ks = table.parsers_of(code)
             line = _line(block, starts, i)
             lineno = base + i + 1
@@ -288,6 +387,9 @@ def scan(stream: BinaryIO, path: str, table: Table, year: int, utc_offset_s: int
                 ev = p.parse_line(line, _ctx(path, lineno, year, utc_offset_s, not_after_ns))
                 if ev is not None:
                     counters.count(ev)
+                    if rkey is not None and len(seen) < rep.max_keys and \
+                            rep.predicts(rkey, ev, block, ls, le):  # type: ignore[union-attr]
+                        seen.add(rkey)
                     yield ev
                     break
             if pending is not None:
