@@ -232,8 +232,10 @@ def _hits(graph: Graph, spec: Spec, x_PN: torch.Tensor, shape) -> torch.Tensor:
 def _pgd_boxes(graph: Graph, spec: Spec, lo_PN, hi_PN, shape, steps: int, seed: int, deadline_s: float):
     """PGD inside each sub-box towards the unsafe region; returns the final points ``[2P, N]``.
 
-    Two starts per box (centre and a uniform random point); the objective per point is the
-    smallest clause value ``min_k max_{s∈k} (C_s y − b_s)`` (≤ 0: inside an unsafe polytope).
+    Two starts per box (centre and a uniform random point); the objective per point is, over
+    the clauses, the smallest ``Σ_{s∈k} max(C_s y − b_s, 0) + 0.01 · max_{s∈k} (C_s y − b_s)``
+    (the penalty pulls every violated row at once, which the max alone does not: an output box
+    as the unsafe set of reach_prob_density has 5 rows; the max term still ranks points inside).
     """
     dt = graph.dtype
     lo, hi = lo_PN.to(dt).repeat(2, 1), hi_PN.to(dt).repeat(2, 1)
@@ -248,7 +250,10 @@ def _pgd_boxes(graph: Graph, spec: Spec, lo_PN, hi_PN, shape, steps: int, seed: 
             break
         x.requires_grad_(True)
         y = graph.forward(x.reshape(len(x), *shape)).reshape(len(x), -1)
-        obj = spec.clause_value((y @ C.T - b).T).amin(0)
+        m = (y @ C.T - b).T  # [S, P]
+        idx = torch.as_tensor(spec.clause_S, device=m.device).reshape(-1, 1).expand_as(m)
+        pen = torch.zeros(spec.n_clauses, m.shape[1], dtype=m.dtype, device=m.device).scatter_add(0, idx, m.clamp(min=0))
+        obj = (pen + 0.01 * spec.clause_value(m)).amin(0)
         grad, = torch.autograd.grad(obj.sum(), x)
         with torch.no_grad():
             x = torch.minimum(torch.maximum(x - 0.25 * (1 - t / steps) * width * grad.sign(), lo), hi)
