@@ -49,6 +49,11 @@ class InputSplitConfig:
             rule). On acasxu (6 ReLU layers) forward is ~5x cheaper per sub-box but so much looser
             (root bound −895 vs −226 on 1_9 prop_7) that it proves less: see
             benchmarks/verify_RESULTS.md.
+        branching: input dimension to bisect (v2): ``sb_max`` (default: the largest
+            ``width_d · |A_sd|`` over the rows of the clauses still open), ``sb`` (the largest
+            ``width_d · Σ_s |A_sd|`` over those rows) or ``width`` (the widest dimension relative to
+            the root box). Sub-boxes to a proof on 4 acasxu instances (sb / sb_max / width):
+            107/107/>495, 181/145/1327, 811/765/645, 1683/1221/>3715.
     """
 
     engine: str = "v2"
@@ -58,10 +63,13 @@ class InputSplitConfig:
     attack_steps: int = 20
     alpha_iterations: int = 0
     intermediate: str = "backward"
+    branching: str = "sb_max"
 
     def __post_init__(self):
         if self.engine not in ("v1", "v2"):
             raise ValueError(f"engine {self.engine!r} not in ('v1', 'v2')")
+        if self.branching not in ("sb", "sb_max", "width"):
+            raise ValueError(f"branching {self.branching!r} not in ('sb', 'sb_max', 'width')")
         if self.intermediate not in ("forward", "backward"):
             raise ValueError(f"intermediate {self.intermediate!r} not in ('forward', 'backward')")
         if (self.batch < 1 or self.attack_every < 0 or self.attack_boxes < 1 or self.attack_steps < 1
@@ -271,9 +279,10 @@ def input_bab_v2(graph: Graph, graph64: Graph, spec: Spec, lo64, hi64, cfg, *, m
     centre and at the vertices minimising its open rows' linear bounds, runs PGD from the
     worst ones every ``attack_every`` rounds (every hit is validated by onnxruntime before it
     is returned), and bisects each open one at the float64 midpoint of the input dimension
-    with the largest ``width_d · Σ_s |A_sd|`` over the rows of its open clauses (the dimension
-    its linear bound depends on most: α,β-CROWN's input ``sb`` branching). Bisection covers the
-    parent exactly, so an empty queue proves the property.
+    chosen by ``input_split.branching`` (default: the largest ``width_d · |A_sd|`` over the rows
+    of its open clauses, the dimension its linear bound depends on most; after α,β-CROWN's
+    input ``sb`` branching). Bisection covers the parent exactly, so an empty queue proves the
+    property.
 
     Args:
         graph, graph64: working-precision network (attacks) and float64 network (bounds).
@@ -298,6 +307,7 @@ def input_bab_v2(graph: Graph, graph64: Graph, spec: Spec, lo64, hi64, cfg, *, m
     N = lo64[0].numel()
     dev = lo64.device
     Q_lo, Q_hi = lo64.flatten(1).clone(), hi64.flatten(1).clone()
+    root_w = torch.where(Q_hi > Q_lo, Q_hi - Q_lo, torch.ones_like(Q_lo))  # [1, N]
     Q_lb = torch.full((1,), -torch.inf, dtype=torch.float64, device=dev)
     S = len(spec.C_SM)
     clause_S = torch.as_tensor(spec.clause_S, device=dev)
@@ -369,11 +379,13 @@ def input_bab_v2(graph: Graph, graph64: Graph, spec: Spec, lo64, hi64, cfg, *, m
                         if cex is not None:
                             return finish(False, "counterexample by PGD in a sub-box", cex)
                 width = hi_o - lo_o
-                if A_o is None:
-                    score = width
+                if A_o is None or isc.branching == "width":
+                    score = width / root_w
                 else:  # rows of clauses still open on the sub-box
                     row_open = ~(v_KB[:, open_B][clause_S] > margin_tol)  # [S, B_open]
-                    score = width * ((A_o.abs() * row_open[..., None]).sum(0) + 1e-12)
+                    sens = A_o.abs() * row_open[..., None]
+                    sens = sens.amax(0) if isc.branching == "sb_max" else sens.sum(0)
+                    score = width * (sens + 1e-12)
                 score = torch.where(width > 0, score, torch.full_like(score, -1.0))
                 d = score.argmax(1)
                 rows_ = torch.arange(n_open, device=dev)
