@@ -40,8 +40,6 @@ class InputSplitConfig:
             linear bounds).
         attack_boxes: how many of the worst open sub-boxes that PGD starts from.
         attack_steps: PGD steps of that attack.
-        alpha_iterations: α-CROWN steps for a round's sub-boxes that CROWN left open (v2; 0:
-            CROWN only). Costs about ``2 · alpha_iterations`` CROWN passes per round.
         intermediate: how the ReLU inputs are bounded before the backward pass of the spec (v2):
             ``backward`` (default: CROWN, a backward pass per layer) or ``forward`` (forward-mode
             linear bounds, :func:`~gpufield.verify.propagate.forward_linear`: one pass with a
@@ -61,7 +59,6 @@ class InputSplitConfig:
     attack_every: int = 4
     attack_boxes: int = 64
     attack_steps: int = 20
-    alpha_iterations: int = 0
     intermediate: str = "backward"
     branching: str = "sb_max"
 
@@ -72,11 +69,9 @@ class InputSplitConfig:
             raise ValueError(f"branching {self.branching!r} not in ('sb', 'sb_max', 'width')")
         if self.intermediate not in ("forward", "backward"):
             raise ValueError(f"intermediate {self.intermediate!r} not in ('forward', 'backward')")
-        if (self.batch < 1 or self.attack_every < 0 or self.attack_boxes < 1 or self.attack_steps < 1
-                or self.alpha_iterations < 0):
+        if self.batch < 1 or self.attack_every < 0 or self.attack_boxes < 1 or self.attack_steps < 1:
             raise ValueError(f"InputSplitConfig: batch={self.batch} >= 1, attack_every={self.attack_every} >= 0, "
-                             f"attack_boxes={self.attack_boxes} >= 1, attack_steps={self.attack_steps} >= 1, "
-                             f"alpha_iterations={self.alpha_iterations} >= 0 required")
+                             f"attack_boxes={self.attack_boxes} >= 1, attack_steps={self.attack_steps} >= 1 required")
 
 
 def _outward(lo64, hi64, dtype):
