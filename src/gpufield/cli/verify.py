@@ -62,12 +62,17 @@ MipSolver = Annotated[Literal["highs", "gurobi"], typer.Option(
 Shard = Annotated[Literal["none", "tp", "fsdp", "alpha", "domains"], typer.Option(
     help="spread the work over the ranks torchrun started (one process alone works too): domains (branch "
          "and bound domains), fsdp | alpha | tp (float64 sharded bounds, incomplete) | none")]
+InputSplit = Annotated[int, typer.Option(
+    "--input-split-max-dims", min=0,
+    help="networks with at most this many inputs are split on the input box (batched CROWN, "
+         "sensitivity branching) instead of on ReLUs; 0: never")]
 Report = Annotated[Path | None, typer.Option("--report", help="JSON with every rank's peak memory, errors and "
                                               "branch-and-bound counts (--shard runs; written by rank 0)")]
 
 
 def _config(method: str, device: str, dtype: str, alpha_iterations: int, branching: str = "fsb",
-            no_bab: bool = False, progress: bool = False, mip_solver: str = "highs"):
+            no_bab: bool = False, progress: bool = False, mip_solver: str = "highs",
+            input_split_max_dims: int = 16):
     from gpufield.verify import AlphaConfig, RefineConfig, VerifyConfig
 
     if mip_solver != "highs":
@@ -76,7 +81,8 @@ def _config(method: str, device: str, dtype: str, alpha_iterations: int, branchi
         backend(mip_solver)  # gurobipy missing: a one-line error before any work
     return VerifyConfig(method=method, device=device, dtype=dtype,
                         alpha=AlphaConfig(iterations=alpha_iterations), progress=progress,
-                        refine=None if no_bab else RefineConfig(branching=branching, mip_solver=mip_solver))
+                        refine=None if no_bab else RefineConfig(branching=branching, mip_solver=mip_solver,
+                                                                input_split_max_dims=input_split_max_dims))
 
 
 #: results that decide nothing: a retry may replace them (see ``run``'s help)
@@ -162,6 +168,7 @@ def run(
     mip_solver: MipSolver = "highs",
     shard: Shard = "none",
     report: Report = None,
+    input_split_max_dims: InputSplit = 16,
 ) -> None:
     """Decide one instance and write its VNN-COMP result file.
 
@@ -185,11 +192,12 @@ def run(
         session = Session(shard, timeout_s=timeout, device=device)
         if not session.is_root:  # the other ranks never touch --out or --report
             raise typer.Exit(session.worker(model, prop, _config(method, device, dtype, alpha_iterations, branching,
-                                                                 no_bab, mip_solver=mip_solver)))
+                                                                 no_bab, mip_solver=mip_solver,
+                                                                 input_split_max_dims=input_split_max_dims)))
     res, failed = None, False
     try:
         res = _run(model, prop, out, timeout, force, method, device, dtype, alpha_iterations, branching, no_bab,
-                   mip_solver, session)
+                   mip_solver, session, input_split_max_dims=input_split_max_dims)
     finally:
         if session is not None:
             for r, msg in session.finish(report, res):
@@ -202,7 +210,7 @@ def run(
 
 
 def _run(model, prop, out, timeout, force, method, device, dtype, alpha_iterations, branching, no_bab, mip_solver,
-         session):
+         session, input_split_max_dims: int = 16):
     """``run``'s body on rank 0 (or alone); returns the :class:`~gpufield.verify.runner.VerifyResult`."""
     from gpufield.deadline import (  # torch-free
         Deadline,
@@ -265,7 +273,7 @@ def _run(model, prop, out, timeout, force, method, device, dtype, alpha_iteratio
         if refusal is not None:
             raise InputError(f"{refusal}; pass --force to overwrite it", path=str(out))
         config = _config(method, device, dtype, alpha_iterations, branching, no_bab, progress=True,
-                         mip_solver=mip_solver)
+                         mip_solver=mip_solver, input_split_max_dims=input_split_max_dims)
         try:
             if session is not None and session.shard != "domains":
                 from gpufield.verify.dist.session import run_bounds
@@ -312,6 +320,7 @@ def bench(
     shard: Annotated[Literal["none", "domains"], typer.Option(
         help="domains: spread each branch and bound over the ranks torchrun started | none")] = "none",
     report: Report = None,
+    input_split_max_dims: InputSplit = 16,
 ) -> None:
     """Run a VNN-COMP benchmark directory and print counts (and agreement with --reference).
 
@@ -321,7 +330,8 @@ def bench(
     from gpufield.verify import bench as run_bench
 
     ins = [bench_dir / "instances.csv", *([reference] if reference else [])]
-    config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver)
+    config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver,
+                     input_split_max_dims=input_split_max_dims)
     session = None
     if shard != "none":  # rank 0 runs the benchmark; the others join its branch-and-bound searches
         from dataclasses import replace

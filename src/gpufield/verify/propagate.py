@@ -240,3 +240,59 @@ def crown_intermediate(
             hi = u_ref.index_copy(1, rows, hi_BR).reshape(B, *shape)
         inter[start] = (lo, hi)
     return inter
+
+
+def forward_linear(graph: Graph, x_lo: torch.Tensor, x_hi: torch.Tensor,
+                   ref: Mapping[str, Interval] | None = None) -> dict[str, Interval] | None:
+    """Bounds of every non-linear op's input by forward-mode linear relaxation.
+
+    Each tensor ``z`` carries two linear functions of the input, ``L(x) ≤ z ≤ U(x)`` on the box
+    (coefficients ``[B, *shape, N]`` and offsets ``[B, *shape]``, N the flattened input size),
+    pushed through the ops in topological order by their ``linear_forward`` rules; a ReLU's
+    relaxation uses the concretised bounds of its input (intersected with ``ref``). Costs one
+    pass with N coefficient columns instead of one backward pass per layer with a row per
+    neuron: the cheap choice when N is small (input-split branch and bound; auto_LiRPA's
+    forward mode, Xu et al. 2020, arXiv:2002.12920). Usually looser than backward CROWN.
+
+    Args:
+        graph: the network.
+        x_lo, x_hi: input box ``[B, *input_shape]``.
+        ref: sound bounds to intersect with (e.g. IBP), name -> interval.
+
+    Returns:
+        name -> ``(l_B*, u_B*)`` for every non-linear op's input (and the graph input), or None
+        when some op has no ``linear_forward`` rule (or a graph with a two-input op).
+    """
+    B = x_lo.shape[0]
+    N = x_lo[0].numel()
+    eye = torch.eye(N, dtype=x_lo.dtype, device=x_lo.device).reshape(1, *x_lo.shape[1:], N).expand(B, *x_lo.shape[1:], N)
+    zero = torch.zeros_like(x_lo)
+    fn = {graph.input_name: (eye, zero, eye, zero)}
+    c = ((x_lo + x_hi) / 2).flatten(1)
+    r = ((x_hi - x_lo) / 2).flatten(1)
+
+    def conc(W, b, sign):  # min (sign -1) / max (+1) of W·x + b over the box
+        Wf = W.reshape(B, -1, N)
+        v = torch.einsum("bkn,bn->bk", Wf, c) + sign * torch.einsum("bkn,bn->bk", Wf.abs(), r)
+        return v.reshape(b.shape) + b
+
+    out: dict[str, Interval] = {graph.input_name: (x_lo, x_hi)}
+    for node in graph.nodes:
+        rule = getattr(node.op, "linear_forward", None)
+        if rule is None or node.op.n_inputs != 1:
+            return None
+        (Lw, Lb, Uw, Ub) = fn[node.inputs[0]]
+        if node.op.nonlinear:
+            name = node.inputs[0]
+            if name not in out:
+                lo, hi = conc(Lw, Lb, -1.0), conc(Uw, Ub, 1.0)
+                if ref is not None and name in ref:
+                    lo, hi = torch.fmax(lo, ref[name][0]), torch.fmin(hi, ref[name][1])
+                out[name] = (lo, hi)
+            fn[node.name] = rule(Lw, Lb, Uw, Ub, out[name])
+        else:
+            try:
+                fn[node.name] = rule(Lw, Lb, Uw, Ub)
+            except NotImplementedError:
+                return None
+    return out

@@ -25,7 +25,7 @@ import torch
 from gpufield.verify.alpha import AlphaConfig, alpha_crown, tables, valid_slopes
 from gpufield.verify.attack import Counterexample
 from gpufield.verify.bab import BRANCHING, bab
-from gpufield.verify.bab.input_split import input_bab
+from gpufield.verify.bab.input_split import InputSplitConfig, input_bab
 from gpufield.verify.graph import Graph
 from gpufield.verify.milp_bounds import MilpStats, chain, milp_refine
 from gpufield.verify.mip_solvers import SOLVERS
@@ -51,6 +51,7 @@ class RefineConfig:
         memory_budget_bytes: cap on one batch's A-matrices and on the queue's tensors.
         input_split_max_dims: networks with at most this many inputs are split on the input box
             (:mod:`gpufield.verify.bab.input_split`) instead of on ReLUs; 0 (default): never.
+        input_split: settings of that input-split search.
         mip_refine_layers: before branch and bound, tighten the root bounds of ReLU-input layers
             ``1 .. mip_refine_layers`` by per-neuron MIP (:mod:`gpufield.verify.milp_bounds`,
             α,β-CROWN's ``bab-refine``); 0: off.
@@ -89,6 +90,7 @@ class RefineConfig:
     fsb_k: int = 4
     memory_budget_bytes: int = 2 << 30
     input_split_max_dims: int = 0
+    input_split: InputSplitConfig = InputSplitConfig()
     mip_refine_layers: int = 3
     mip_min_relu_layers: int = 3
     mip_neuron_time_s: float = 10.0
@@ -260,7 +262,7 @@ def refine(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64,
     Returns:
         :class:`RefineResult`.
     """
-    if lo64[0].numel() <= cfg.input_split_max_dims:
+    if lo64[0].numel() <= cfg.input_split_max_dims and cfg.sync is None:
         r = input_bab(graph, graph64, spec, lo64, hi64, cfg, margin_tol=margin_tol, deadline_s=deadline_s,
                       case=case, ort_model=ort_model, progress=progress)
         mip = None

@@ -189,6 +189,9 @@ class _Case:
                 return True
         if cfg.method != "alpha" or dl.expired():
             return False
+        if self.input_split_first():  # input-split BaB bounds the box itself, batched (its round 1)
+            self.ref = None
+            return False
         ref = {**ib, **inter}
         cfg.phase("alpha")
         res = alpha_crown(g, sp, self.lo, self.hi, ref, inter, cfg.alpha, deadline_s)
@@ -214,6 +217,13 @@ class _Case:
                                                 alphas=tables(last64))
         return proven
 
+    def input_split_first(self) -> bool:
+        """Whether branch and bound splits this case's input box with the batched engine, which
+        bounds the root box itself: root α-CROWN and the early PGD rounds are skipped."""
+        r = self.cfg.refine
+        return (r is not None and self.lo[0].numel() <= r.input_split_max_dims
+                and r.input_split.engine == "v2" and r.sync is None)
+
     def refine(self, deadline_s: float, ort_model=None, progress=None):
         """β-CROWN branch and bound on the clauses still open after α-CROWN (see :mod:`.refine`).
 
@@ -224,7 +234,8 @@ class _Case:
             return None
         if not self.g.relu_only and self.lo[0].numel() > self.cfg.refine.input_split_max_dims:
             return None  # neuron splits are ReLU splits; input splits work for every op
-        open_k = [k for k in range(self.spec.n_clauses) if not self.v64[k, 0] > self.cfg.margin_tol]
+        v64 = getattr(self, "v64", None)  # float64 root margins, when a float64 check ran
+        open_k = [k for k in range(self.spec.n_clauses) if v64 is None or not v64[k, 0] > self.cfg.margin_tol]
         if not open_k or any(len(self.case.clauses[k].b_K) == 0 for k in open_k):
             return None
         r = refine(self.g, self.g64, self.spec.subset(open_k), self.lo, self.hi, self.lo64, self.hi64,
@@ -409,7 +420,7 @@ def _verify(onnx_path, vnnlib_path, dl: Deadline, cfg: VerifyConfig, live, loade
                     return done("sat", cex, f"PGD round {r} counterexample validated by onnxruntime")
         return None
 
-    early = min(2, cfg.attack_rounds)
+    early = 0 if all(s.input_split_first() for s in open_states) else min(2, cfg.attack_rounds)
     if (out := attack_rounds(1, early)) is not None:
         return out
     if cfg.refine is not None and cfg.method == "alpha":

@@ -87,6 +87,15 @@ class Relu:
             ub = dot_tail(pos, t)
         return [(new_l, new_u)], lb, ub
 
+    def linear_forward(self, Lw, Lb, Uw, Ub, bounds):
+        """Forward-mode relaxation with input bounds ``bounds = (l, u)`` (``[B, *]``): ``a·L(x) ≤
+        relu(z) ≤ s_u·U(x) + t_u`` with CROWN's adaptive lower slope ``a`` and the upper line
+        ``(s_u, t_u)``; both slopes are ≥ 0, so the sides keep their roles."""
+        low, u = bounds
+        s, t = relu_upper_line(low, u)
+        a = adaptive_lower_slope(low, u)
+        return a[..., None] * Lw, a * Lb, s[..., None] * Uw, s * Ub + t
+
     def cast(self, dtype, device):
         """No constants."""
         return self

@@ -61,6 +61,17 @@ class Affine:
         ub = 0.0 if uA is None else self._bias(uA)
         return [(push(lA), push(uA))], lb, ub
 
+    def linear_forward(self, Lw, Lb, Uw, Ub):
+        """Forward-mode linear bounds: ``scale⁺L + scale⁻U + shift ≤ y ≤ scale⁺U + scale⁻L + shift``
+        (coefficients ``[B, *, N]``); only without broadcasting (``in_shape == out_shape``), else
+        NotImplementedError."""
+        if tuple(self.in_shape) != tuple(self.out_shape):
+            raise NotImplementedError("forward-mode bounds of a broadcasting Affine")
+        sc = torch.as_tensor(self.scale, dtype=Lb.dtype, device=Lb.device)
+        sp, sn = sc.clamp(min=0), sc.clamp(max=0)
+        return (sp[..., None] * Lw + sn[..., None] * Uw, sp * Lb + sn * Ub + self.shift,
+                sp[..., None] * Uw + sn[..., None] * Lw, sp * Ub + sn * Lb + self.shift)
+
     def cast(self, dtype, device):
         """Copy with constants in ``dtype`` on ``device``."""
         def c(v):

@@ -52,6 +52,19 @@ class Linear:
         ub = 0.0 if uA is None or self.b_O is None else dot_tail(uA, self.b_O)
         return out, lb, ub
 
+    def linear_forward(self, Lw, Lb, Uw, Ub):
+        """Forward-mode linear bounds (:func:`~gpufield.verify.propagate.forward_linear`):
+        ``L(x) ≤ z ≤ U(x)`` with ``Lw/Uw [B, *, I, N]``, ``Lb/Ub [B, *, I]`` gives
+        ``W⁺L + W⁻U + b ≤ Wz + b ≤ W⁺U + W⁻L + b``."""
+        Wp, Wn = self.W_OI.clamp(min=0), self.W_OI.clamp(max=0)
+
+        def mv(M, X):  # M [O, I] over the I dim of X [B, *, I, N]
+            return (X.transpose(-1, -2) @ M.T).transpose(-1, -2)
+
+        b = 0.0 if self.b_O is None else self.b_O
+        return (mv(Wp, Lw) + mv(Wn, Uw), Lb @ Wp.T + Ub @ Wn.T + b,
+                mv(Wp, Uw) + mv(Wn, Lw), Ub @ Wp.T + Lb @ Wn.T + b)
+
     def cast(self, dtype, device):
         """Copy with constants in ``dtype`` on ``device``."""
         b = None if self.b_O is None else self.b_O.to(device=device, dtype=dtype)

@@ -40,6 +40,12 @@ class Reshape:
 
         return [(push(lA), push(uA))], 0.0, 0.0
 
+    def linear_forward(self, Lw, Lb, Uw, Ub):
+        """Forward-mode linear bounds: reshape values and coefficient rows (``[B, *, N]``)."""
+        B, N = Lb.shape[0], Lw.shape[-1]
+        return (Lw.reshape(B, *self.out_shape, N), Lb.reshape(B, *self.out_shape),
+                Uw.reshape(B, *self.out_shape, N), Ub.reshape(B, *self.out_shape))
+
     def cast(self, dtype, device):
         """No constants."""
         return self
