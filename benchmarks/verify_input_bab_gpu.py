@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", default="75,60,45",
                     help="seconds per subset (acasxu dev, reach_prob_density, acasxu held-out): no instance "
                          "of a subset starts after its share is spent")
+    ap.add_argument("--acas-all", action="store_true",
+                    help="run all acasxu rows (one subset 'acasxu_all', the first --budget-s value) and nothing else")
+    ap.add_argument("--no-cli", action="store_true", help="skip the two end-to-end CLI runs")
     ap.add_argument("--batch", type=int, default=16384)
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args(argv)
@@ -105,6 +108,8 @@ def main(argv=None) -> int:
     plan = [("acasxu_dev", "acasxu", subset("acasxu", 9, 0), a.acas_cap_s),
             ("reach_prob_density", "reach_prob_density", subset("reach_prob_density", 1, 0), a.rpd_cap_s),
             ("acasxu_heldout", "acasxu", subset("acasxu", 9, 4), a.acas_cap_s)]
+    if a.acas_all:
+        plan = [("acasxu_all", "acasxu", subset("acasxu", 1, 0), a.acas_cap_s)]
     refs = {b: read_results(data / "results" / f"alpha_beta_crown_{b}_results.csv")
             for b in ("acasxu", "reach_prob_density")}
     # warm-up (CUDA context, kernels), not counted
