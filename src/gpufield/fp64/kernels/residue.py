@@ -17,7 +17,7 @@ then, with every modulus a compile-time constant (:mod:`.residue_consts`, which 
 Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` (tests/fp64/test_kernels.py,
 tests/fp64/test_residue_kernel.py, on CPU in the Triton interpreter). The previous int64-lane kernel, kept for
 A/B timing, is benchmarks/fp64_residue_int64.py; its static counts and timings against this one are in
-docs/perf-notes.md ("The residue kernels").
+docs/perf-notes.md ("Measurement history moved out of the kernel docstrings").
 
 Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C components (1 real, 3 complex).
 """
