@@ -13,7 +13,8 @@ size (a memory regime: L2, TLB, the strides of a 16 GiB array), or because all s
    (``_fused_epi_*``) in order, each with its stage length N and its kind (1: stage 1 of an axis pass, shared
    DFT matrix, row-contiguous destination; 2: fused twiddles per group, 16-byte transposed destination);
    busy time (sum of kernel durations) and span (first kernel start to last kernel end);
-3. the SM and memory clocks (NVML, read-only) sampled every 5 ms during the timed calls.
+3. the SM and memory clocks, power and clock-event reasons (NVML, read-only) sampled every 5 ms during the
+   timed calls, and during ``--sustain-s`` seconds of calls back to back (each timed): the clock under load.
 
 If the per-point time of the same (N, kind) is the same at 512^3 and 1024^3, there is no size regime. Writes
 OUTDIR/fp64_stage_split.json and prints one line per size. Changes no clock, power limit or GPU setting.
@@ -39,12 +40,19 @@ def _clock_sampler(stop: threading.Event, out: list) -> None:
     except Exception as e:  # noqa: BLE001 - NVML is optional; say why it is missing
         out.append({"error": f"NVML unavailable: {e!r}"})
         return
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
     while not stop.is_set():
         try:
-            out.append({"t": time.perf_counter(),
-                        "sm_hz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) * 1e6,
-                        "mem_hz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM) * 1e6,
-                        "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1e3})
+            rec = {"t": time.perf_counter(),
+                   "sm_hz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM) * 1e6,
+                   "mem_hz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM) * 1e6,
+                   "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1e3}
+            try:
+                rec["reasons"] = int(reasons(h)) if reasons else None  # bit mask (power cap 0x4, thermal 0x20/0x40)
+            except Exception:  # noqa: BLE001
+                rec["reasons"] = None
+            out.append(rec)
         except Exception as e:  # noqa: BLE001
             out.append({"error": repr(e)})
             return
@@ -66,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--sizes", default="256,512,1024")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--sustain-s", type=float, default=1.0, help="seconds of back-to-back calls per size")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
 
@@ -108,6 +117,18 @@ def main(argv: list[str] | None = None) -> int:
                 y = fftn_fp64_emulated(x, plan)
                 times.append(time.perf_counter() - t0)
             del y
+        n_timed = len(samples)
+        # sustained: calls back to back for >= --sustain-s (the clock under a long load), each timed
+        sustained = []
+        t_end = time.perf_counter() + (a.sustain_s if cuda else 0)
+        while cuda and time.perf_counter() < t_end:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            y = fftn_fp64_emulated(x, plan)
+            e1.record()
+            torch.cuda.synchronize()
+            sustained.append(e0.elapsed_time(e1) * 1e-3)
+            del y
         stop.set()
         th.join()
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -125,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, d in enumerate(stage_durs):
             N, kind = kinds[i] if i < len(kinds) else (None, None)
             stages.append({"index": i, "N": N, "kind": kind, "dur_s": d, "ps_per_point": d / n**3 * 1e12})
-        clocks = [s for s in samples if "sm_hz" in s]
+        clocks = [s for s in samples[:n_timed] if "sm_hz" in s]
+        sus_clocks = [s for s in samples[n_timed:] if "sm_hz" in s]
+        reasons = sorted({s.get("reasons") for s in samples if s.get("reasons") is not None})
         entry = {
             "n": n, "first_call_s": first, "eager_s": times, "eager_median_s": statistics.median(times),
             "busy_s": sum(k["dur_s"] for k in kernels),
@@ -135,10 +158,15 @@ def main(argv: list[str] | None = None) -> int:
             "sm_clock_min_hz": min(s["sm_hz"] for s in clocks) if clocks else None,
             "mem_clock_median_hz": statistics.median(s["mem_hz"] for s in clocks) if clocks else None,
             "power_median_w": statistics.median(s["power_w"] for s in clocks) if clocks else None,
-            "clock_samples": len(clocks), "nvml_error": next((s["error"] for s in samples if "error" in s), None),
+            "clock_samples": len(clocks), "sustained_s": sustained,
+            "sustained_median_s": statistics.median(sustained) if sustained else None,
+            "sustained_sm_clock_median_hz": statistics.median(s["sm_hz"] for s in sus_clocks) if sus_clocks else None,
+            "sustained_power_median_w": statistics.median(s["power_w"] for s in sus_clocks) if sus_clocks else None,
+            "sustained_clock_samples": len(sus_clocks), "clock_event_reasons_seen": reasons, "nvml_error": next((s["error"] for s in samples if "error" in s), None),
         }
         res["sizes"][str(n)] = entry
-        print(n, json.dumps({k: v for k, v in entry.items() if k not in ("kernels", "eager_s")}), flush=True)
+        print(n, json.dumps({k: v for k, v in entry.items() if k not in ("kernels", "eager_s", "sustained_s")}),
+              flush=True)
         del x
         if cuda:
             torch.cuda.empty_cache()
