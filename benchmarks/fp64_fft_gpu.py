@@ -32,7 +32,7 @@ up-front self-check compiled ~20 specialisations and hit the 330 s cap before an
   second call on a still-warm machine loads the compiled kernels instead of compiling them again.
 
 Order (``--sizes 256,512,1024``; any three sizes play these roles): at 256^3 cuFFT, then MAIN_CONFIGS (the run-5 best int8/crt/g8/tgemm with the
-32-bit residue kernel, the same with ``KernelConfig(residue="int64")`` (run 5's kernel), /fused, /fusedepi), each
+32-bit residue kernel, the same with the previous int64-lane residue kernel (run 5's; ``fp64_residue_int64.use_int64_residues``), /fused, /fusedepi), each
 with one profiled call (phase split) and its self-check; then 512^3 cuFFT and the MAIN_CONFIGS that ran at 256^3
 (/res64 last; no check, no profile); then 1024^3 cuFFT and the fastest 512^3 configuration if its projected time fits; then
 EXTRA_CONFIGS at 256^3 while the budget lasts.
@@ -130,8 +130,10 @@ def _worker(spec: dict) -> None:
         return float(np.median(ts)), ts
 
     from gpufield.fp64.fft import EmulatedFftPlan, fftn_fp64_emulated, ifftn_fp64_emulated
-    from gpufield.fp64.fft.kernel_config import KernelConfig
     from gpufield.fp64.fft.reference import dft_longdouble, rel_l2
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fp64_residue_int64 import set_int64_residues
 
     _emit(None, "start", torch=torch.__version__, n=n, pid=os.getpid(),
           device=torch.cuda.get_device_name() if dev == "cuda" else "cpu",
@@ -200,8 +202,8 @@ def _worker(spec: dict) -> None:
                 _emit(key, "end")
                 continue
             b, v, epi, grp, gemm, res = ALL_CONFIGS[key]
-            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, int8_gemm=gemm,
-                                   kernels=KernelConfig(residue=res))
+            plan = EmulatedFftPlan(backend=b, variant=v, epilogue=epi, int8_group=grp, int8_gemm=gemm)
+            set_int64_residues(res == "int64")  # the previous residue kernel for this config's calls (same bits)
             x = make_x()
             if dev == "cuda":
                 torch.cuda.empty_cache()

@@ -31,7 +31,6 @@ CASES: dict[str, tuple[dict, dict, dict]] = {
     "epilogue_asm_0": ({"GPUFIELD_EPILOGUE_ASM": "0"}, {"epilogue_asm": False}, {}),
     "kulisch": ({}, {}, {"variant": "kulisch"}),
     "triton_gemm": ({}, {}, {"int8_gemm": "triton"}),
-    "triton_gemm_residue_int64": ({"GPUFIELD_RESIDUE_IMPL": "int64"}, {"residue": "int64"}, {"int8_gemm": "triton"}),
     "triton_gemm_epilogue_int64": ({"GPUFIELD_EPILOGUE_IMPL": "int64"}, {"epilogue": "int64"},
                                    {"int8_gemm": "triton"}),
     "triton_gemm_epilogue_asm_0": ({"GPUFIELD_EPILOGUE_ASM": "0"}, {"epilogue_asm": False}, {"int8_gemm": "triton"}),

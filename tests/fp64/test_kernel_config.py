@@ -45,10 +45,9 @@ def test_every_former_env_variant_through_the_config_gives_the_old_bits():
 
 
 def test_config_fields_are_validated_by_name():
-    assert KernelConfig() == KernelConfig(implementation="gluon", fold=None, residue="int32", epilogue="int32")
+    assert KernelConfig() == KernelConfig(implementation="gluon", fold=None, epilogue="int32")
     for kw, msg in (({"implementation": "cuda"}, "implementation must be one of"),
                     ({"fold": "f32"}, "fold must be None or one of"),
-                    ({"residue": "int16"}, "residue must be one of"),
                     ({"epilogue": "int16"}, "epilogue must be one of"),
                     ({"epilogue_asm": 0}, "epilogue_asm must be a bool"),
                     ({"max_nreg": 300}, r"max_nreg must be 0 \(no cap\) or in \[24, 255\]"),
@@ -164,14 +163,13 @@ def test_dispatch_table_names_the_stage_path():
 
 def test_each_config_field_reaches_its_kernel(monkeypatch):
     """Same bits alone cannot show that a field is used: spies on the launchers record the choice each field
-    makes (residue and epilogue kernel, fused implementation, fold, pairs) on a small 2-D transform."""
+    makes (epilogue kernel, fused implementation, fold, pairs) on a small 2-D transform."""
     pytest.importorskip("triton")
     import gpufield.fp64.fft.gemm_fused_epi as fe
     import gpufield.fp64.kernels.fft_epilogue as fep
-    import gpufield.fp64.kernels.residue as res
     from gpufield.fp64.fft import fftn_fp64_emulated
 
-    seen: dict[str, list] = {"impl": [], "fold": [], "pairs": [], "res64": [], "epi64": []}
+    seen: dict[str, list] = {"impl": [], "fold": [], "pairs": [], "epi64": []}
 
     def spy(module, attr, name, record):
         fn = getattr(module, attr)
@@ -184,16 +182,17 @@ def test_each_config_field_reaches_its_kernel(monkeypatch):
     spy(fe, "_resolve_impl", "impl", lambda impl: impl)
     spy(fe, "_fold_constants", "fold", lambda tab, variant, fold, gluon: fold)
     spy(fe, "residue_schedule", "pairs", lambda moduli, pairs, strict=True: pairs)
-    spy(res, "scale_residues_triton_int64", "res64", lambda *a, **k: True)
     spy(fep.fft_epilogue_int64, "epilogue_triton", "epi64", lambda *a, **k: True)
     x = torch.randn(16, 16, dtype=torch.complex128)
     run = lambda gemm, **kc: fftn_fp64_emulated(x, EmulatedFftPlan(  # noqa: E731
         backend="int8", epilogue="triton", int8_gemm=gemm, kernels=KernelConfig(**kc)))
     run("fused_epi", implementation="triton", fold="int", residue_pairs=2)
     assert set(seen["impl"]) == {"triton"} and set(seen["fold"]) == {"int"} and 2 in seen["pairs"]
-    assert not seen["res64"] and not seen["epi64"]
-    run("triton", residue="int64", epilogue="int64")
-    assert seen["res64"] and seen["epi64"]
+    assert not seen["epi64"]
+    run("triton", epilogue="int64")
+    assert seen["epi64"]
+    with pytest.raises(TypeError):  # the int64 residue kernel left the library (benchmarks/fp64_residue_int64.py)
+        KernelConfig(residue="int64")
 
 
 def test_cli_kernels_answers_which_kernel_runs(capsys):

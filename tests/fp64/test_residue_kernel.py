@@ -19,7 +19,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from gpufield.errors import InputError  # noqa: E402
 from gpufield.fp64.kernels.residue import scale_residues_triton  # noqa: E402
 from gpufield.fp64.kernels.residue_consts import YI_BITS, kernel_constants  # noqa: E402
 from gpufield.fp64.ozaki.moduli import moduli_table, sym_mod  # noqa: E402
@@ -133,20 +132,22 @@ def test_grouped_layout_complex_bit_identical(g, n, K):
         assert torch.equal(got[:, q, :, w * K:(w + 1) * K], want[:, mi])
 
 
-def test_fp8_digits_and_impl_switch():
-    """Digit planes equal the previous kernel's (also its unused third plane of square moduli), and
-    ``impl="int64"`` (``KernelConfig(residue="int64")``) selects the previous kernel with the same bits."""
+def test_fp8_digits_on_edge_inputs():
+    """FP8 digit planes of the edge operand (tiny, huge, subnormal, zero rows) equal the torch reference's:
+    ``fp8_digit_planes`` of ``residues_from_scaled(scale_trunc(...))`` for every modulus (square and
+    Karatsuba), and an unknown keyword is refused (the former ``impl`` switch is gone from the library)."""
+    from gpufield.fp64.ozaki.residues import fp8_digit_planes
+
     X, s = _edge_operand(10, 20, 7)
-    Xc = torch.complex(X, X.flip(1))
     t = moduli_table("fp8", 14)
-    new = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True).cpu()
-    old = scale_residues_triton(Xc.to(DEV), s.to(DEV), t, torch.int16, digits=True, impl="int64").cpu()
-    assert new.dtype == torch.float8_e4m3fn and torch.equal(new.view(torch.uint8), old.view(torch.uint8))
-    t8 = moduli_table("int8", 16)
-    prev = scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8, impl="int64").cpu()
-    assert torch.equal(prev, scale_residues_triton(X.to(DEV), s.to(DEV), t8, torch.int8).cpu())
-    with pytest.raises(InputError):
-        scale_residues_triton(X, s, t8, torch.int8, impl="int16")
+    d = scale_residues_triton(X.to(DEV), s.to(DEV), t, torch.int16, digits=True).cpu()
+    assert d.dtype == torch.float8_e4m3fn and d.shape == (1, 14, 3, 10, 20)
+    ref = residues_from_scaled(scale_trunc(X, s), t.moduli, torch.int64)  # [L, R, K]
+    for mi in range(14):
+        for k, plane in enumerate(fp8_digit_planes(ref[mi], t, mi)):
+            assert torch.equal(d[0, mi, k].float(), plane.float())
+    with pytest.raises(TypeError):
+        scale_residues_triton(X, s, moduli_table("int8", 16), torch.int8, impl="int64")
 
 
 def test_bounded_skips_big_pass_same_bits(monkeypatch):

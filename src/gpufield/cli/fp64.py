@@ -79,10 +79,14 @@ def _measured_table(con) -> None:
                   _ms(r["overlapped_s"]), f"{100 * r['overlapped_err']:+.1f}%", _ms(r["serialized_s"]),
                   f"{100 * r['serialized_err']:+.1f}%", _ms(r["cufft_s"]))
     con.print(t)
+    plan = " / ".join(f"{_ms(r['serialized_plan_s'])} ms ({100 * r['serialized_plan_err']:+.1f}%)" for r in chk["rows"])
     con.print(f"max() = the paper's overlapped form, sum = serialized (roof + instructions); err = model / "
-              f"measured - 1. Rates from the catalogue, nothing fitted. Times: {chk['source']}. Picking the form "
-              f"on the other two sizes ({chk['holdout']}^3 held out) gives {chk['choice']}, which misses "
-              f"{chk['holdout']}^3 by {100 * chk['holdout_err']:+.1f}%.")
+              f"measured - 1. Rates from the catalogue, nothing fitted. Times: {chk['source']}. With the bytes "
+              f"the plan moves (every stage one HBM round trip, twice the paper's roof), serialized: {plan}. "
+              f"Picking the form on the other two sizes ({chk['holdout']}^3 held out) gives {chk['choice']}, "
+              f"which misses {chk['holdout']}^3 by {100 * chk['holdout_err']:+.1f}%. No form is right per stage: "
+              f"N = 32 stages issue at 45 % of the SM's rate, N = 16 at 51-58 %, the model assumes 50 % "
+              f"(H200 run 76, benchmarks/fp64_RESULTS.md).")
 
 
 @app.command("model", help=_MODEL_HELP)

@@ -4,7 +4,9 @@ The model (fp64.md sections 1.4, 5.4, reconstructed from the Part 3 abstract) fo
 FFT done as Bailey six-step with DFT-GEMM stages and a per-output integer epilogue:
 
     N       = n**dims complex points
-    Q       = dims * bytes_per_point_per_pass * N                   (one pass per axis: 96 GiB for 1024^3)
+    Q       = dims * passes_per_dim * bytes_per_point_per_pass * N  (one pass per axis: 96 GiB for 1024^3;
+                                                                     hbm_passes_per_dim = 2: the implemented
+                                                                     plan, every stage one HBM round trip)
     T_roof  = Q / B_HBM                                             (memory roof)
     F       = 5 N log2 N                                            (FP64 flops, 161.06 GFLOP)
     T_native= max(T_roof, F / P_FP64)                               (native FP64 path)
@@ -181,6 +183,7 @@ def fft_floor_model(
     int32_instr_per_s: float | None = None,
     c_conv: float = 0.0,
     combine: str = "overlapped",
+    hbm_passes_per_dim: int | None = None,
 ) -> FftFloorModel:
     """Evaluate the Part 3 floor model of the emulated 3-D FFT on one GPU.
 
@@ -195,6 +198,10 @@ def fft_floor_model(
             paper's model. Measured values: :func:`gpufield.fp64.model_counts.conversion_counts`.
         combine: ``"overlapped"`` (default, the paper's: T = max(T_roof, T_epi + T_conv)) or ``"serialized"``
             (T = T_roof + T_epi + T_conv).
+        hbm_passes_per_dim: HBM round trips of the whole array per axis; None (default): the params file's 1
+            (the paper's: both stages of an axis fused in one pass). The six-step plan of
+            :mod:`gpufield.fp64.fft` writes every stage to memory: ``len(stage_lengths(n))`` (2 for
+            n = 64..1024: 192 B per point at 1024^3 instead of 96).
 
     Returns:
         :class:`FftFloorModel`.
@@ -202,7 +209,7 @@ def fft_floor_model(
     Raises:
         InputError: unknown GPU, a catalogue field the model needs is null, bad sizes (n not a whole power of
             two >= 2, dims not 1-3), a c_epi or override that is not a finite number > 0, a c_conv that is not
-            a finite number >= 0, or an unknown ``combine``.
+            a finite number >= 0, an unknown ``combine``, or ``hbm_passes_per_dim`` not a whole number >= 1.
     """
     from gpufield.telemetry import gpu_spec
 
@@ -231,8 +238,11 @@ def fft_floor_model(
     p_int = _positive(int32_instr_per_s, "int32_instr_per_s") if int32_instr_per_s is not None else _need(
         spec.int32_ops_per_s, spec.key, "int32_ops_per_s")
 
+    ppd = _whole(tr["passes_per_dim"] if hbm_passes_per_dim is None else hbm_passes_per_dim, "hbm_passes_per_dim")
+    if ppd < 1:
+        raise InputError(f"hbm_passes_per_dim must be >= 1, got {ppd}")
     points = n**dims
-    passes = dims * int(tr["passes_per_dim"])
+    passes = dims * ppd
     traffic = float(passes * tr["bytes_per_point_per_pass"] * points)
     lengths = stage_lengths(n)
     stages = len(lengths)

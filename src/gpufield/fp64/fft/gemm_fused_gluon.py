@@ -1,11 +1,8 @@
 """The fused DFT-GEMM stage kernel written in Gluon (Triton's explicit-layout dialect) for Hopper: the same
 arithmetic and bits as :mod:`gpufield.fp64.fft.gemm_fused_epi`, with the data movement chosen by hand.
 
-Why (H200 run 29, Nsight Compute on the Triton kernel at 256^3 stage shapes): the Triton kernel issued in
-45 % of the cycles. Per modulus it staged the int8 residues and the twiddle tile through shared memory
-between two CTA barriers and waited for each wgmma at once; with 128 registers (two programs per SM) it
-spilled the row values and reloaded them every modulus. Its stalls: long scoreboard 22 % (spill reloads,
-tile loads), wait 15 %, barrier 13 %, pipe throttle 12 %.
+Why a second kernel: the Triton kernel stages every modulus's residues and twiddle tile through shared memory
+between two barriers and spills its row values at two programs per SM (profiles: docs/perf-notes.md).
 
 Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in column 2 k, imaginary in
 2 k + 1) does:
@@ -16,11 +13,11 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
    (with one row block after the rows' loads are issued);
 2. loads its rows (float64 [BR, 2 NP]) where they are in the stage's [G, R] row grid, in RH blocks of at most
    8 values per thread (:func:`gpufield.fp64.fft.gemm_fused_epi.row_blocks`), each next block's loads
-   issued before this block's residues are computed (their latency behind that work; run 62: 1024^3
-   -1.3 %); when consecutive rows are one complex element apart (``XROWS``, every stage of a six-step
-   pass, which reads its input in place) it loads along the rows (a warp reads 32 rows' (re, im) pairs,
-   512 contiguous bytes) and exchanges the tile through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo (as the
-   Triton kernel, through the same helpers);
+   issued before this block's residues are computed (their latency behind that work); when consecutive
+   rows are one complex element apart (``XROWS``, every stage of a six-step pass, which reads its input in
+   place) it loads along the rows (a warp reads 32 rows' (re, im) pairs, 512 contiguous bytes) and exchanges
+   the tile through shared memory into the row layout; then the row shifts and the exact split hi 2^29 + lo
+   (as the Triton kernel, through the same helpers);
 3. writes the symmetric residues of all L moduli (the schedule of
    :func:`gpufield.fp64.kernels.fft_epilogue_consts.residue_schedule`: p = 256 from the low byte, at N = 16
    four pairs of odd moduli from one float64 reduction each) to shared memory ([L, BR, 2 NP] int8,
@@ -29,27 +26,18 @@ Here one program (BR rows x BK outputs, 2 BK columns: output k's real part in co
 4. per modulus one asynchronous wgmma, issued one modulus ahead so that the tensor cores can work while
    the previous modulus is folded (``FOLD``: the exact FP64 fold of
    :mod:`gpufield.fp64.kernels.fft_epilogue_f64`, the default, or the 32-bit integer one of
-   :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop. At the default cap of 128
-   registers ptxas serialised the wgmmas with the integer fold (advisory C7512); uncapped (154 registers,
-   one program per SM) they overlapped, but that ran slower on the H200 (1.27 against ~1.0 ms per N = 16
-   stage, run 30);
+   :func:`gpufield.fp64.kernels.fft_epilogue._fold_j`); no barrier in the loop.
 5. the matching finish (lift and one rounding) in the accumulator layout and one store per output; with
    KP = 2 column passes (:data:`gpufield.fp64.fft.gemm_fused_epi.GLUON_LAUNCH` at N = 32) steps 4-5 run
    once per half of the output columns, the second half's twiddle tiles copied into the same buffers
-   between two barriers: half the shared memory for the tiles, so that two programs of 8 warps fit an SM
-   (run 53: 1024^3 331.4 against 352.8 ms).
+   between two barriers: half the shared memory for the tiles, so that two programs of 8 warps fit an SM.
 
 The float64 constants of the residues and of the FP64 fold (``FB``, ``FD``, ``FK``, ``FM``: bit patterns
 as int64) are kernel arguments, not constexprs as in the Triton kernel: ptxas then reads them from the
 constant bank (operands or ULDC) instead of building each 64-bit immediate with two UMOV per thread
 (sm_90 count at N = 16: 393 -> 373 SASS per real output). Row and grid strides arrive in complex128 units and
 are doubled in the kernel, so the compiler sees each (re, im) pair 16-byte aligned and moves it with one
-128-bit load or store (session 10; run 49: 256^3 4.79 ms against 5.51 in run 48).
-
-Measured on one H200 (runs 30-32, benchmarks/fp64_fused_epi_shapes.py, same inputs and same output digest
-as the Triton kernel), integer fold: 0.94-1.07 ms per N = 16 stage (Triton 1.49-1.59), 2.20-2.48 ms per
-N = 32 stage (Triton 4.11-4.26); issue slots busy 65 % against 45 % (Nsight Compute). FP64 fold (run 36,
-same digests): 0.88-1.01 ms (integer fold in the same call 1.03-1.13) and 2.03-2.19 ms (2.19-2.30).
+128-bit load or store. Measured stage times against the Triton kernel: docs/perf-notes.md.
 
 Hopper only (wgmma, sm_90); Gluon kernels do not run in the Triton interpreter, so CI checks that it
 compiles for sm_90 (tests/fp64/test_fft_fused_gluon.py) and the GPU runs compare it bit for bit with the
@@ -158,9 +146,9 @@ def _fused_epi_gluon_kernel(X_ptr, B_ptr, Y_ptr, s_ptr, amax_ptr,
     bmask = (kcol < 2 * K)[:, None] & (jb < 2 * NP)[None, :]
     # one allocation per tile (distinct buffers: no barrier between their stores). With column passes
     # (ASYNC_B) filled by asynchronous copies (cp.async: no registers) that run while the rows are loaded and
-    # their residues computed, waited for before the barrier that precedes the first wgmma (run 54: N = 32
-    # stage 1.65-1.67 against 1.71-1.72 ms); else loaded into registers first and stored (run 54: N = 16
-    # 0.679 against 0.686 ms with cp.async). cp.async moves 4, 8 or 16 bytes per thread: TV >= 4.
+    # their residues computed, waited for before the barrier that precedes the first wgmma; else loaded into
+    # registers first and stored (docs/perf-notes.md: cp.async measured slower at N = 16). cp.async moves
+    # 4, 8 or 16 bytes per thread: TV >= 4.
     ASYNC_B: gl.constexpr = KP > 1 and TV >= 4
     b_smem = ()
     if ASYNC_B:

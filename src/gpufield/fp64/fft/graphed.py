@@ -2,8 +2,7 @@
 
 An eager call of :func:`gpufield.fp64.fft.fftn_fp64_emulated` spends host time before its first kernel
 (plan, chunk size, operands, launch arguments) and one synchronisation at the end (the finiteness check);
-its stages then run back to back. H200 run 39 (256^3, one isolated call, synchronised): 5.99 ms wall,
-5.24 ms for a replay of the same work captured as a CUDA graph, 5.2 ms of stage kernels. A
+its stages then run back to back (eager against replay times: docs/perf-notes.md). A
 :class:`GraphedFftn` captures the whole transform once (after a warm-up that compiles the kernels and
 builds the twiddle operands) and replays it per call: the same kernels on the same buffers, so the same
 bits as the eager call.

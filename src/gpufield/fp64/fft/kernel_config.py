@@ -8,8 +8,9 @@ kernel. The measured times behind the defaults are in docs/perf-notes.md and ben
 Former environment variables and their fields: ``GPUFIELD_FUSED_EPI_IMPL`` -> ``implementation``,
 ``GPUFIELD_FUSED_EPI_FOLD`` -> ``fold``, ``GPUFIELD_FUSED_EPI_LAUNCH`` -> ``launch``,
 ``GPUFIELD_FUSED_EPI_MAXNREG`` -> ``max_nreg``, ``GPUFIELD_FUSED_EPI_PAIRS`` -> ``residue_pairs``,
-``GPUFIELD_RESIDUE_IMPL`` -> ``residue``, ``GPUFIELD_EPILOGUE_IMPL`` -> ``epilogue``,
-``GPUFIELD_EPILOGUE_ASM`` -> ``epilogue_asm``.
+``GPUFIELD_EPILOGUE_IMPL`` -> ``epilogue``, ``GPUFIELD_EPILOGUE_ASM`` -> ``epilogue_asm``;
+``GPUFIELD_RESIDUE_IMPL`` chose the previous int64-lane residue kernel, which is no longer in the library
+(benchmarks/fp64_residue_int64.py, for A/B timing).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from gpufield.errors import InputError
 
 IMPLEMENTATIONS = ("gluon", "triton")
 FOLDS = ("int", "f64")
-RESIDUE_IMPLS = ("int32", "int64")
 EPILOGUE_IMPLS = ("int32", "int64")
 
 
@@ -42,8 +42,6 @@ class KernelConfig:
             (default): the launch table's.
         residue_pairs: fused kernel: modulus pairs sharing one float64 reduction; None (default): the
             table ``RESIDUE_PAIRS`` of the padded stage length, as many as fit.
-        residue: standalone residue kernel (``int8_gemm`` ``"cublas"`` / ``"triton"``): ``"int32"``
-            (default) or ``"int64"`` (the previous kernel, for A/B timing).
         epilogue: standalone epilogue kernel: ``"int32"`` (default) or ``"int64"`` (the previous kernel;
             garner always runs it).
         epilogue_asm: PTX ``mad.lo.s32`` limb sums in the epilogues on CUDA (default True; never in the
@@ -58,13 +56,11 @@ class KernelConfig:
     launch: tuple[int, ...] | None = None
     max_nreg: int | None = None
     residue_pairs: int | None = None
-    residue: str = "int32"
     epilogue: str = "int32"
     epilogue_asm: bool = True
 
     def __post_init__(self) -> None:
-        for name, allowed in (("implementation", IMPLEMENTATIONS), ("residue", RESIDUE_IMPLS),
-                              ("epilogue", EPILOGUE_IMPLS)):
+        for name, allowed in (("implementation", IMPLEMENTATIONS), ("epilogue", EPILOGUE_IMPLS)):
             if getattr(self, name) not in allowed:
                 raise InputError(f"KernelConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if self.fold not in (None, *FOLDS):

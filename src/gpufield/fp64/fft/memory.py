@@ -33,10 +33,8 @@ the conjugate roots and makes no conjugated copy).
 At 1024^3 complex128 (A = 16 GiB) on INT8 g = 8: peak = 48 GiB + 264 B x chunk. With the default budget
 on an empty H200 (about 139 GiB usable, 123 GiB free with the input resident) the budget is
 0.5 x (123 - 2 x 16) = 45 GiB, the chunk 2^27 outputs (W = 33 GiB, 8 chunks per stage) and the peak
-**81 GiB** (the fused stage: 2^30-output chunks, one per stage, peak 48 + 32 = 80 GiB). (H200 run 5
-measured 81 GiB *above* the resident input, i.e. one A more than this model: the previous axis pass's
-output stayed referenced during the next pass; fixed after that run, tests/fp64/test_fft_launch.py counts
-the live full-size arrays.)
+**81 GiB** (the fused stage: 2^30-output chunks, one per stage, peak 48 + 32 = 80 GiB).
+tests/fp64/test_fft_launch.py counts the live full-size arrays.
 
 Also here: the chunk row bookkeeping of a stage (:func:`chunk_segments`: the twiddle-group segments of a
 chunk; :func:`place_rows`: writing a chunk's rows into a strided destination).

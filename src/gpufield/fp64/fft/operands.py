@@ -2,8 +2,8 @@
 
 Building them per call cost a blocking host-to-device copy per stage (a pageable ``.to(device)`` waits for
 the stream) and, on the grouped INT8 path, one ``zeros`` + g slice copies per group, component and chunk
-(2448 of the 2646 copy launches of a 256^3 g = 8 transform in H200 run 3). Now they are made once, on the
-host, in one vectorized pass, and moved to the device once.
+(most of a transform's copy launches; docs/perf-notes.md). Now they are made once, on the host, in one
+vectorized pass, and moved to the device once.
 
 * ``wres``: the symmetric residues of the 3M twiddle operands wr, wi, wr+wi, 3 x [L, G, K, N] in the
   backend's residue dtype (int8 for INT8 moduli, int16 for FP8 moduli);

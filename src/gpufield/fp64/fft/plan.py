@@ -113,7 +113,7 @@ class EmulatedFftPlan:
                 if isinstance(v, bool) or not isinstance(v, numbers.Integral):
                     raise InputError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
                 object.__setattr__(self, name, int(v))  # numpy integers too, as plain ints (cache keys, shapes)
-        fastest = self.backend_name == "int8" and self.epilogue == "triton"  # H200 run 10: fused_epi (garner: run 5's)
+        fastest = self.backend_name == "int8" and self.epilogue == "triton"  # defaults: docs/perf-notes.md
         if self.int8_group is None:
             object.__setattr__(self, "int8_group", 8 if fastest else 1)
         if self.int8_gemm is None:

@@ -234,8 +234,7 @@ def ifftn_fp64_emulated(x, plan: EmulatedFftPlan | None = None, **plan_kwargs):
     N_total) and the division inside the last stage's one rounding: each output is the exactly reconstructed
     stage result times 2^-log2(N_total), rounded once (also where it is subnormal), and an output that fits
     float64 never overflows on the way (numpy.fft.ifft divides after rounding: inf for inputs near DBL_MAX,
-    and a second rounding for subnormal results). No conjugated copy of the input or output is made (H200
-    run 68: those two passes made the inverse 4-5 % slower than the forward transform). Signs of zero: an
+    and a second rounding for subnormal results). No conjugated copy of the input or output is made. Signs of zero: an
     output part that is exactly zero is +0.0 (as the forward transform's), a nonzero part that rounds to
     zero keeps its sign, and an all-size-1 transform returns a copy of its input, -0.0 included (each as
     numpy.fft.ifftn).

@@ -170,10 +170,9 @@ def dft_stage(x_GRN: torch.Tensor, idx_GKN: np.ndarray, plan: EmulatedFftPlan, *
         from functools import partial
 
         from gpufield.fp64.kernels.fft_epilogue import epilogue_triton
-        from gpufield.fp64.kernels.residue import scale_residues_triton as _residue_kernel
+        from gpufield.fp64.kernels.residue import scale_residues_triton
 
         run_epi = partial(epilogue_triton, impl=kc.epilogue, asm=None if kc.epilogue_asm else False)
-        scale_residues_triton = partial(_residue_kernel, impl=kc.residue)
     else:
         run_epi = epilogue_torch
     Mrows = G * R

@@ -21,10 +21,7 @@ reads the r x 3 raw 3M products (int32) and, entirely in 32-bit registers, one m
 
 Static count at sm_90 (tools/fp64_sass_count.py, int8 16 moduli): 355-380 SASS instructions per real output
 (per modulus ~4.5 for the residue, 9 IMAD for the limb and quotient sums, ~1.5 for loads; ~100 for lift,
-carries and rounding), against 4096 (crt) / 2679 (kulisch) for the int64 kernel at (32, 2). Measured on
-an H200 (run 5, 2^24 outputs): crt 1.03 ms, kulisch 0.94 ms (c_epi 513 / 467; run 3: 12.2 ms, c_epi
-6067), fp8 14 moduli 0.81 ms, against an HBM floor of 0.85 ms for the 192 B of int32 products per
-complex output: the kernel runs within 10-20% of memory speed.
+carries and rounding). Measured times: docs/perf-notes.md.
 
 ``"garner"`` runs the previous int64-lane kernel (:mod:`.fft_epilogue_int64`). ``"kulisch"`` here does
 its bulk sum on the integer pipe like ``"crt"`` (same limbs; only the quotient fraction differs).
@@ -47,14 +44,12 @@ from gpufield.fp64.kernels.fft_epilogue_consts import kernel_constants
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
-instruction counts (the epilogue microbenchmark of benchmarks/fp64_fft_gpu.py up to run 8, commit
-b8851d4; the run-9 benchmark times whole transforms only)."""
+reading the generated code (``COMPILED[key].asm["ptx"]``) after a launch."""
 
 DEFAULT_LAUNCH = (256, 8)
-"""(BLOCK outputs per program, warps) on CUDA: one complex output per thread, 40 registers. Measured
-fastest in H200 run 5 (int8 16 crt, 2^24 outputs): 0.95 ms at (256, 8) vs 1.03 ms at (256, 4), 1.29-1.45
-ms at (32, 2), (64, 4), (128, 8) (BLOCK < 32 * warps duplicates work: every value is a per-output 1-D
-vector); HBM floor 0.85 ms. Static sm_90 count 380 SASS per real output (355 at 2 outputs/thread)."""
+"""(BLOCK outputs per program, warps) on CUDA: one complex output per thread, 40 registers; the fastest
+launch measured (docs/perf-notes.md). BLOCK < 32 * warps would duplicate work: every value is a per-output
+1-D vector."""
 
 
 

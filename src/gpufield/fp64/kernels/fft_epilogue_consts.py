@@ -129,19 +129,9 @@ def residue_constants(moduli: tuple[int, ...]) -> tuple[int, ...]:
 
 RESIDUE_PAIRS = {16: 4, 32: 0}
 """Padded stage length NP -> number of modulus pairs whose residues come from one float64 reduction mod
-p_a p_b (:func:`residue_schedule`), measured on one H200 (run 45, benchmarks/fp64_fused_epi_shapes.py, one
-chunk of 2^20 rows, two rounds alternating with commit ccbfde2, the same output digests): NP = 16 0.78-0.80 ms
-per stage with 4 pairs, 0.78-0.79 with 7, 0.86-0.90 with none, against 0.92-1.01 ms before the schedule
-(p = 256 was a float64 reduction); NP = 32 2.01-2.02 with none, 2.02-2.04 with 4, 2.15-2.18 with 7, against
-2.04-2.06. A pair halves the prologue's float64 work (6 -> 3 pipe cycles per modulus) for one more issue
-slot per pair; the NP = 32 kernel (16 warps, one program per SM) is not bound there. Since session 11 the
-NP = 32 stage runs as two programs of 8 warps per SM in two column passes, and its residue phase issues slowly
-(Nsight Compute, run 57: 55 % of the stall samples for 34 % of the instructions; math-pipe throttle and short
-dependency chains); re-measured (run 58, same digests, two rounds alternating, queued): 2 pairs 1.644-1.645 ms per stage, 4 pairs 1.647-1.653,
-none 1.697-1.698 (and 1.695-1.703 at the previous commit); but whole transforms with 2 pairs (run 59, two rounds
-alternating) were slower at 1024^3, 336.0-337.2 ms against 332.4-333.9 with none (512^3 37.07-38.10 against
-37.05-37.73), so NP = 32 keeps none: the stage benchmark's one chunk of stage-2 rows does not stand for all six
-stages of a transform."""
+p_a p_b (:func:`residue_schedule`): a pair halves the prologue's float64 work (6 -> 3 pipe cycles per modulus)
+for one more issue slot. The values are the fastest measured per stage length (docs/perf-notes.md: at NP = 32
+pairs made the stage faster but whole transforms slower, so none)."""
 
 SINGLE, PAIR_FIRST, PAIR_SECOND, LOW_BYTE = 0, 1, 2, 3
 """How :func:`residue_schedule` computes a modulus's residue (the fused stage kernels' ``RK`` entries)."""

@@ -1,16 +1,9 @@
 """The fused stage's CRT fold and final rounding on the FP64 pipe (exact), instead of 32-bit integer limbs.
 
-Why: Nsight Compute on the H200 (runs 30 and 35) shows the Gluon stage kernel throttled by its math pipes
-(``math_pipe_throttle`` the largest stall with ``not_selected``), and the integer fold is 11 multiply-adds
-per modulus on the one FMA-heavy pipe (22 cycles of a 2-cycle pipe per 12 issued instructions) while the
-FP64 pipe, as fast as the integer one on Hopper, sat at 12-22 %. Here a modulus costs the Barrett
-reduction (3 integer instructions), one move, one DADD and three DFMA (the quotient comes from the digit
-sums once per output, session 11: until then one more instruction per modulus); the lift and rounding ~40
-instructions instead of ~120. Static sm_90 count of the Gluon
-stage kernel (N = 16, 128 registers): 391 SASS per real output against 500 (run 36, same output digests:
-N = 16 stage 0.88-1.01 ms against 1.03-1.13 ms; FP64 pipe 45 % busy, ALU and FMA-heavy 25 % each, were 22,
-48, 49); with the integer quotient 1028 instead of 1164 FP64 instructions per thread (run 49: N = 16
-0.785-0.797 against 0.794-0.812 ms, N = 32 1.971-1.973 against 1.985-2.007 ms).
+Why: the integer fold is 11 multiply-adds per modulus on the one FMA-heavy pipe, while the FP64 pipe (as fast
+as the integer one on Hopper) has room. Here a modulus costs the Barrett reduction (3 integer instructions),
+one move, one DADD and three DFMA (the quotient comes from the digit sums once per output); the lift and
+rounding ~40 instructions instead of ~120. Profiles, static counts and stage times: docs/perf-notes.md.
 
 The arithmetic (the integers are exactly those of :func:`gpufield.fp64.fft.epilogue.reconstruct_crt`, so
 every output bit is the same as the 32-bit kernel's; tested bit for bit against it and the exact oracle):
@@ -23,16 +16,13 @@ every output bit is the same as the 32-bit kernel's; tested bit for bit against 
    are exact: every partial sum stays below 2^53 units (checked per moduli set by :func:`f64_constants`).
    Y' changes by -M sum_{flipped} d_i against the integer path, which the quotient absorbs, so Y = Y' - q M
    is the same integer;
-3. the quotient once per output from the digit sums (session 11): q = rint(fl(fl(S_0 + S_1) + S_2) fl(1 / M))
+3. the quotient once per output from the digit sums: q = rint(fl(fl(S_0 + S_1) + S_2) fl(1 / M))
    by two DADD, one DFMA with 1.5 2^52 added (round to nearest integer) and one DADD. The sums' rounding
    and the product's are below 2^-51 sum_l |S_l| / M, under 2^-40 for the default 16 INT8 moduli
    (:func:`f64_constants` checks < 2^-5 per moduli set), so q = floor(Y' / M + 1/2) for every
    |Y| < M (1/2 - 2^-5) (:data:`QUOT_RANGE`); a stage guarantees |Y| <= M / 4 (the plan's moduli count).
-   Until session 11 the quotient was accumulated per modulus (first a DFMA, then one integer multiply-add
-   on 16-bit fractions): one instruction per modulus and output more, and one more accumulator; the top
-   digit sum S_2 alone would do for 13-16 INT8 moduli but not for fewer (12 moduli: 134 wrong quotients in
-   20,000, session 11's review). T_l = S_l - q M_l (balanced digits of M, exact: |T_l| < 2^53
-   units), so Y = T_0 + T_1 + T_2 exactly;
+   (The top digit sum S_2 alone would not do for fewer than 13 INT8 moduli: docs/perf-notes.md.)
+   T_l = S_l - q M_l (balanced digits of M, exact: |T_l| < 2^53 units), so Y = T_0 + T_1 + T_2 exactly;
 4. RN(T_0 + T_1 + T_2) by Boldo and Melquiond's correctly rounded sum of three numbers (IEEE Trans.
    Computers 57(4), 2008, the variation for any three floating-point numbers): two TwoSums, the error
    terms added with rounding to odd (emulated from a TwoSum and the last bit of its sum), one final

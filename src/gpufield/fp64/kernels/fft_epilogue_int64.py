@@ -1,7 +1,8 @@
-"""Triton kernel (int64 lanes, run 1-3 version): the per-output epilogue of an emulated DFT-GEMM stage.
+"""Triton kernel (int64 lanes): the per-output epilogue of an emulated DFT-GEMM stage.
 
-Kept for the ``"garner"`` variant and as the A/B baseline of :mod:`.fft_epilogue` (32-bit lanes), which
-is the default for ``"crt"`` and ``"kulisch"``.
+The Triton epilogue of the ``"garner"`` variant (``EmulatedFftPlan(variant="garner", epilogue="triton")``:
+the only variant this kernel alone runs) and, for ``"crt"`` / ``"kulisch"``, the A/B alternative of the
+32-bit kernel :mod:`.fft_epilogue` (``KernelConfig(epilogue="int64")``; same bits).
 
 Per complex output (fp64.md 1.6, 2.4; Part 3's "per-output integer epilogue"): read the r x 3 raw
 3M products (int32), then in registers
@@ -50,8 +51,7 @@ NL = 7
 
 COMPILED: dict = {}
 """(moduli kind, r, variant) -> the last launched compiled kernel (its ``asm`` holds the PTX), for
-instruction counts (the epilogue microbenchmark of benchmarks/fp64_fft_gpu.py up to run 8, commit
-b8851d4; the run-9 benchmark times whole transforms only)."""
+reading the generated code (``COMPILED[key].asm["ptx"]``) after a launch."""
 
 
 @triton.jit
@@ -309,8 +309,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
         shift_O: int64 [O] exponent shifts.
         tab: epilogue tables of the moduli used.
         variant: ``"garner"``, ``"crt"`` or ``"kulisch"``.
-        block: outputs per program (power of two >= 16); default on CUDA 32 with 2 warps (crt/kulisch,
-            run 3's fastest) and 128 with 4 warps (garner, run 5), and on CPU (the
+        block: outputs per program (power of two >= 16); default on CUDA 32 with 2 warps (crt/kulisch)
+            and 128 with 4 warps (garner), the fastest measured (docs/perf-notes.md), and on CPU (the
             Triton interpreter, which runs programs one after another) up to 2^14 so that numpy
             vectorizes over a few large programs.
         grouped: ``(g, R_rows, K)`` for the grouped layout; None for [r, 3, O].
@@ -332,8 +332,8 @@ def epilogue_triton(T_R3O: torch.Tensor, shift_O: torch.Tensor, tab: EpilogueTab
     if block is None:
         block = (128 if variant == "garner" else 32) if T.device.type == "cuda" else min(1 << 14, _pow2_ceil(n_out))
     grid = (triton.cdiv(n_out, block),)
-    if num_warps is None and T.device.type == "cuda":  # H200: crt 10.5 ms at (32, 2) vs 12.2 at (128, 4) (run 3);
-        num_warps = 4 if variant == "garner" else 2  # garner 40.3 ms at (128, 4) (run 3) vs 44.2 at (32, 2) (run 5)
+    if num_warps is None and T.device.type == "cuda":  # the fastest measured launches (docs/perf-notes.md)
+        num_warps = 4 if variant == "garner" else 2
     launch = {} if num_warps is None else {"num_warps": num_warps}
     COMPILED[(tab.kind, tab.num_moduli, variant)] = _fft_epilogue_kernel[grid](
         T, n_out, K, S_c, S_q, S_s, S_m, shift_O.to(torch.int64).contiguous(), out, tb["p"], tb["invp"], tb["C"],

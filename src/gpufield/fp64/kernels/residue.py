@@ -14,16 +14,10 @@ then, with every modulus a compile-time constant (:mod:`.residue_consts`, which 
   y = +-mant * 2**e, r = sym(+-sym(mant) (2**e mod p)) (same int32 reduction, [L, 2048] table of 2**e
   mod p); unflagged programs of the second launch read one int32 and exit (a few microseconds).
 
-Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` and to the previous int64-lane
-kernel (:mod:`.residue_int64`, selected by ``impl="int64"``, the FFT's ``KernelConfig(residue="int64")``, for A/B timing).
-Static sm_90 count (``python -m gpufield.fp64.kernels.residue_consts``, int8 16 moduli): FFT shape (complex,
-grouped g = 8, K = 16) 348 SASS per complex element at :data:`DEFAULT_BLOCK` (168 registers) against 2029 for
-the int64 kernel at its (32, 32) tile (half the lanes masked at K = 16; 224 registers): 6x fewer; DGEMM
-shape (real, K >= 32) 129 vs 472 per element. Predicted H200 time per 256^3 transform (6 x 2^24 complex
-elements at 16.7 T instr/s): issue 2.1 ms, 2.5 ms with the int64 kernel's measured/static ratio (12.2 ms
-static vs 14.4 ms measured, run 5), against an HBM floor of ~1.5 ms (16 B read + 48 B written per element):
-~2-2.5 ms in all (was 14.4), plus the second launch per call. Tests: tests/fp64/test_kernels.py, tests/fp64/test_residue_kernel.py
-(interpreter on CPU).
+Bit-identical to ``residues_from_scaled(scale_trunc(X, shift), moduli)`` (tests/fp64/test_kernels.py,
+tests/fp64/test_residue_kernel.py, on CPU in the Triton interpreter). The previous int64-lane kernel, kept for
+A/B timing, is benchmarks/fp64_residue_int64.py; its static counts and timings against this one are in
+docs/perf-notes.md ("Measurement history moved out of the kernel docstrings").
 
 Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli, C components (1 real, 3 complex).
 """
@@ -34,10 +28,11 @@ import torch
 import triton
 import triton.language as tl
 
-from gpufield.errors import InputError
 from gpufield.fp64.kernels.residue_consts import kernel_constants
-from gpufield.fp64.kernels.residue_int64 import _imax, _pow2, _tables, scale_residues_triton_int64
 from gpufield.fp64.ozaki.moduli import ModuliTable
+
+POW2_TABLE_LEN = 2048
+"""Entries per modulus of the table of 2^e mod p (the big-value path, e = 0 .. 2047)."""
 
 DEFAULT_BLOCK = (128, 16, 4)
 """(BLOCK_R, BLOCK_K cap, warps) on CUDA; BLOCK_K = min(cap, next power of two >= K). Not yet timed on a GPU;
@@ -45,6 +40,34 @@ chosen from the static sm_90 count: 16 elements per thread (one 16-byte store pe
 SASS per complex element at K = 16 (168 registers) vs 416 at (64, 16, 4) (95 registers), where Triton
 moves every stored plane through shared memory (8 elements per thread: store and load layouts differ).
 The lower occupancy of (128, 16, 4) is untested: sweep ``block`` on the GPU."""
+
+
+@triton.jit
+def _pow2(e):
+    """2^e as float64 from its bit pattern (e in the normal range)."""
+    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def _imax(a, b):
+    # own combine function: tl.max is a @jit of triton.language.standard, which is not interpretable when
+    # triton was imported before TRITON_INTERPRET was set (CPU runs); builtins and our own @jit are.
+    return tl.maximum(a, b)
+
+
+_TABLE_CACHE: dict = {}
+
+
+def _tables(table: ModuliTable, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(moduli int64 [L], 1/p float64 [L], 2^e mod p int64 [L, POW2_TABLE_LEN]) on ``device``, cached."""
+    key = (table.kind, table.num_moduli, str(device))
+    if key not in _TABLE_CACHE:
+        mods = torch.tensor(table.moduli, dtype=torch.int64, device=device)
+        invp = torch.tensor([1.0 / p for p in table.moduli], dtype=torch.float64, device=device)
+        tab = torch.tensor([[pow(2, e, p) for e in range(POW2_TABLE_LEN)] for p in table.moduli],
+                           dtype=torch.int64, device=device)
+        _TABLE_CACHE[key] = (mods, invp, tab)
+    return _TABLE_CACHE[key]
 
 
 @triton.jit
@@ -236,7 +259,7 @@ def _pow2_table_i32(table: ModuliTable, device) -> torch.Tensor:
 
 def scale_residues_triton(
     X_RK: torch.Tensor, shift_R: torch.Tensor, table: ModuliTable, dtype=torch.int8, group: int = 1,
-    digits: bool = False, impl: str | None = None, block: tuple[int, int, int] | None = None,
+    digits: bool = False, block: tuple[int, int, int] | None = None,
     bounded: bool = False,
 ) -> torch.Tensor:
     """Launch the fused scaling/residue kernel.
@@ -254,10 +277,6 @@ def scale_residues_triton(
         digits: FP8 table only: emit the FP8 digit planes (|d| <= 16) instead of residues, layout
             [C, L, 3, R, K] as float8_e4m3fn (square moduli use planes 0-1, Karatsuba moduli 0-2; see
             ``fp8_digit_planes``), written as E4M3 bit patterns so no conversion pass is needed.
-        impl: ``"int32"`` (this kernel) or ``"int64"`` (the previous kernel, :mod:`.residue_int64`, for A/B
-            timing; the FFT's ``KernelConfig.residue``). None: int32. The fused stage kernel (``int8_gemm="fused"``
-            / ``"fused_epi"``, the FFT's default on CUDA) computes its residues itself, so neither this kernel
-            nor the choice is used there.
         block: (BLOCK_R, BLOCK_K cap, warps), a tuning knob (same bits); None: :data:`DEFAULT_BLOCK` on CUDA.
         bounded: the caller guarantees |X * 2**shift| < 2**62 for every finite element (e.g. the FFT
             stage: shifts b_x - e_row from the row maxima, b_x <= 60), so no tile can be flagged and the
@@ -271,13 +290,8 @@ def scale_residues_triton(
         group > 1: [C, G, R, g*K]. digits: [C, L, 3, R, K] float8_e4m3fn.
 
     Raises:
-        InputError: unknown impl; ValueError: digits without the fp8 table or with group > 1.
+        ValueError: digits without the fp8 table or with group > 1.
     """
-    impl = impl or "int32"
-    if impl not in ("int32", "int64"):
-        raise InputError(f"residue impl must be 'int32' or 'int64', got {impl!r}")
-    if impl == "int64":
-        return scale_residues_triton_int64(X_RK, shift_R, table, dtype, group=group, digits=digits)
     R, K = X_RK.shape
     L = table.num_moduli
     cplx = X_RK.is_complex()

@@ -1,7 +1,9 @@
-"""Previous residue kernel (int64 lanes; kept for A/B timing: ``KernelConfig(residue="int64")``, ``impl="int64"``).
+"""Previous residue kernel (int64 lanes), kept outside the library for A/B timing against
+:func:`gpufield.fp64.kernels.residue.scale_residues_triton` (benchmarks/fp64_fft_gpu.py's ``/res64``
+configuration, :func:`use_int64_residues`; tools/fp64_residue_sass_count.py). Not reachable from the library.
 
 Fused scaling -> truncation -> symmetric residues (Ozaki-II steps 1-2, fp64.md 2.1, 4.1), as before the
-32-bit rewrite in :mod:`.residue`; the helpers (``_tables``, ``_e4m3_lut``, ``_sqrt_table``) are shared.
+32-bit rewrite in :mod:`gpufield.fp64.kernels.residue`.
 
 One read of the float64 operand, L narrow writes; no float64 or int64 intermediate ever reaches memory.
 Per element: y = x * 2**s1 * 2**s2 (two exact power-of-two multiplications, s = s1 + s2 the row shift),
@@ -13,6 +15,8 @@ Shape legend: R rows (of A, or of B^T), K inner dimension, L moduli.
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 import triton
@@ -244,3 +248,33 @@ def _sqrt_table(table: ModuliTable, device) -> torch.Tensor:
         _TABLE_CACHE[key] = torch.tensor([table.square_root(mi) or 0 for mi in range(table.num_moduli)],
                                          dtype=torch.int64, device=device)
     return _TABLE_CACHE[key]
+
+
+_SAVED: list = []
+
+
+def set_int64_residues(on: bool) -> None:
+    """``on``: the FFT's standalone residue launches (``int8_gemm`` ``"cublas"`` / ``"triton"``,
+    :func:`gpufield.fp64.fft.stage.dft_stage`) run this kernel instead of the 32-bit one (same bits) until
+    called with False: the former ``KernelConfig(residue="int64")`` A/B switch, for benchmarks only."""
+    from gpufield.fp64.kernels import residue
+
+    if on and not _SAVED:
+        _SAVED.append(residue.scale_residues_triton)
+
+        def _int64(X_RK, shift_R, table, dtype=torch.int8, group=1, digits=False, block=None, bounded=False):
+            return scale_residues_triton_int64(X_RK, shift_R, table, dtype, group=group, digits=digits)
+
+        residue.scale_residues_triton = _int64
+    elif not on and _SAVED:
+        residue.scale_residues_triton = _SAVED.pop()
+
+
+@contextmanager
+def use_int64_residues():
+    """:func:`set_int64_residues` on within the block."""
+    set_int64_residues(True)
+    try:
+        yield
+    finally:
+        set_int64_residues(False)
