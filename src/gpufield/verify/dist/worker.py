@@ -6,14 +6,16 @@
 
     {"shard": "none" | "fsdp" | "alpha" | "tp", "dtype": "float32", "device": "cpu",
      "bounds": {"methods": ["ibp", "crown", "alpha"], "alpha_iterations": 5,
-                "optimize_intermediate": true},
+                "optimize_intermediate": true, "alpha_row_split": true},
      "save_bounds": true,
      "cases": [{"name": "m4", "onnx": "net.onnx", "vnnlib": "prop.vnnlib",
                 "bounds": {"alpha_iterations": 1}},
                {"name": "r0", "mlp": [8, 16, 16, 3], "seed": 0, "eps": 0.1, "shard": "alpha",
                 "bounds": {"methods": ["alpha"], "optimize_intermediate": false}}]}
 
-(an entry's ``shard`` and ``bounds`` override the job's).
+(an entry's ``shard`` and ``bounds`` override the job's). Under ``alpha`` the weights are
+FSDP-sharded too unless ``"alpha_weights": "replicated"`` (job or entry); ``"inventory": true``
+adds, per case, the live tensors at the CPU peak grouped by shape (``peak_inventory``).
 
 Writes ``OUT_DIR/rank<r>.pt`` (case -> :func:`~gpufield.verify.dist.bounds.case_bounds` dict, when
 ``save_bounds``) and ``OUT_DIR/rank<r>.json`` (per case: the :class:`MemoryReport`, the gather
@@ -32,7 +34,7 @@ import torch
 
 from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import GATHER_STATS, init_from_env, shutdown
-from gpufield.verify.dist.fsdp import ShardedOp, shard_graph
+from gpufield.verify.dist.fsdp import ShardedOp, shard_graph, spec_side
 from gpufield.verify.dist.memory import graph_tensors, measure, storage_bytes
 from gpufield.verify.dist.tp import tp_crown, tp_graph
 from gpufield.verify.graph import Graph, Node
@@ -42,6 +44,19 @@ from gpufield.verify.ops.linear import Linear
 from gpufield.verify.spec import Spec
 
 SHARDS = ("none", "fsdp", "alpha", "tp")
+ALPHA_WEIGHTS = ("fsdp", "replicated")
+
+
+def inventory_summary(inv: list[tuple[tuple[int, ...], str, int]]) -> list[dict]:
+    """The tracker's peak inventory grouped by (shape, dtype), largest total first:
+    ``[{"shape", "dtype", "count", "bytes"}]``."""
+    groups: dict[tuple, list[int]] = {}
+    for shape, dt, b in inv:
+        g = groups.setdefault((tuple(shape), dt), [0, 0])
+        g[0] += 1
+        g[1] += b
+    return [{"shape": list(k[0]), "dtype": k[1], "count": c, "bytes": b}
+            for k, (c, b) in sorted(groups.items(), key=lambda kv: -kv[1][1])]
 
 
 def random_mlp(sizes: list[int], seed: int) -> Graph:
@@ -113,7 +128,8 @@ def bounds_config(job: dict, entry: dict) -> BoundsConfig:
     b = {**job.get("bounds", {}), **entry.get("bounds", {})}
     return BoundsConfig(methods=tuple(b.get("methods", ("ibp", "crown", "alpha"))),
                         alpha_iterations=int(b.get("alpha_iterations", 5)),
-                        optimize_intermediate=bool(b.get("optimize_intermediate", True)))
+                        optimize_intermediate=bool(b.get("optimize_intermediate", True)),
+                        alpha_row_split=bool(b.get("alpha_row_split", True)))
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -135,15 +151,21 @@ def run_job(job: dict, out_dir: Path) -> None:
         if shard not in SHARDS:
             raise ValueError(f"shard {shard!r} not in {SHARDS}")
         graph, spec, lo, hi = load_case(entry, dtype, device)
+        alpha_weights = entry.get("alpha_weights", job.get("alpha_weights", "fsdp"))
+        if alpha_weights not in ALPHA_WEIGHTS:
+            raise ValueError(f"alpha_weights {alpha_weights!r} not in {ALPHA_WEIGHTS}")
         if shard == "fsdp":
             graph = shard_graph(graph, comm)
+        elif shard == "alpha" and alpha_weights == "fsdp":
+            graph = shard_graph(graph, comm, keep=spec_side(graph))
         elif shard == "tp":
             graph, starts = tp_graph(graph, comm)
         buffers = {id(n.op.buffer): n.op.buffer.flat for n in graph.nodes if isinstance(n.op, ShardedOp)}
         buffer_bytes = storage_bytes(buffers.values())
         weights = storage_bytes(graph_tensors(graph)) - buffer_bytes
         before = dict(GATHER_STATS)
-        with measure([*graph_tensors(graph), lo, hi], device, comm.rank) as m:
+        inventory = bool(entry.get("inventory", job.get("inventory", False)))
+        with measure([*graph_tensors(graph), lo, hi], device, comm.rank, inventory=inventory) as m:
             if shard == "tp":  # a different computation (IBP inside sharded zones): CROWN output bounds only
                 tl, tu = tp_crown(graph, starts, lo, hi, spec.C_SB(graph.output_shape, lo.shape[0], lo),
                                   cfg.memory_budget_bytes)
@@ -154,6 +176,10 @@ def run_job(job: dict, out_dir: Path) -> None:
         reports[entry["name"]] = {**m.report.as_dict(), "weight_bytes": weights,
                                   "gather_buffer_bytes": buffer_bytes, "world": comm.world,
                                   "shard": shard, **{f"gather_{k}": GATHER_STATS[k] - before[k] for k in before}}
+        if shard == "alpha":
+            reports[entry["name"]]["alpha_weights"] = alpha_weights
+        if inventory:
+            reports[entry["name"]]["peak_inventory"] = inventory_summary(m.inventory)
         if job.get("save_bounds", True):  # on the host: kept bounds must not count in the next case's peak
             results[entry["name"]] = {k: v.detach().cpu() for k, v in res.items()}
         del res
