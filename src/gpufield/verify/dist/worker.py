@@ -13,7 +13,8 @@
                {"name": "r0", "mlp": [8, 16, 16, 3], "seed": 0, "eps": 0.1, "shard": "alpha",
                 "bounds": {"methods": ["alpha"], "optimize_intermediate": false}}]}
 
-(an entry's ``shard`` and ``bounds`` override the job's). Under ``alpha`` the weights are
+(an entry's ``shard`` and ``bounds`` override the job's). An entry with ``"bab": {...}`` runs a
+branch and bound instead (:func:`bab_case`; ``shard`` ``none`` or ``alpha``). Under ``alpha`` the weights are
 FSDP-sharded too unless ``"alpha_weights": "replicated"`` (job or entry); ``"inventory": true``
 adds, per case, the live tensors at the CPU peak grouped by shape (``peak_inventory``).
 
@@ -123,6 +124,82 @@ def load_case(entry: dict, dtype: torch.dtype, device: str) -> tuple[Graph, Spec
     return graph, Spec.from_case(case, n_out), lo, hi
 
 
+def bab_problem(entry: dict, device: str):
+    """An ONNX net and a VNN-LIB case for :func:`bab_case`: ``onnx`` + ``vnnlib`` (+ ``case``), or
+    ``onnx`` + ``lo``/``hi`` (input box) + ``clauses`` (``[{"c": [M floats], "t": float}]``: the
+    unsafe clauses ``c·y ≤ t``, any of which is a violation).
+
+    Returns:
+        ``(graph float32, graph float64, case, spec, OrtModel)`` on ``device`` (the model is None
+        when onnxruntime cannot load and the entry says ``"require_ort": false``).
+    """
+    from gpufield.verify.io.onnx_load import load_onnx
+    from gpufield.verify.io.ort import OrtModel
+    from gpufield.verify.io.vnnlib import parse_vnnlib
+
+    g = load_onnx(entry["onnx"])
+    if "vnnlib" in entry:
+        case = parse_vnnlib(entry["vnnlib"]).cases[int(entry.get("case", 0))]
+    else:
+        case = Case(np.asarray(entry["lo"], dtype=np.float64), np.asarray(entry["hi"], dtype=np.float64),
+                    tuple(Clause(np.asarray(k["c"], dtype=np.float64).reshape(1, -1), np.array([float(k["t"])]))
+                          for k in entry["clauses"]))
+    n_out = int(np.prod(g.output_shape))
+    try:
+        ort = OrtModel(entry["onnx"])
+    except Exception:  # no onnxruntime (e.g. a GPU host without it): no counterexample search
+        if entry.get("require_ort", True):
+            raise
+        ort = None
+    return (g.cast(torch.float32, device), g.cast(torch.float64, device), case, Spec.from_case(case, n_out), ort)
+
+
+def bab_case(entry: dict, job: dict, comm, device: str, shard: str) -> dict:
+    """β-CROWN branch and bound of one entry (its root round is α-CROWN on the output slopes), measured.
+
+    Every rank runs the same search; under ``shard == "alpha"`` each holds only its clauses' α, β
+    (:class:`~gpufield.verify.dist.bab_shard.SpecSplit`). ``entry["bab"]``: ``batch``,
+    ``max_domains``, ``iterations``, ``root_iterations``, ``branching``, ``timeout_s``.
+
+    Returns:
+        ``{"verdict": unsat|sat|unknown, "reason", "domains", "rounds", "global_lb", "split_calls",
+        **MemoryReport}`` (peak over the search, this rank).
+    """
+    import time
+
+    from gpufield.verify.alpha import AlphaConfig
+    from gpufield.verify.bab import bab
+    from gpufield.verify.dist.bab_shard import SpecSplit
+    from gpufield.verify.propagate import crown_intermediate, ibp
+    from gpufield.verify.refine import RefineConfig
+    from gpufield.verify.runner import outward_box
+
+    b = {**job.get("bab", {}), **entry["bab"]}
+    g, g64, case, spec, ort = bab_problem(entry, device)
+    lo, hi = outward_box(case, g.input_shape, torch.float32, device)
+    lo64, hi64 = outward_box(case, g.input_shape, torch.float64, device)
+    with torch.no_grad():
+        ib = ibp(g64, lo64, hi64)
+        ref64 = {**ib, **crown_intermediate(g64, lo64, hi64, ref=ib)}
+    split = SpecSplit(comm) if shard == "alpha" else None
+    cfg = RefineConfig(batch=int(b.get("batch", 64)), max_domains=int(b.get("max_domains", 10_000)),
+                       alpha=AlphaConfig(iterations=int(b.get("iterations", 5))),
+                       root_iterations=int(b.get("root_iterations", 20)), branching=b.get("branching", "fsb"),
+                       mip_refine_layers=0, mip_after_s=0.0, spec_split=split)
+    inventory = bool(entry.get("inventory", job.get("inventory", False)))
+    resident = [*graph_tensors(g), *graph_tensors(g64), lo, hi, lo64, hi64, *(t for p in ref64.values() for t in p)]
+    with measure(resident, device, comm.rank, inventory=inventory) as m:
+        r = bab(g, g64, spec, lo, hi, lo64, hi64, ref64, cfg, margin_tol=1e-7,
+                deadline_s=time.monotonic() + float(b.get("timeout_s", 600.0)), case=case, ort_model=ort)
+    verdict = "unsat" if r.proven else ("sat" if r.counterexample is not None else "unknown")
+    out = {"verdict": verdict, "reason": r.reason, "domains": r.domains, "rounds": r.rounds,
+           "global_lb": r.global_lb, "split_calls": None if split is None else split.calls, "ort": ort is not None,
+           "cex": None if r.counterexample is None else r.counterexample.x_N.tolist(), **m.report.as_dict()}
+    if inventory:
+        out["peak_inventory"] = inventory_summary(m.inventory)
+    return out
+
+
 def bounds_config(job: dict, entry: dict) -> BoundsConfig:
     """The case's :class:`BoundsConfig`: the job's ``bounds`` updated by the entry's own ``bounds``."""
     b = {**job.get("bounds", {}), **entry.get("bounds", {})}
@@ -150,6 +227,12 @@ def run_job(job: dict, out_dir: Path) -> None:
         shard = entry.get("shard", job.get("shard", "fsdp"))
         if shard not in SHARDS:
             raise ValueError(f"shard {shard!r} not in {SHARDS}")
+        if "bab" in entry:
+            if shard not in ("none", "alpha"):
+                raise ValueError(f"a branch-and-bound entry needs shard none or alpha, not {shard!r}")
+            reports[entry["name"]] = {**bab_case(entry, job, comm, device, shard), "world": comm.world,
+                                      "shard": shard}
+            continue
         graph, spec, lo, hi = load_case(entry, dtype, device)
         alpha_weights = entry.get("alpha_weights", job.get("alpha_weights", "fsdp"))
         if alpha_weights not in ALPHA_WEIGHTS:
