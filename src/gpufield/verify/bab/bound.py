@@ -55,7 +55,7 @@ def empty_mask(inter: Mapping[str, Interval], names) -> torch.Tensor:
 
 
 def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], splits: Splits,
-                   fixed: frozenset[str] = frozenset()) -> dict[str, Interval]:
+                   fixed: frozenset[str] = frozenset(), row_split=None) -> dict[str, Interval]:
     """Float64 CROWN bounds of every ReLU input of the domains, intersected with the parents'.
 
     Args:
@@ -65,13 +65,16 @@ def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], spl
         splits: the domains' splits (the new one included).
         fixed: ReLU inputs that keep the parents' bounds (layers up to the shallowest new split:
             no split of theirs changed; a parent's bounds stay sound for its children).
+        row_split: the re-bounded rows split over processes
+            (:class:`~gpufield.verify.dist.alpha_shard.RowSplit`), see
+            :func:`~gpufield.verify.propagate.crown_intermediate`.
 
     Returns:
         name -> ``(l, u)`` ``[B, *]`` with the splits clamped.
     """
     ref = clamp_splits(parent64, splits)
     with torch.no_grad():
-        inter = crown_intermediate(g64, lo64, hi64, ref=ref, fixed=fixed)
+        inter = crown_intermediate(g64, lo64, hi64, ref=ref, fixed=fixed, row_split=row_split)
     return clamp_splits({k: v for k, v in inter.items() if k in parent64}, splits)
 
 

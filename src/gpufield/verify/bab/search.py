@@ -237,7 +237,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         loB, hiB = lo.expand(B, *lo.shape[1:]), hi.expand(B, *hi.shape[1:])
         new_layers = [names.index(sp[0]) for _, sp in pending if sp is not None]
         fixed = frozenset(names[:min(new_layers) + 1]) if len(new_layers) == len(pending) else frozenset()
-        inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed)
+        inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed,
+                                 row_split=None if spec_split is None else spec_split.rows)
         inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
         inter[graph.input_name] = (loB, hiB)
         inter64[graph64.input_name] = (lo64B, hi64B)

@@ -22,6 +22,8 @@ rounding level and the search may branch differently in near-ties. Soundness doe
 it: every bound is the float64 re-evaluation (:func:`~gpufield.verify.bab.bound.bound64`) and
 every counterexample is validated by onnxruntime, as at P = 1.
 
+The domains' float64 intermediate CROWN passes (``[rows, B, N]`` A-matrices, the peak of
+2-layer nets) are split by row as in the bounds path (:class:`~gpufield.verify.dist.alpha_shard.RowSplit`).
 FSB's candidate children (the largest tensors: ``[S, B·2k, N]``) are split differently: by
 *candidate*. Each rank gathers the batch's α, β of all rows (``[1, S, B, N]``, 1/2k of the
 candidates' size), bounds its ``ceil(B·2k/P)`` candidates with the whole spec, and the candidate
@@ -53,9 +55,13 @@ class SpecSplit:
     """
 
     def __init__(self, comm: Comm):
+        from gpufield.verify.dist.alpha_shard import RowSplit
+
         self.comm = comm
         self.calls = 0
         self._counts: list[int] | None = None
+        self.rows = RowSplit(comm)
+        """Splits the domains' float64 intermediate CROWN rows (``[rows, B, N]`` A-matrices)."""
 
     def local(self, spec: Spec) -> Spec:
         """This rank's clauses of ``spec`` (renumbered), and remembers every rank's row count.
