@@ -92,7 +92,7 @@ def main() -> int:
     entry = {"name": "c", "mlp": [784] + [args.width] * args.depth + [10], "seed": 0, "eps": 0.02}
     bounds = {"methods": ["alpha"], "alpha_iterations": 5, "optimize_intermediate": False}
     cpu = args.device == "cpu"
-    rows, raw = [], []
+    rows = []
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         base = None

@@ -33,8 +33,10 @@ rank can run on its own clauses' snapshots. With ``optimize_intermediate=True``
 the intermediate slopes are shared by all clauses and each rank would optimise them for its own
 clauses only: a different (still sound) optimisation, not P = 1's — this mode refuses it.
 
-Collectives: one 2-float ``all_reduce(MAX)`` per iteration, one ``all_gather_object`` of the
-``[K_r, B]`` margins at the end; both sizes depend only on agreed numbers.
+Collectives: one 2-float ``all_reduce(MAX)`` per iteration, one ``all_gather`` of ``[ceil(n/P), 2,
+B]`` bounds per re-bounded layer and pass (:class:`RowSplit`), the FSDP gathers of the weights,
+one ``all_gather_object`` of the ``[K_r, B]`` margins at the end; all sizes depend only on agreed
+numbers.
 """
 
 from __future__ import annotations
