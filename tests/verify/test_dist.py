@@ -41,6 +41,10 @@ CASES += [
     {"name": "easy-alpha", "mlp": [6, 17, 9, 5], "seed": 7, "eps": 0.05, "shard": "alpha",
      "bounds": {**ALPHA_ONLY, "alpha_iterations": 12}},
 ]
+# the alpha mode's memory: 4 hidden layers of 64, its peak (intermediate CROWN A-matrices + weights)
+# split over ranks; "inventory" lists the live tensors at each rank's peak
+CASES += [{"name": "wide-alpha", "mlp": [10, 64, 64, 64, 64, 4], "seed": 3, "eps": 0.1, "shard": "alpha",
+           "inventory": True, "bounds": {**ALPHA_ONLY, "alpha_iterations": 2}}]
 # tp: the deep net has 5 Linear layers = 2 (Col, Row) pairs, so zone 2 is bounded by IBP
 CASES += [{"name": "deep-tp", "mlp": [12, 40, 40, 40, 40, 3], "seed": 1, "eps": 0.15, "shard": "tp",
            "bounds": {"methods": ["ibp", "crown"]}}]
@@ -76,6 +80,9 @@ def conv_case(tmp_path_factory):
     return path
 
 
+INVENTORY_P1: dict[str, list] = {}
+
+
 @pytest.fixture(scope="module")
 def reference(conv_case):
     """P = 1 with the existing code: bounds and the memory of the same region, per case."""
@@ -86,9 +93,10 @@ def reference(conv_case):
         for e in CASES:
             cfg = bounds_config({"bounds": BOUNDS}, e)
             g, spec, lo, hi = load_case(e, torch.float32, "cpu")
-            with measure([*graph_tensors(g), lo, hi]) as m:
+            with measure([*graph_tensors(g), lo, hi], inventory=bool(e.get("inventory"))) as m:
                 res = case_bounds(g, spec, lo, hi, cfg)
             out[e["name"]] = (res, m.report, g)
+            INVENTORY_P1[e["name"]] = m.inventory
         return out
     finally:
         torch.set_num_threads(n)
@@ -154,6 +162,23 @@ def test_alpha_clause_sharded_matches_single_process(launched, reference):
         assert sum(local_bytes) == full  # the slopes are partitioned, not replicated
     easy = reference["easy-alpha"][0]["alpha/best"]
     assert bool((easy > 0).any()) and not bool((easy > 0).all())  # a mix: lockstep stop exercised
+
+
+def test_alpha_mode_splits_the_peak(launched, reference):
+    """What sets α-CROWN's P = 1 peak on an MLP is the intermediate passes' A-matrices ``[rows, 1, N]``
+    (and the weights); under ``alpha`` each rank's largest A-matrix has ``ceil(N/P)`` rows and its
+    weights are FSDP shards, so its peak is well below P = 1's."""
+    P, _, reports = launched
+    ref, rep1, g = reference["wide-alpha"]
+    N = 64
+    A1 = [shape for shape, _, _ in INVENTORY_P1["wide-alpha"] if len(shape) == 3 and shape[1:] == (1, N)]
+    assert A1 and max(s[0] for s in A1) == N  # P = 1's peak holds full-height A-matrices
+    for r, rep in enumerate(reports):
+        rr = rep["wide-alpha"]
+        assert rr["alpha_weights"] == "fsdp" and rr["gather_calls"] > 0
+        A = [t for t in rr["peak_inventory"] if len(t["shape"]) == 3 and t["shape"][1:] == [1, N]]
+        assert A and max(t["shape"][0] for t in A) == -(-N // P), (P, r, A)
+        assert rr["peak_bytes"] <= {2: 0.62, 4: 0.40}[P] * rep1.peak_bytes, (P, r, rr["peak_bytes"], rep1.peak_bytes)
 
 
 def _weight_numels(graph):

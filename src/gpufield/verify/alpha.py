@@ -144,7 +144,8 @@ def tables(params: dict[str, torch.Tensor]) -> dict[str, dict[str, torch.Tensor]
 
 
 def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
-               params: dict[str, torch.Tensor], memory_budget_bytes: int = 2 << 30) -> torch.Tensor:
+               params: dict[str, torch.Tensor], memory_budget_bytes: int = 2 << 30,
+               row_split=None) -> torch.Tensor:
     """One full α-CROWN evaluation: intermediate bounds with their slopes, then the spec.
 
     Args:
@@ -154,6 +155,9 @@ def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
         ref: sound bounds to intersect intermediate bounds with.
         params: from :func:`init_params` (same dtype/device as the graph).
         memory_budget_bytes: chunking cap for intermediate bounds.
+        row_split: intermediate rows split over processes (see
+            :func:`~gpufield.verify.propagate.crown_intermediate`); needs intermediate slopes
+            that are not optimised (the split bounds are gathered without gradient).
 
     Returns:
         clause margins ``[K, B]`` (lower bounds of the best row/combination of each clause).
@@ -161,7 +165,7 @@ def bound_pass(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
     tabs = tables(params)
     out = graph.output_name
     inter = crown_intermediate(graph, x_lo, x_hi, ref=ref, alphas=tabs,
-                               memory_budget_bytes=memory_budget_bytes)
+                               memory_budget_bytes=memory_budget_bytes, row_split=row_split)
     C_SM, b_S, clause_S = _spec_rows(spec, params, x_lo)
     B = x_lo.shape[0]
     C = C_SM.reshape(len(C_SM), 1, *graph.output_shape).expand(len(C_SM), B, *graph.output_shape)
@@ -198,7 +202,7 @@ class _Adam:
 
 def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
                 init_inter: dict[str, Interval], cfg: AlphaConfig,
-                deadline_s: float = float("inf"), stop=None) -> AlphaResult:
+                deadline_s: float = float("inf"), stop=None, row_split=None) -> AlphaResult:
     """Optimise slopes to maximise the clause margins; keep the best per clause.
 
     Args:
@@ -213,6 +217,7 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
         stop: optional ``stop(best_KB, it) -> bool`` replacing the stop decision (every clause
             proven, ``it == cfg.iterations`` or past ``deadline_s``); the spec-sharded mode of
             :mod:`gpufield.verify.dist` makes it one decision for all ranks.
+        row_split: see :func:`bound_pass` (the ``alpha`` mode of :mod:`gpufield.verify.dist`).
 
     Returns:
         :class:`AlphaResult` with per-clause best margins and the parameter snapshots behind them.
@@ -226,7 +231,7 @@ def alpha_crown(graph: Graph, spec: Spec, x_lo, x_hi, ref: dict[str, Interval],
     res = AlphaResult(best_KB=torch.empty(0))
     t_last = t0
     for it in range(cfg.iterations + 1):
-        val = bound_pass(graph, spec, x_lo, x_hi, ref, params, cfg.memory_budget_bytes)
+        val = bound_pass(graph, spec, x_lo, x_hi, ref, params, cfg.memory_budget_bytes, row_split)
         v = val.detach()
         if best is None:
             best, best_iter = v.clone(), torch.zeros_like(v, dtype=torch.long)

@@ -173,6 +173,7 @@ def crown_intermediate(
     alphas: Mapping[str, AlphaTable] | None = None,
     memory_budget_bytes: int = 2 << 30,
     fixed: set[str] | frozenset[str] = frozenset(),
+    row_split=None,
 ) -> dict[str, Interval]:
     """CROWN bounds of every non-linear op's input, layer by layer in topological order.
 
@@ -189,6 +190,11 @@ def crown_intermediate(
         memory_budget_bytes: cap on the A-matrices of one chunk.
         fixed: ReLU inputs whose ``ref`` bounds are taken as they are (not re-bounded), e.g. layers
             a branch-and-bound split cannot tighten.
+        row_split: optional splitter of the re-bounded rows over processes
+            (:class:`gpufield.verify.dist.alpha_shard.RowSplit`): ``take(rows)`` gives this
+            process's rows, which it bounds (chunked as above), and ``join(lo_BR, hi_BR, n)``
+            returns every process's results ``[B, n]`` in the order of ``rows``. Each row's bound
+            is its own backward pass, so the split changes which process computes a row, not how.
 
     Returns:
         name -> ``(l_B*, u_B*)`` for every ReLU input (and the graph input).
@@ -220,14 +226,17 @@ def crown_intermediate(
         step = chunk_rows(graph, start, B, memory_budget_bytes, x_lo.element_size())
         los, his = [], []
         table = None if alphas is None else alphas.get(start)
-        for i in range(0, len(rows), step):
-            idx = rows[i:i + step]
+        mine = rows if row_split is None else row_split.take(rows)
+        for i in range(0, len(mine), step):
+            idx = mine[i:i + step]
             C = onehot_spec(shape, idx, B, x_lo)
             tab = None if table is None else {k: v[:, idx] for k, v in table.items()}
             lb, ub = backward(graph, start, C, x_lo, x_hi, inter, alphas=tab)
             los.append(lb)
             his.append(ub)
         lo_BR, hi_BR = torch.cat(los).T, torch.cat(his).T
+        if row_split is not None:
+            lo_BR, hi_BR = row_split.join(lo_BR, hi_BR, len(rows))
         if r is None:
             lo, hi = lo_BR.reshape(B, *shape), hi_BR.reshape(B, *shape)
         else:

@@ -78,6 +78,9 @@ class RefineConfig:
             MIP-refined layer (:func:`rebound_after_mip`); 0: CROWN with the root's slopes only.
         sync: a :class:`gpufield.verify.dist.domains.DomainSync` that spreads the domains over
             the ranks of a process group (``--shard domains``); None: this process alone.
+        spec_split: a :class:`gpufield.verify.dist.bab_shard.SpecSplit`: every rank of a process
+            group runs the same search holding only its clauses' α and β (``alpha`` mode);
+            excludes ``sync`` and ``opt_interm``.
     """
 
     max_domains: int = 5_000_000
@@ -103,6 +106,7 @@ class RefineConfig:
     opt_interm: bool = False
     mip_rebound_iterations: int = 100
     sync: object | None = None
+    spec_split: object | None = None
 
     def __post_init__(self):
         if self.max_domains < 1 or self.batch < 2 or self.fsb_k < 1 or self.root_iterations < 0:

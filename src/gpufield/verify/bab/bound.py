@@ -55,7 +55,7 @@ def empty_mask(inter: Mapping[str, Interval], names) -> torch.Tensor:
 
 
 def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], splits: Splits,
-                   fixed: frozenset[str] = frozenset()) -> dict[str, Interval]:
+                   fixed: frozenset[str] = frozenset(), row_split=None) -> dict[str, Interval]:
     """Float64 CROWN bounds of every ReLU input of the domains, intersected with the parents'.
 
     Args:
@@ -65,13 +65,16 @@ def intermediate64(g64: Graph, lo64, hi64, parent64: Mapping[str, Interval], spl
         splits: the domains' splits (the new one included).
         fixed: ReLU inputs that keep the parents' bounds (layers up to the shallowest new split:
             no split of theirs changed; a parent's bounds stay sound for its children).
+        row_split: the re-bounded rows split over processes
+            (:class:`~gpufield.verify.dist.alpha_shard.RowSplit`), see
+            :func:`~gpufield.verify.propagate.crown_intermediate`.
 
     Returns:
         name -> ``(l, u)`` ``[B, *]`` with the splits clamped.
     """
     ref = clamp_splits(parent64, splits)
     with torch.no_grad():
-        inter = crown_intermediate(g64, lo64, hi64, ref=ref, fixed=fixed)
+        inter = crown_intermediate(g64, lo64, hi64, ref=ref, fixed=fixed, row_split=row_split)
     return clamp_splits({k: v for k, v in inter.items() if k in parent64}, splits)
 
 
@@ -106,7 +109,7 @@ def _select(mask_B, new, old, dim):
 
 def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, beta0, *,
              iterations: int, lr_alpha: float, lr_beta: float, use_beta: bool,
-             deadline_s: float, interm: dict | None = None) -> tuple[dict, dict, torch.Tensor]:
+             deadline_s: float, interm: dict | None = None, split=None) -> tuple[dict, dict, torch.Tensor]:
     """Joint Adam on α (``[1, S, B, *]``, clamped to [0, 1]) and β (``[S, B, N]``, clamped ≥ 0).
 
     Args:
@@ -114,6 +117,9 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
             (:func:`~gpufield.verify.bab.interm.init_interm`); they are optimised in place with
             the others (last iterate kept) and every iteration bounds the final objective on the
             intermediate bounds they give (:func:`~gpufield.verify.bab.interm.interm_bounds`).
+        split: a :class:`~gpufield.verify.dist.bab_shard.SpecSplit` (``spec`` is then this rank's
+            clauses): a domain's margin is the minimum over all ranks' clauses, and the deadline
+            stop is agreed, so every rank keeps the same best iterates and steps as often.
 
     Returns:
         ``(alpha, beta, best_B)``: the parameters of each domain's best iterate (the worst clause
@@ -136,6 +142,9 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
         cur = interm_bounds(graph, lo, hi, inter, splits, interm) if interm else inter
         val_KB = final_bound(graph, spec, lo, hi, cur, alpha, beta, splits)
         v_B = val_KB.detach().min(0).values
+        late = time.monotonic() > deadline_s
+        if split is not None:
+            v_B, late = split.min_flag(v_B, late)
         imp = torch.ones_like(v_B, dtype=torch.bool) if best is None else v_B > best
         best = v_B.clone() if best is None else torch.where(imp, v_B, best)
         with torch.no_grad():
@@ -143,7 +152,7 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
                 best_a[k] = _select(imp, v.detach(), best_a[k], 2)
             for k, v in beta.items():
                 best_b[k] = _select(imp, v.detach(), best_b[k], 1)
-        if it == iterations or bool((best > 0).all()) or time.monotonic() > deadline_s:
+        if it == iterations or bool((best > 0).all()) or late:
             break
         loss = -(val_KB * (val_KB.detach() <= 0)).sum()
         if not loss.requires_grad:
@@ -164,10 +173,15 @@ def optimise(graph: Graph, spec: Spec, lo, hi, inter, splits: Splits, alpha0, be
 
 
 def bound64(g64: Graph, spec: Spec, lo64, hi64, inter64, alpha, beta, splits, names,
-            record=None) -> torch.Tensor:
-    """Sound domain lower bounds ``[B]``: float64 re-evaluation of α, β (+inf for empty domains)."""
+            record=None, split=None) -> torch.Tensor:
+    """Sound domain lower bounds ``[B]``: float64 re-evaluation of α, β (+inf for empty domains).
+
+    With ``split`` (:class:`~gpufield.verify.dist.bab_shard.SpecSplit`) ``spec``, α and β are this
+    rank's clauses and the result is the minimum over every rank's (the same on all ranks)."""
     with torch.no_grad():
         a64 = {k: v.to(torch.float64) for k, v in alpha.items()}
         b64 = {k: v.to(torch.float64) for k, v in beta.items()}
         v = final_bound(g64, spec, lo64, hi64, inter64, a64, b64, splits, record=record).min(0).values
+        if split is not None:
+            v = split.min(v)
     return torch.where(empty_mask(inter64, names), torch.full_like(v, torch.inf), v)

@@ -22,8 +22,11 @@ from gpufield.verify.spec import Spec
 BRANCHING = ("babsr", "fsb")
 
 
-def babsr_scores(graph: Graph, inter, record) -> tuple[torch.Tensor, list[tuple[str, int]]]:
-    """Scores ``[B, T]`` over the concatenated ReLU inputs (−1 where not unstable) and layer offsets."""
+def babsr_scores(graph: Graph, inter, record, split=None) -> tuple[torch.Tensor, list[tuple[str, int]]]:
+    """Scores ``[B, T]`` over the concatenated ReLU inputs (−1 where not unstable) and layer offsets.
+
+    With ``split`` (:class:`~gpufield.verify.dist.bab_shard.SpecSplit`) ``record`` holds this
+    rank's spec rows; the mean is taken over every rank's rows, gathered."""
     scores, layers = [], []
     for relu in graph.relu_nodes():
         name = relu.inputs[0]
@@ -32,7 +35,8 @@ def babsr_scores(graph: Graph, inter, record) -> tuple[torch.Tensor, list[tuple[
         low, u = (t.flatten(1) for t in inter[name])
         unstable = (low < 0) & (u > 0)
         t = torch.where(unstable, -low * u / torch.where(unstable, u - low, torch.ones_like(u)), torch.zeros_like(u))
-        s = (record[relu.name].flatten(2).clamp(max=0).mean(0) * t).abs()
+        rec = record[relu.name] if split is None else split.gather_rows(record[relu.name])
+        s = (rec.flatten(2).clamp(max=0).mean(0) * t).abs()
         scores.append(torch.where(unstable, s + 1e-12, torch.full_like(s, -1.0)))
         layers.append((name, low.shape[1]))
     return torch.cat(scores, 1), layers
@@ -47,7 +51,7 @@ def _locate(layers, flat: int) -> tuple[str, int]:
 
 
 def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record, *,
-           method: str, k: int) -> list[tuple[str, int] | None]:
+           method: str, k: int, split=None) -> list[tuple[str, int] | None]:
     """One split decision per domain (None: no unstable neuron left).
 
     Args:
@@ -56,10 +60,12 @@ def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record,
             :func:`~gpufield.verify.bab.bound.final_bound`; ``record`` the A-matrices of that pass.
         method: ``babsr`` or ``fsb``.
         k: FSB candidates per domain.
+        split: :class:`~gpufield.verify.dist.bab_shard.SpecSplit` (``spec``, α, β, ``record``
+            are this rank's clauses): scores combine every rank's rows, the same decisions on all.
     """
     if method not in BRANCHING:
         raise ValueError(f"branching {method!r} not in {BRANCHING}")
-    sc, layers = babsr_scores(graph, inter, record)
+    sc, layers = babsr_scores(graph, inter, record, split)
     B = sc.shape[0]
     if method == "babsr" or k <= 1:
         val, ind = (t.tolist() for t in sc.max(1))
@@ -69,13 +75,20 @@ def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record,
     valid = top.values >= 0  # [B, k]
     # children: domain b, candidate c, sign ± -> row (b * k + c) * 2 + (0: +, 1: −)
     rows = torch.arange(B, device=lo.device).repeat_interleave(2 * k)
-    ch_splits = {n: s[rows].clone() for n, s in splits.items()}
     offs, o = {}, 0
     for name, n in layers:
         offs[name] = (o, n)
         o += n
     cand = top.indices.repeat_interleave(2, 1).flatten()  # [B*2k]
     sign = torch.tensor([1, -1], dtype=torch.int8, device=lo.device).repeat(B * k)
+    n_ch = len(rows)
+    if split is not None:  # this rank bounds its block of the children, with every spec row
+        sel, _ = split.candidates(n_ch, lo.device)
+        rows, cand, sign = rows[sel], cand[sel], sign[sel]
+        spec = split.full
+        alpha = {n: split.gather_alpha(a) for n, a in alpha.items()}
+        beta = {n: split.gather_rows(b) for n, b in beta.items()}
+    ch_splits = {n: s[rows].clone() for n, s in splits.items()}
     for name, (o, n) in offs.items():
         m = (cand >= o) & (cand < o + n)
         if m.any():
@@ -89,6 +102,8 @@ def choose(graph: Graph, spec: Spec, lo, hi, inter, alpha, beta, splits, record,
     with torch.no_grad():
         v = final_bound(graph, spec, lo[rows], hi[rows], ch_inter, ch_alpha, ch_beta,
                         {n: ch_splits[n] for n in ch_beta}).min(0).values
+        if split is not None:
+            v = split.gather_candidates(v, n_ch)
     v = torch.nan_to_num(v, nan=-torch.inf).reshape(B, k, 2).min(2).values
     v = torch.where(valid, v, torch.full_like(v, -torch.inf))
     chosen = top.indices.gather(1, v.max(1).indices.unsqueeze(1)).squeeze(1).tolist()

@@ -86,8 +86,12 @@ def _stack(parents: list[Domain], names, relus):
     return splits, inter, alpha, beta
 
 
-def _attack_vertices(graph: Graph, spec: Spec, case, ort_model, lo, hi, A_SBN, open_B):
-    """Evaluate the box vertices minimising each row's linear bound; validate violations."""
+def _attack_vertices(graph: Graph, spec: Spec, case, ort_model, lo, hi, A_SBN, open_B, split=None):
+    """Evaluate the box vertices minimising each row's linear bound; validate violations.
+
+    ``spec`` is the whole spec; with ``split`` ``A_SBN`` holds this rank's rows only, and the
+    candidates of all ranks are merged in the order of P = 1's rows (the same first 8 on every rank).
+    """
     if A_SBN is None or not bool(open_B.any()):
         return None
     A = A_SBN[:, open_B].flatten(2)
@@ -98,25 +102,36 @@ def _attack_vertices(graph: Graph, spec: Spec, case, ort_model, lo, hi, A_SBN, o
     b = torch.as_tensor(spec.b_S, dtype=torch.float64, device=y.device)
     worst = spec.clause_value((y @ C.T - b).T)  # clause k is hit iff all its rows ≤ b: max ≤ 0
     hit = (worst <= 1e-6).any(0).nonzero().flatten()
-    for j in hit[:8].tolist():
-        cex = validate(ort_model, case, x[j].double().cpu().numpy())
+    if split is None:
+        points = [x[j].double().cpu().numpy() for j in hit[:8].tolist()]
+    else:  # row s of this rank is row offset + s of the whole spec: P = 1's index (offset + s)·B + b
+        off = split.row_offset() * A.shape[1]
+        points = [p for _, p in split.first([(off + j, x[j].double().cpu().numpy()) for j in hit[:8].tolist()])[:8]]
+    for p in points:
+        cex = validate(ort_model, case, p)
         if cex is not None:
             return cex
     return None
 
 
-def _leaf(g64, spec, case, ort_model, lo64, hi64, inter64, alpha, splits, names, b, S, tol):
+def _leaf(g64, spec, case, ort_model, lo64, hi64, inter64, alpha, splits, names, b, S, tol, split=None):
     one = {n: s[b:b + 1] for n, s in splits.items()}
     i64 = {n: (lw[b:b + 1], u[b:b + 1]) for n, (lw, u) in inter64.items()}
     beta, points = solve_leaf(g64, spec, lo64, hi64, i64, one, S)
-    lb = bound64(g64, spec, lo64, hi64, i64, {r: a[:, :, b:b + 1] for r, a in alpha.items()}, beta, one, names)
+    lb = bound64(g64, spec, lo64, hi64, i64, {r: a[:, :, b:b + 1] for r, a in alpha.items()}, beta, one, names,
+                 split=split)
     if float(lb[0]) > tol:
         return "proven", None
+    found = None
     for x in points if case is not None and ort_model is not None else []:
         cex = validate(ort_model, case, x)
         if cex is not None:
-            return "open", cex
-    return "open", None
+            found = cex
+            break
+    if split is not None:  # the lowest rank's counterexample, on every rank
+        got = split.first([] if found is None else [(split.comm.rank, found)])
+        found = got[0][1] if got else None
+    return "open", found
 
 
 def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg, *,
@@ -141,6 +156,12 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         :class:`BabResult`. A ``KeyboardInterrupt`` ends the search with ``reason='interrupted'``.
     """
     t0 = time.monotonic()
+    spec_split = getattr(cfg, "spec_split", None)  # clauses spread over ranks (gpufield.verify.dist.bab_shard)
+    full_spec = spec
+    if spec_split is not None:
+        if getattr(cfg, "sync", None) is not None or cfg.opt_interm:
+            raise ValueError("spec_split excludes sync (domains mode) and opt_interm")
+        spec = spec_split.local(spec)
     relus = [r for r in graph.relu_nodes() if r.inputs[0] != graph.input_name]
     names = [r.inputs[0] for r in relus]
     rnames = [r.name for r in relus]
@@ -216,7 +237,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         loB, hiB = lo.expand(B, *lo.shape[1:]), hi.expand(B, *hi.shape[1:])
         new_layers = [names.index(sp[0]) for _, sp in pending if sp is not None]
         fixed = frozenset(names[:min(new_layers) + 1]) if len(new_layers) == len(pending) else frozenset()
-        inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed)
+        inter64 = intermediate64(graph64, lo64B, hi64B, inter64p, splits, fixed,
+                                 row_split=None if spec_split is None else spec_split.rows)
         inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
         inter[graph.input_name] = (loB, hiB)
         inter64[graph64.input_name] = (lo64B, hi64B)
@@ -227,19 +249,20 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         alpha, beta, _ = optimise(graph, spec, loB, hiB, inter, splits, alpha, beta,
                                   iterations=cfg.root_iterations if root_round else cfg.alpha.iterations,
                                   lr_alpha=cfg.alpha.lr, lr_beta=cfg.lr_beta, use_beta=cfg.beta,
-                                  deadline_s=deadline_s, interm=interm)
+                                  deadline_s=deadline_s, interm=interm, split=spec_split)
         opt_s = time.monotonic() - t_opt
         if interm:  # the optimised intermediate bounds, re-evaluated in float64 (sound)
             inter64 = tighten64(graph64, lo64B, hi64B, inter64, splits, interm)
             inter = {n: (lw.to(lo.dtype), u.to(lo.dtype)) for n, (lw, u) in inter64.items()}
         rec: dict[str, torch.Tensor] = {}
-        lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec)
+        lb64 = bound64(graph64, spec, lo64B, hi64B, inter64, alpha, beta, splits, names, record=rec, split=spec_split)
         # a child lies inside its parent: the parent's sound bound holds too (matters when the
         # deadline cut the child's optimisation short)
         lb64 = torch.maximum(lb64, torch.tensor([c.lb for c in children], dtype=lb64.dtype, device=lb64.device))
         open_B = ~(lb64 > margin_tol)
         if case is not None and ort_model is not None:
-            cex = _attack_vertices(graph, spec, case, ort_model, lo64B, hi64B, rec.get(graph64.input_name), open_B)
+            cex = _attack_vertices(graph, full_spec, case, ort_model, lo64B, hi64B, rec.get(graph64.input_name),
+                                   open_B, spec_split)
             if cex is not None:
                 return False, "counterexample in a domain's bound minimiser", cex
         idx = open_B.nonzero().flatten()
@@ -254,12 +277,12 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
             with torch.no_grad():
                 final_bound(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits, record=rec32)
             picks = choose(graph, spec, sub(loB), sub(hiB), sub_inter, sub_alpha, sub_beta, sub_splits,
-                           rec32, method=cfg.branching, k=cfg.fsb_k)
+                           rec32, method=cfg.branching, k=cfg.fsb_k, split=spec_split)
             lb_list = lb64.tolist()
             for i, b in enumerate(idx.tolist()):
                 if picks[i] is None:  # affine on the domain: an LP decides it
                     verdict, cex = _leaf(graph64, spec, case, ort_model, lo64, hi64, inter64, alpha,
-                                         splits, names, b, S, margin_tol)
+                                         splits, names, b, S, margin_tol, spec_split)
                     if verdict == "proven":
                         continue
                     if cex is not None:
@@ -278,7 +301,10 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
         while True:
             t_round = time.monotonic()
             stop = None
-            if t_round + rigid_s > deadline_s:  # the next round would end after the deadline
+            late = t_round + rigid_s > deadline_s  # the next round would end after the deadline
+            if spec_split is not None:
+                late = spec_split.any(late)
+            if late:
                 stop = (False, "deadline", None)
             elif pending:
                 stop = bound_round()
@@ -295,7 +321,8 @@ def bab(graph: Graph, graph64: Graph, spec: Spec, lo, hi, lo64, hi64, ref64, cfg
                     stop = (True, "all domains proven", None)
                 elif sync is None and count >= cfg.max_domains:
                     stop = (False, "max_domains", None)
-                elif heap and len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes:
+                elif (spec_split.any(bool(heap) and len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes)
+                      if spec_split is not None else heap and len(heap) * heap[0][2].nbytes() > cfg.memory_budget_bytes):
                     stop = (False, "memory budget", None)
             if sync is not None:  # the ranks agree on one stop (or none), then even out their heaps
                 stop = sync.round(heap, stop, count, pending)

@@ -7,8 +7,11 @@ collective). Modes (issue 27):
   just in time and freed after use (re-gathered for α-CROWN's autograd backward); every rank runs
   the single-process propagation code, so IBP/CROWN/α-CROWN bounds are bitwise those of P = 1.
 * ``alpha`` (:mod:`.alpha_shard`): α-CROWN with the clauses split over ranks, each rank holding
-  only its clauses' slopes and Adam state, stopping in lockstep; equal to P = 1 within float32
-  rounding (bitwise on the random nets tested) when intermediate slopes are not optimised.
+  only its clauses' slopes and Adam state, stopping in lockstep, and bounding only its share of
+  every intermediate layer's rows (the A-matrices that set the peak), weights FSDP-sharded;
+  equal to P = 1 within float32 rounding when intermediate slopes are not optimised. In branch
+  and bound (:mod:`.bab_shard`, ``RefineConfig.spec_split``) every rank runs the same search
+  holding only its clauses' α and β.
 * ``tp`` (:mod:`.tp`): the paper's Megatron tensor parallelism (Col/Row pairs, A sharded inside
   zones, IBP for a zone's pre-activations): sound, looser than CROWN after the first zone.
 * ``domains`` (:mod:`.domains`): branch and bound with the open domains spread over the ranks,
@@ -24,7 +27,8 @@ Run a job, or one instance::
     torchrun --standalone --nproc-per-node 2 -m gpufield verify run NET.onnx PROP.vnnlib --out r.txt --shard domains
 """
 
-from gpufield.verify.dist.alpha_shard import clause_block, sharded_alpha_crown
+from gpufield.verify.dist.alpha_shard import RowSplit, clause_block, sharded_alpha_crown
+from gpufield.verify.dist.bab_shard import SpecSplit
 from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
 from gpufield.verify.dist.comm import Comm, DistConfig, init_from_env, shutdown, staged
 from gpufield.verify.dist.domains import DomainSync, plan, serve
@@ -39,8 +43,10 @@ __all__ = [
     "DistConfig",
     "DomainSync",
     "MemoryReport",
+    "RowSplit",
     "Session",
     "ShardedOp",
+    "SpecSplit",
     "StorageTracker",
     "bounds_instance",
     "case_bounds",

@@ -1,4 +1,18 @@
-"""``alpha`` mode: α-CROWN with the clauses (output-spec rows) split over ranks.
+"""``alpha`` mode: α-CROWN with the clauses (output-spec rows) and the intermediate rows split over ranks.
+
+Two splits, both exact per row:
+
+* *intermediate rows* (:class:`RowSplit`): every intermediate CROWN pass (``C = I`` over a
+  layer's unstable neurons) bounds only this rank's ``ceil(n/P)`` rows (the last block padded
+  with copies of the last row, so every rank runs the same number of passes of the same size),
+  then one ``all_gather`` of the ``[rows, 2, B]`` bounds gives every rank all of them. These
+  passes' A-matrices ``[rows, B, N]`` are what sets the P = 1 peak of α-CROWN on wide MLPs
+  (benchmarks/verify_RESULTS.md, "what sets the peak"), so they shrink to ~1/P per rank.
+* *clauses* (below): the output start node's slopes, λ and their Adam state.
+
+With the weights FSDP-sharded as well (the default of the ``alpha`` mode in
+:mod:`~gpufield.verify.dist.worker` and ``verify run``), all three classes that make up the peak
+(weights, A-matrices, slopes + Adam state) are ~1/P per rank.
 
 Rank r owns a contiguous block of ``K // P`` or ``K // P + 1`` clauses; it builds the slopes of only those
 clauses' spec rows (``[1, S_r, B, *relu]`` per ReLU for the output start node, plus their λ) and
@@ -19,8 +33,10 @@ rank can run on its own clauses' snapshots. With ``optimize_intermediate=True``
 the intermediate slopes are shared by all clauses and each rank would optimise them for its own
 clauses only: a different (still sound) optimisation, not P = 1's — this mode refuses it.
 
-Collectives: one 2-float ``all_reduce(MAX)`` per iteration, one ``all_gather_object`` of the
-``[K_r, B]`` margins at the end; both sizes depend only on agreed numbers.
+Collectives: one 2-float ``all_reduce(MAX)`` per iteration, one ``all_gather`` of ``[ceil(n/P), 2,
+B]`` bounds per re-bounded layer and pass (:class:`RowSplit`), the FSDP gathers of the weights,
+one ``all_gather_object`` of the ``[K_r, B]`` margins at the end; all sizes depend only on agreed
+numbers.
 """
 
 from __future__ import annotations
@@ -32,6 +48,48 @@ import torch
 from gpufield.verify.alpha import AlphaConfig, AlphaResult, alpha_crown
 from gpufield.verify.dist.comm import Comm
 from gpufield.verify.spec import Spec
+
+
+class RowSplit:
+    """Splits a layer's re-bounded rows over ranks for :func:`~gpufield.verify.propagate.crown_intermediate`.
+
+    Args:
+        comm: this process's place in the group.
+
+    Attributes:
+        calls: number of :meth:`join` collectives issued (one per re-bounded layer and pass).
+    """
+
+    def __init__(self, comm: Comm):
+        self.comm = comm
+        self.calls = 0
+
+    def take(self, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's block of ``rows`` (``[n]`` long): ``ceil(n/P)`` of them, the last block padded
+        with copies of ``rows[-1]`` (same length on every rank). ``rows`` must be the same on every rank."""
+        n, P = len(rows), self.comm.world
+        q = -(-n // P)
+        if n == 0 or P == 1:
+            return rows
+        padded = torch.cat([rows, rows[-1:].expand(q * P - n)]) if q * P > n else rows
+        return padded[self.comm.rank * q:(self.comm.rank + 1) * q]
+
+    def join(self, lo_BR: torch.Tensor, hi_BR: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every rank's bounds of its :meth:`take` rows, gathered: ``[B, q]`` each in, ``[B, n]`` each out.
+
+        Raises:
+            ValueError: a bound requires grad (the gather is not differentiable; intermediate
+                slopes must not be optimised under this split).
+        """
+        if self.comm.world == 1:
+            return lo_BR, hi_BR
+        if lo_BR.requires_grad or hi_BR.requires_grad:
+            raise ValueError("RowSplit gathers intermediate bounds without gradient: "
+                             "optimised intermediate slopes cannot be row-split")
+        self.calls += 1
+        both = torch.stack([lo_BR.T, hi_BR.T], 1).contiguous()  # [q, 2, B]
+        full = self.comm.all_gather_rows(both)[:n]
+        return full[:, 0].T.contiguous(), full[:, 1].T.contiguous()
 
 
 def clause_block(n_clauses: int, comm: Comm) -> list[int]:
@@ -48,7 +106,8 @@ def clause_block(n_clauses: int, comm: Comm) -> list[int]:
 
 
 def sharded_alpha_crown(graph, spec: Spec, x_lo, x_hi, ref, init_inter, cfg: AlphaConfig, comm: Comm,
-                        deadline_s: float = float("inf")) -> tuple[torch.Tensor, AlphaResult]:
+                        deadline_s: float = float("inf"), row_split: RowSplit | None = None
+                        ) -> tuple[torch.Tensor, AlphaResult]:
     """α-CROWN on this rank's clauses, stopping in lockstep with the others.
 
     Args:
@@ -57,6 +116,8 @@ def sharded_alpha_crown(graph, spec: Spec, x_lo, x_hi, ref, init_inter, cfg: Alp
         cfg: optimiser settings; ``optimize_intermediate`` must be False.
         comm: this process's place in the group.
         deadline_s: ``time.monotonic()`` value; past it on any rank, all ranks stop.
+        row_split: also split every iteration's intermediate CROWN rows (None: each rank
+            bounds all of them, as before).
 
     Returns:
         ``(best_KB, local)``: every clause's best margin ``[K, B]`` (gathered in clause order) and
@@ -79,6 +140,7 @@ def sharded_alpha_crown(graph, spec: Spec, x_lo, x_hi, ref, init_inter, cfg: Alp
             dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=comm.group)
         return bool(flags[0] > 0 or flags[1] == 0)
 
-    local = alpha_crown(graph, spec.subset(mine), x_lo, x_hi, ref, init_inter, cfg, deadline_s, stop=stop)
+    local = alpha_crown(graph, spec.subset(mine), x_lo, x_hi, ref, init_inter, cfg, deadline_s, stop=stop,
+                        row_split=row_split)
     parts = comm.all_gather_object(local.best_KB.cpu())
     return torch.cat(parts).to(local.best_KB.device), local

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from gpufield.verify.alpha import AlphaConfig, alpha_crown
-from gpufield.verify.dist.alpha_shard import sharded_alpha_crown
+from gpufield.verify.dist.alpha_shard import RowSplit, sharded_alpha_crown
 from gpufield.verify.dist.comm import Comm
 from gpufield.verify.graph import Graph
 from gpufield.verify.propagate import backward, crown_intermediate, ibp
@@ -35,12 +35,15 @@ class BoundsConfig:
         memory_budget_bytes: spec-chunk cap of the intermediate CROWN passes.
         optimize_intermediate: α-CROWN also optimises intermediate slopes (must be False for
             the clause-sharded ``alpha`` mode).
+        alpha_row_split: in the ``alpha`` mode, split the intermediate CROWN rows over the ranks
+            too (False: only the clauses are split, every rank bounds every intermediate row).
     """
 
     methods: tuple[str, ...] = METHODS
     alpha_iterations: int = 5
     memory_budget_bytes: int = 2 << 30
     optimize_intermediate: bool = True
+    alpha_row_split: bool = True
 
     def __post_init__(self):
         bad = [m for m in self.methods if m not in METHODS]
@@ -61,7 +64,9 @@ def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
         lo, hi: box ``[B, *input_shape]`` in the graph's dtype.
         cfg: which methods.
         alpha_comm: when given, α-CROWN runs clause-sharded over this group
-            (:func:`~gpufield.verify.dist.alpha_shard.sharded_alpha_crown`).
+            (:func:`~gpufield.verify.dist.alpha_shard.sharded_alpha_crown`) and every
+            intermediate CROWN pass (the initial one and α-CROWN's) bounds only this rank's rows
+            (:class:`~gpufield.verify.dist.alpha_shard.RowSplit`).
 
     Returns:
         name -> tensor: ``ibp/lo``, ``ibp/hi`` (output ``[B, *out]``); ``crown/lb``, ``crown/ub``
@@ -71,12 +76,14 @@ def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
         detached.
     """
     out: dict[str, torch.Tensor] = {}
+    split = None if alpha_comm is None or not cfg.alpha_row_split else RowSplit(alpha_comm)
     with torch.no_grad():
         ib = ibp(graph, lo, hi)
         out["ibp/lo"], out["ibp/hi"] = ib[graph.output_name]
         if cfg.methods == ("ibp",):
             return out
-        inter = crown_intermediate(graph, lo, hi, ref=ib, memory_budget_bytes=cfg.memory_budget_bytes)
+        inter = crown_intermediate(graph, lo, hi, ref=ib, memory_budget_bytes=cfg.memory_budget_bytes,
+                                   row_split=split)
         for k, (lo_k, hi_k) in inter.items():
             if k != graph.input_name:
                 out[f"crown/{k}/lo"], out[f"crown/{k}/hi"] = lo_k, hi_k
@@ -93,7 +100,7 @@ def case_bounds(graph: Graph, spec: Spec, lo: torch.Tensor, hi: torch.Tensor,
                 out[f"alpha/param/{k}"] = v
         else:
             out["alpha/best"], res = sharded_alpha_crown(graph, spec, lo, hi, {**ib, **inter}, inter,
-                                                         acfg, alpha_comm)
+                                                         acfg, alpha_comm, row_split=split)
             last = res.snapshots[max(res.snapshots)].values()
             out["alpha/local_param_bytes"] = torch.tensor(sum(v.numel() * v.element_size() for v in last))
         out["alpha/iterations"] = torch.tensor(res.iterations)

@@ -163,12 +163,34 @@ class ShardedOp:
                          self.template.cast(dtype, device), self.comm, self.buffer.cast(dtype, device))
 
 
-def shard_graph(graph: Graph, comm: Comm) -> Graph:
+def spec_side(graph: Graph) -> frozenset[str]:
+    """Nodes between the output and the nearest non-linear ops (output included), walking back.
+
+    Their backward step multiplies the spec matrix itself. Under clause sharding a rank whose
+    clauses have a λ (a differentiable spec row) saves such a weight for autograd and a rank
+    without one does not, so their autograd re-gathers would differ; the ``alpha`` mode keeps
+    these (small: output-layer) weights replicated.
+    """
+    out, todo = set(), [graph.output_name]
+    while todo:
+        name = todo.pop()
+        if name == graph.input_name or name in out:
+            continue
+        node = graph.node(name)
+        if node.op.nonlinear:
+            continue
+        out.add(name)
+        todo.extend(node.inputs)
+    return frozenset(out)
+
+
+def shard_graph(graph: Graph, comm: Comm, keep: frozenset[str] = frozenset()) -> Graph:
     """A copy of ``graph`` in which every Linear/Conv weight is replaced by this rank's row block.
 
     Args:
         graph: the network (any dtype/device; the shards keep them).
         comm: this process's place in the group.
+        keep: node names whose weights stay whole (e.g. :func:`spec_side`).
 
     Returns:
         A graph with :class:`ShardedOp` nodes; its bounds are bitwise those of ``graph``.
@@ -176,7 +198,7 @@ def shard_graph(graph: Graph, comm: Comm) -> Graph:
     shards = {}
     for n in graph.nodes:
         fld = _WEIGHT_FIELD.get(type(n.op))
-        if fld is not None and comm.world > 1:
+        if fld is not None and comm.world > 1 and n.name not in keep:
             shards[n.name] = shard_rows(getattr(n.op, fld).contiguous(), comm)
     if not shards:
         return graph

@@ -58,21 +58,30 @@ def graph_tensors(graph):
 class StorageTracker(TorchDispatchMode):
     """Live and peak bytes of storages allocated by aten ops while the mode is active (CPU or any device).
 
+    Args:
+        inventory: also keep, at every new peak, the list of live tracked storages as
+            ``(shape, dtype, bytes)`` of the tensor that created each (what sets the peak).
+
     Attributes:
         live_bytes: bytes of tracked storages alive now.
         peak_bytes: maximum of ``live_bytes`` since the mode was entered.
+        peak_inventory: with ``inventory``, the live storages at the peak (else ``[]``).
     """
 
-    def __init__(self):
+    def __init__(self, inventory: bool = False):
         super().__init__()
         self.live_bytes = 0
         self.peak_bytes = 0
+        self.peak_inventory: list[tuple[tuple[int, ...], str, int]] = []
+        self._inventory = inventory
+        self._meta: dict[int, tuple[tuple[int, ...], str]] = {}
         self._sizes: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def _free(self, key: int) -> None:
         with self._lock:
             self.live_bytes -= self._sizes.pop(key, 0)
+            self._meta.pop(key, None)
 
     def _track(self, t: torch.Tensor) -> None:
         st = t.untyped_storage()
@@ -84,6 +93,10 @@ class StorageTracker(TorchDispatchMode):
                 old = 0
             self._sizes[key] = n
             self.live_bytes += n - old
+            if self._inventory:
+                self._meta[key] = (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+                if self.live_bytes > self.peak_bytes:
+                    self.peak_inventory = [(*self._meta[k], b) for k, b in self._sizes.items()]
             self.peak_bytes = max(self.peak_bytes, self.live_bytes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -140,19 +153,23 @@ class measure:
         resident: tensors already alive that belong to the verifier (counted once, by storage).
         device: ``cpu`` or a CUDA device; CUDA uses the caching allocator's statistics.
         rank: rank recorded in the report.
+        inventory: CPU only: keep the tracker's :attr:`StorageTracker.peak_inventory` (in
+            :attr:`inventory` after the region).
     """
 
-    def __init__(self, resident=(), device: str | torch.device = "cpu", rank: int = 0):
+    def __init__(self, resident=(), device: str | torch.device = "cpu", rank: int = 0, inventory: bool = False):
         self.device, self.rank = torch.device(device), rank
         self.resident = storage_bytes(resident)
         self.report: MemoryReport | None = None
+        self._want_inventory = inventory
+        self.inventory: list[tuple[tuple[int, ...], str, int]] = []
 
     def __enter__(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            self._mode = StorageTracker()
+            self._mode = StorageTracker(inventory=self._want_inventory)
             self._mode.__enter__()
         self._t0 = time.perf_counter()
         return self
@@ -165,6 +182,7 @@ class measure:
         else:
             self._mode.__exit__(*exc)
             peak, method = self.resident + self._mode.peak_bytes, "storage-tracker"
+            self.inventory = self._mode.peak_inventory
         self.report = MemoryReport(self.rank, self.resident, int(peak), method,
                                    time.perf_counter() - self._t0)
         return False

@@ -10,8 +10,8 @@ written once, to a temporary name and renamed); the other ranks never touch them
   ranks (:mod:`.domains`), the other ranks serve searches until rank 0 exits.
 * ``fsdp``, ``alpha``, ``tp``: an incomplete check, the whole bound computed in float64 on every
   rank in lockstep (fixed iteration counts, no value- or time-dependent collective): IBP, CROWN
-  and (``--method alpha``) α-CROWN on the FSDP-sharded graph (``fsdp``), α-CROWN with the clauses
-  sharded (``alpha``, output slopes only), or TP CROWN (``tp``). ``unsat`` only when the float64
+  and (``--method alpha``) α-CROWN on the FSDP-sharded graph (``fsdp``), α-CROWN with the clauses,
+  the intermediate CROWN rows and the weights sharded (``alpha``, output slopes only), or TP CROWN (``tp``). ``unsat`` only when the float64
   bound proves every clause by more than ``margin_tol``; ``sat`` only from rank 0's PGD, validated by
   onnxruntime; else ``unknown`` (or ``timeout``).
 
@@ -184,7 +184,7 @@ class Session:
 def _bounds64(session: Session, graph, prop, config) -> tuple[float, list[dict]]:
     """Every case's float64 clause margins in this mode; ``(smallest margin, per-case memory)``."""
     from gpufield.verify.dist.bounds import BoundsConfig, case_bounds
-    from gpufield.verify.dist.fsdp import shard_graph
+    from gpufield.verify.dist.fsdp import shard_graph, spec_side
     from gpufield.verify.dist.memory import graph_tensors, measure
     from gpufield.verify.dist.tp import tp_crown, tp_graph
     from gpufield.verify.runner import outward_box
@@ -195,6 +195,8 @@ def _bounds64(session: Session, graph, prop, config) -> tuple[float, list[dict]]
     starts = None
     if shard == "fsdp":
         g = shard_graph(g, comm)
+    elif shard == "alpha":  # slopes, intermediate rows and weights all sharded
+        g = shard_graph(g, comm, keep=spec_side(g))
     elif shard == "tp":
         g, starts = tp_graph(g, comm)
     worst, cases = float("inf"), []
