@@ -38,6 +38,11 @@ FRAG_SHARE = 0.15
 FREE_MARGIN = 2.0
 LOSS_SCALE_FLOOR = 1.0
 OVERFLOW_STREAK = 5
+#: the default initial dynamic loss scale, 2**16 (torch.amp.GradScaler ``init_scale=65536.0``, Apex amp, DeepSpeed
+#: ``initial_scale_power: 16``); configs may start higher (2**32). Overflow skips that halve the scale on the way down
+#: to it are the documented calibration ("skipped iterations in the first few steps are expected", torch AMP docs,
+#: GradScaler), so a streak of skips is a collapse only once the scale is below this
+CALIBRATED_SCALE = 2.0 ** 16
 
 
 # fp16 / autocast evidence anywhere in the job (a mixed-precision NaN: bf16 is the fix the threads give)
@@ -197,9 +202,10 @@ def _recovered(ctx: RuleContext, nan: list[Event]) -> bool:
 def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     """fp16 overflow skips -> ``LOSS_SCALE_COLLAPSE``.
 
-    Established when the scale fell to <= 1, when >= 5 overflow skips are seen, or when the loss
-    then became NaN; a few skips alone are normal loss-scale calibration, so they give the class
-    with prior confidence only.
+    Established when the scale fell to <= 1, when >= 5 overflow skips brought it below the default
+    initial scale 2**16, or when the loss then became NaN; skips that only calibrate a higher
+    initial scale (2**32 -> 2**26) down are a warning, and a few skips alone give the class with
+    prior confidence only.
     """
     evs = ctx.kinds("loss_scale_overflow")
     if not evs:
@@ -208,7 +214,8 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR or any(e.fields.get("at_minimum") for e in evs)
     nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss")
                     if n.fields.get("is_loss", True))
-    strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
+    streak = len(evs) >= OVERFLOW_STREAK and (not scales or min(scales) < CALIBRATED_SCALE)
+    strong = floor or streak or nan_after
     scale_txt = f"{min(scales):g}" if scales else ("its minimum" if floor else "?")
     every = [e for e in ctx.kinds("skipped_step")
              if (as_int(e.fields.get("skipped")) or 0) >= max(as_int(e.fields.get("step")) or 1, 1)]
