@@ -36,3 +36,13 @@ def test_loss_scale_collapse_is_below_the_default_initial_scale(sub, number):
     case, r = _scored(sub, number)
     assert case.split in ("dev", "retired-test")
     assert r.correct and r.action_ok is not False, (number, r.predicted, r.reported)
+
+
+@pytest.mark.parametrize("sub, number, cls", [("public2", "q029", "SETUP_PHASE_TIMEOUT"),  # retired rows of the fix
+                                              ("public2", "q045", "LAUNCH_SKEW"),
+                                              ("public3", "r032", "RENDEZVOUS_UNREACHABLE")])  # dev row it keeps
+def test_errors_that_show_the_store_answered_are_not_an_unreachable_rendezvous(sub, number, cls):
+    # q029: a rank waiting in the store for rank 0's ncclUniqueId reached the store; q045: RendezvousClosedError is
+    # a closed rendezvous read from the store (a late node); r032: a bare DistStoreError socket timeout stays
+    case, r = _scored(sub, number)
+    assert r.predicted == cls and r.correct and r.action_ok is not False, (number, r.predicted, r.reported)
