@@ -46,3 +46,12 @@ def test_errors_that_show_the_store_answered_are_not_an_unreachable_rendezvous(s
     # a closed rendezvous read from the store (a late node); r032: a bare DistStoreError socket timeout stays
     case, r = _scored(sub, number)
     assert r.predicted == cls and r.correct and r.action_ok is not False, (number, r.predicted, r.reported)
+
+
+@pytest.mark.parametrize("sub, number", [("public", "p038"), ("public3", "r008"),  # retired rows of the fix
+                                         ("public3", "r009")])  # dev row it keeps
+def test_dataloader_bus_error_forms_are_shm_exhaustion(sub, number):
+    # p038: the worker's own SIGBUS handler text (torch/csrc/DataLoader.cpp); r008: the main process's message wrapped
+    # after "Bus" by the reporter
+    case, r = _scored(sub, number)
+    assert r.predicted == "SHM_EXHAUSTED" and r.action_ok is not False, (number, r.predicted, r.reported)
