@@ -55,3 +55,21 @@ def test_dataloader_bus_error_forms_are_shm_exhaustion(sub, number):
     # after "Bus" by the reporter
     case, r = _scored(sub, number)
     assert r.predicted == "SHM_EXHAUSTED" and r.action_ok is not False, (number, r.predicted, r.reported)
+
+
+@pytest.mark.parametrize("sub, number", [("public", "p054"), ("public2", "q030")])
+def test_cascades_of_a_worker_that_went_away_are_peer_exit(sub, number):
+    # p054: torchrun SIGTERMs the workers still alive (it stops the group after one failed); q030: the c10d store
+    # client's socket was reset by the store's process before any progress
+    case, r = _scored(sub, number)
+    assert r.predicted == "PEER_PROCESS_EXIT" and r.root_ok and r.action_ok, (number, r.predicted, r.reported)
+
+
+def test_store_reset_after_progress_is_no_incident(tmp_path):
+    # the same reset printed after training progressed and the run finished is an exit-order warning, not a fault
+    from _triage_helpers import top_incident_of_text
+
+    assert top_incident_of_text(tmp_path, "\n".join([
+        "step 10 loss 2.31", "step 20 loss 2.05", "training finished",
+        "[rank1]:[W729 10:15:17.529361055 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=76, "
+        "addr=[localhost]:60950, remote=[localhost]:29500): Connection reset by peer"])) is None
