@@ -73,3 +73,9 @@ def test_store_reset_after_progress_is_no_incident(tmp_path):
         "step 10 loss 2.31", "step 20 loss 2.05", "training finished",
         "[rank1]:[W729 10:15:17.529361055 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=76, "
         "addr=[localhost]:60950, remote=[localhost]:29500): Connection reset by peer"])) is None
+
+
+def test_nccl_mismatched_collective_check_is_a_desync_on_the_rank_it_names():
+    # p037: NCCL's own 'Mismatched collective detected ... at and around rank 39'
+    case, r = _scored("public", "p037")
+    assert r.predicted == "COLLECTIVE_DESYNC" and r.blame_ok and r.action_ok, (r.predicted, r.blamed)

@@ -40,9 +40,22 @@ def _per_rank_timeouts(ctx: RuleContext) -> dict[object, list[Event]]:
     return group_by([e for e in ctx.kinds("watchdog_timeout") if _seq(e) is not None], lambda e: e.fields.get("pg"))
 
 
+# NCCL's own check (2.7 - 2.9, src/init.cc / enqueue.cc: ranks of a communicator enqueued different operations):
+#   init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.
+_NCCL_MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at and around "
+                            r"rank (?P<rank>\d+)")
+
+
 def desync_rule(ctx: RuleContext) -> list[Finding]:
     """Ranks of one process group timing out on different SeqNums -> ``COLLECTIVE_DESYNC``."""
     out = []
+    nccl = [(e, m) for e in ctx.kinds("nccl_warn") for m in [_NCCL_MISMATCH.search(text(e))] if m]
+    if nccl and not ctx.kinds("desync", "flight_recorder"):
+        e, m = nccl[0]
+        return [finding(ctx, "COLLECTIVE_DESYNC", "nccl_mismatch", Tier.PROCESS, 0.85, [x for x, _ in nccl],
+                        rank=int(m["rank"]), facts={"rank": m["rank"]},
+                        note=f"NCCL's own check found ranks enqueueing different collectives ({e.where}); it names "
+                             f"rank {m['rank']} as where to look (different sizes or order of calls).")]
     explicit = [e for e in ctx.kinds("desync")]
     explicit += [e for e in ctx.kinds("flight_recorder") if re.search(r"mismatch", text(e), re.IGNORECASE)]
     if explicit:
