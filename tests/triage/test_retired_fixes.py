@@ -79,3 +79,9 @@ def test_nccl_mismatched_collective_check_is_a_desync_on_the_rank_it_names():
     # p037: NCCL's own 'Mismatched collective detected ... at and around rank 39'
     case, r = _scored("public", "p037")
     assert r.predicted == "COLLECTIVE_DESYNC" and r.blame_ok and r.action_ok, (r.predicted, r.blamed)
+
+
+def test_nccl_cuda_oom_while_building_the_communicator_is_init_oom():
+    # r010: NCCL's own "Cuda failure 'out of memory'" (alloc.h) with its return chain through p2p.cc/init.cc
+    case, r = _scored("public3", "r010")
+    assert r.predicted == "CUDA_OOM_INIT" and r.correct, (r.predicted, r.reported)

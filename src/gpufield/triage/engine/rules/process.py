@@ -139,10 +139,31 @@ def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
     return "CUDA_OOM_CAPACITY", "allocation failed"
 
 
+# NCCL's CUDACHECK failure text for cudaErrorMemoryAllocation ("out of memory", cudaGetErrorString), printed by NCCL
+# itself (include/alloc.h ncclCudaCalloc / ncclCudaMalloc) while it allocates its buffers; with its error-return chain
+# through init.cc or the transport set-up (transport.cc, p2p.cc, net.cc) it happened while the communicator was built
+_NCCL_CUDA_OOM = re.compile(r"NCCL WARN Cuda failure '?out of memory")
+_NCCL_INIT_RETURN = re.compile(r"\b(?:init|transport|p2p|net|channel|bootstrap)\.cc:\d+ -> \d+")
+
+
+def nccl_init_oom(ctx: RuleContext) -> list[Finding]:
+    """NCCL's own ``Cuda failure 'out of memory'`` during communicator set-up -> ``CUDA_OOM_INIT``."""
+    evs = [e for e in ctx.kinds("cuda_error") if _NCCL_CUDA_OOM.search(e.raw)]
+    if not evs:
+        return []
+    chain = [r for r in ctx.kinds("nccl_return") if r.file == evs[0].file and r.line > evs[0].line
+             and _NCCL_INIT_RETURN.search(r.raw)]
+    if not chain and ctx.progress_before(evs[0]):
+        return []
+    return [finding(ctx, "CUDA_OOM_INIT", "nccl_init_oom", Tier.PROCESS, 0.8, evs + chain[:3],
+                    note=f"NCCL ran out of GPU memory allocating its buffers while building the communicator "
+                         f"({evs[0].where}); the ranks waiting for this one in bootstrap are its victims.")]
+
+
 def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
     """CUDA out-of-memory messages (all three message generations) by phase and pool state."""
     tagged = [(oom_class(ctx, e), e) for e in ctx.kinds("cuda_oom")]
-    out = []
+    out = [] if tagged else nccl_init_oom(ctx)
     for (cls, _host), items in group_by(tagged, lambda ce: (ce[0][0], ce[1].host)).items():
         (_, why), first = items[0]
         evs = [e for _, e in items]
