@@ -85,3 +85,15 @@ def test_nccl_cuda_oom_while_building_the_communicator_is_init_oom():
     # r010: NCCL's own "Cuda failure 'out of memory'" (alloc.h) with its return chain through p2p.cc/init.cc
     case, r = _scored("public3", "r010")
     assert r.predicted == "CUDA_OOM_INIT" and r.correct, (r.predicted, r.reported)
+
+
+def test_xla_quoted_bootstrap_no_socket_interface_is_network_config():
+    # r030: XLA's "Last NCCL warning(error): 'Bootstrap : no socket interface found'"
+    case, r = _scored("public3", "r030")
+    assert r.predicted == "NCCL_NETWORK_CONFIG" and r.action_ok, (r.predicted, r.reported)
+
+
+def test_cuda_ecc_error_blames_the_one_rank_its_lines_name():
+    # q033: the traceback has no rank; the same error re-raised by '[Rank 1] NCCL watchdog thread' names it
+    case, r = _scored("public2", "q033")
+    assert r.predicted == "ECC_UNCORRECTABLE" and r.blame_ok, (r.predicted, r.blamed)

@@ -339,8 +339,14 @@ def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
         evs = ctx.matching(pattern, ("cuda_error", "python_exception", "watchdog_blocked", "nccl_error",
                                      "nccl_internal_error"))
         for (host, _), group in group_by(evs, lambda e: (e.host, gpu_of(e))).items():
+            # the error is raised in the process of the rank that uses the faulty GPU: when the group's lines name
+            # one rank (the traceback has none, the same error re-raised by that rank's NCCL watchdog has
+            # "[Rank 1]"), that rank is blamed
+            ranks = {e.rank for e in group if e.rank is not None}
             out.append(finding(ctx, cls, "cuda_hw_error", Tier.HARDWARE, entity_conf(host, gpu_of(group[0])),
-                               group, note=f"CUDA reported an {cls.replace('_', ' ').lower()} in the "
+                               group, rank=group[0].rank if group[0].rank is not None or len(ranks) != 1
+                               else ranks.pop(),
+                               note=f"CUDA reported an {cls.replace('_', ' ').lower()} in the "
                                "application; the driver's Xid line names the GPU."))
     return out
 
