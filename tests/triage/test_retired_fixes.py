@@ -97,3 +97,9 @@ def test_cuda_ecc_error_blames_the_one_rank_its_lines_name():
     # q033: the traceback has no rank; the same error re-raised by '[Rank 1] NCCL watchdog thread' names it
     case, r = _scored("public2", "q033")
     assert r.predicted == "ECC_UNCORRECTABLE" and r.blame_ok, (r.predicted, r.blamed)
+
+
+def test_rm_init_adapter_failure_is_an_unestablished_lost_gpu_on_its_bus_id():
+    # q043: NVRM "GPU 0000:81:00.0: RmInitAdapter failed!" (the GPU keeps disappearing; BMC logged a PCIe bus error)
+    case, r = _scored("public2", "q043")
+    assert r.predicted == "GPU_LOST_PCIE" and r.blame_ok and r.action_ok, (r.predicted, r.blamed)
