@@ -103,3 +103,9 @@ def test_rm_init_adapter_failure_is_an_unestablished_lost_gpu_on_its_bus_id():
     # q043: NVRM "GPU 0000:81:00.0: RmInitAdapter failed!" (the GPU keeps disappearing; BMC logged a PCIe bus error)
     case, r = _scored("public2", "q043")
     assert r.predicted == "GPU_LOST_PCIE" and r.blame_ok and r.action_ok, (r.predicted, r.blamed)
+
+
+def test_gdb_sigbus_stop_inside_ncclshmopen_is_container_shm():
+    # p003: gdb's 'Thread N "x" received signal SIGBUS, Bus error.' with frame #0 in ncclShmOpen (JAX)
+    case, r = _scored("public", "p003")
+    assert r.predicted == "CONTAINER_SHM_IPC" and r.action_ok, (r.predicted, r.reported)
