@@ -109,3 +109,9 @@ def test_gdb_sigbus_stop_inside_ncclshmopen_is_container_shm():
     # p003: gdb's 'Thread N "x" received signal SIGBUS, Bus error.' with frame #0 in ncclShmOpen (JAX)
     case, r = _scored("public", "p003")
     assert r.predicted == "CONTAINER_SHM_IPC" and r.action_ok, (r.predicted, r.reported)
+
+
+def test_etcd_v2_api_connection_refused_is_an_unreachable_rendezvous():
+    # q006: python-etcd (torch's etcd rendezvous client) retrying /v2/machines on 'Connection refused'
+    case, r = _scored("public2", "q006")
+    assert r.predicted == "RENDEZVOUS_UNREACHABLE" and r.correct, (r.predicted, r.reported)
