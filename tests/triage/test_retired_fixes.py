@@ -115,3 +115,9 @@ def test_etcd_v2_api_connection_refused_is_an_unreachable_rendezvous():
     # q006: python-etcd (torch's etcd rendezvous client) retrying /v2/machines on 'Connection refused'
     case, r = _scored("public2", "q006")
     assert r.predicted == "RENDEZVOUS_UNREACHABLE" and r.correct, (r.predicted, r.reported)
+
+
+def test_aer_recovery_failure_names_the_gpu_below_the_port():
+    # p027: fatal AER on root port 0000:00:03.0; the kernel's "nvidia 0000:03:00.0: AER: can't recover" names the GPU
+    case, r = _scored("public", "p027")
+    assert r.predicted == "GPU_LOST_PCIE" and r.blame_ok and r.action_ok, (r.predicted, r.blamed)

@@ -407,7 +407,8 @@ def pcie_rule(ctx: RuleContext) -> list[Finding]:
     fatal = [e for e in aer if re.search(r"Uncorrect|Fatal", str(e.fields.get("severity_text", "")) + e.raw,
                                          re.IGNORECASE)]
     evs = sorted(lost + aer, key=lambda e: (ctx.t(e) or 0, e.file, e.line))
-    gpu = next((gpu_of(e) for e in lost if gpu_of(e)), None) or _gpu_from_text(lost)
+    gpu = next((gpu_of(e) for e in lost if gpu_of(e)), None) or _gpu_from_text(lost) or next(
+        (str(e.fields["device"]) for e in aer if e.fields.get("agent") == "nvidia" and e.fields.get("device")), None)
     if fatal:
         conf, est, how = entity_conf(fatal[0].host, gpu), True, "uncorrectable PCIe errors"
     elif lost and aer:
