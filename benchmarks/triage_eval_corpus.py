@@ -4,7 +4,7 @@ Reads the case tables of ``public/INDEX.md`` and ``faults/INDEX.md`` under the l
 ``docs/triage-labels.md`` (branch triage-engine): ``Case file`` (backticked paths, a folder is one
 job), ``Expected class`` (one class, ``A → B`` chain, ``... (cascade)``, or ``clean``), ``blame``
 (``host= rank= gpu= peer=``, comma alternatives), ``action`` (kinds / substrings / ``!negated``),
-``split`` (dev|test). A row that does not parse stops the run with file and line (nothing is
+``split`` (dev|test|retired-test). A row that does not parse stops the run with file and line (nothing is
 dropped silently). It runs :func:`gpufield.triage.analyze.analyze` on each case and reports, for the
 dev half and the test half separately: class right (chain-accepting) and strict, blame right over
 rows with a blame label, action right over rows with an action label, the root check of
@@ -15,7 +15,7 @@ any branch against the same labels (the engine's own eval may differ in details;
 
 Usage::
 
-    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT] [--half dev|test|both]
+    PYTHONPATH=src .venv/bin/python benchmarks/triage_eval_corpus.py [--corpus DIR] [--sub NAME ...] [--json OUT] [--half dev|test|retired|both] [--with-retired]
 
 ``--sub`` picks the sub-corpora (folders of ``--corpus`` with an INDEX.md) to score; default
 ``public`` and ``faults`` (``--sub public2`` scores the third public set alone, ``--sub public3``
@@ -23,6 +23,12 @@ the fourth). ``--half dev``
 scores the development rows only (use it while writing rules; the test half is measured once).
 ``--sub public6`` scores the seventh public set, a blind set whose every row is ``test``: score it
 once, at the end (``--sub public6 --half test``); it has no dev half to write rules against.
+
+Retired test rows (split ``retired-test``: a former blind test half whose blind score is on record in
+``benchmarks/triage_RESULTS.md`` and that is development data since) are always their own bucket
+``retired-test/<sub>``, never counted as ``dev`` or ``test``. ``--half retired`` scores them alone;
+``--half dev --with-retired`` scores the dev rows and the retired rows (each bucket reported apart);
+``--half both`` (the default) scores every row.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 _CLASS = re.compile(r"`([A-Z][A-Z0-9_]+)`")
 _PATH = re.compile(r"`([^`]+)`")
+SPLITS = ("dev", "test", "retired-test")  # docs/triage-labels.md, section split
 _KINDS = ("RETRY", "EXCLUDE_NODE", "RESET_GPU", "FIX_CONFIG", "STOP", "COLLECT")
 
 
@@ -61,7 +68,7 @@ class Row:
         clean: the row is a clean run (no incident expected).
         blame: ``key -> alternatives`` (empty: no blame label).
         action: action tokens (empty: no action label).
-        split: ``dev`` or ``test``.
+        split: ``dev``, ``test`` or ``retired-test``.
     """
 
     index: Path
@@ -126,8 +133,8 @@ def read_index(path: Path) -> list[Row]:
         acell = cells[head["action"]] if "action" in head else "-"
         action = () if acell in ("", "-") else tuple(re.findall(r"`[^`]+`|\S+", acell.replace(",", " ")))
         split = cells[head["split"]] if "split" in head else "dev"
-        if split not in ("dev", "test"):
-            raise bad(f"split {split!r} (want dev or test)")
+        if split not in SPLITS:
+            raise bad(f"split {split!r} (want dev, test or retired-test)")
         rid = cells[head["#"]] if "#" in head else str(len(rows) + 1)
         rows.append(Row(index=path, line=n, id=rid, paths=paths, classes=classes,
                         chain="→" in label or "->" in label, cascade="(cascade)" in label, clean=clean,
@@ -248,8 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", type=Path, default=ROOT / "tests/triage/corpus")
     ap.add_argument("--sub", action="append", default=None, help="sub-corpus folder (repeatable)")
     ap.add_argument("--json", type=Path, default=None, help="write per-case results and summaries here")
-    ap.add_argument("--half", choices=("dev", "test", "both"), default="both",
-                    help="score only this split (rules are written on dev rows; test is measured once)")
+    ap.add_argument("--half", choices=("dev", "test", "retired", "both"), default="both",
+                    help="score only this split (rules are written on dev rows; test is measured once; "
+                    "retired = the retired-test rows; both = every row)")
+    ap.add_argument("--with-retired", action="store_true",
+                    help="with --half dev: score the retired-test rows too (reported as their own bucket)")
     a = ap.parse_args(argv)
     subs = tuple(a.sub or ("public", "faults"))
     try:
@@ -257,17 +267,21 @@ def main(argv: list[str] | None = None) -> int:
     except RowError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if a.half != "both":
-        rows = [r for r in rows if r.split == a.half]
+    if a.with_retired and a.half != "dev":
+        print("error: --with-retired goes with --half dev", file=sys.stderr)
+        return 2
+    halves = {"both": SPLITS, "retired": ("retired-test",),
+              "dev": ("dev", "retired-test") if a.with_retired else ("dev",)}.get(a.half, (a.half,))
+    rows = [r for r in rows if r.split in halves]
     results = [score(r) for r in rows]
     out = {"summary": {}, "results": results}
-    for split in (("dev", "test") if a.half == "both" else (a.half,)):
+    for split in (s for s in halves if any(r.split == s for r in rows) or s != "retired-test"):
         for part in (*subs, "all"):
             rs = [r for r, row in zip(results, rows, strict=True) if row.split == split
                   and (part == "all" or row.index.parent.name == part)]
             out["summary"][f"{split}/{part}"] = summary(rs)
     for key, s in out["summary"].items():
-        print(f"{key:13s} n={s['cases']:3d} class {s['class_right']}/{s['cases']} ({s['class_right_pct']}%) "
+        print(f"{key:20s} n={s['cases']:3d} class {s['class_right']}/{s['cases']} ({s['class_right_pct']}%) "
               f"strict {s['strict_pct']}% | blame {s['blame_right']}/{s['blame_labelled']} "
               f"({s['blame_right_pct']}%) | action {s['action_right']}/{s['action_labelled']} "
               f"({s['action_right_pct']}%) | cascade root {s['cascade_root_ok']}/{s['cascade_rows']} | "

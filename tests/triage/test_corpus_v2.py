@@ -38,7 +38,7 @@ def test_every_file_is_named_by_exactly_one_row(rows):
     for sub, rs in rows.items():
         named = [p.resolve() for r in rs for p in r.paths]
         assert len(named) == len(set(named)), f"{sub}: a case path is named twice"
-        on_disk = {p.resolve() for p in (CORPUS / sub).iterdir() if p.name not in ("INDEX.md", "MANIFEST.json")}
+        on_disk = {p.resolve() for p in (CORPUS / sub).iterdir() if p.suffix != ".md" and p.name != "MANIFEST.json"}
         assert on_disk == set(named), f"{sub}: unindexed {sorted(on_disk - set(named))}"
 
 
@@ -50,8 +50,11 @@ def test_split_complete_disjoint_and_stratified(rows):
         assert (new, missing) == (0, 0), f"{sub}: {new} rows without a split"
     both = [r for rs in rows.values() for r in rs]
     dev = {p.resolve() for r in both if r.split == "dev" for p in r.paths}
-    test = {p.resolve() for r in both if r.split == "test" for p in r.paths}
+    # the test halves of these three corpora were retired on 2026-12-02 (split retired-test, RESULTS): they are
+    # still the half they were, kept apart from dev, and no row of them is test any more
+    test = {p.resolve() for r in both if r.split == "retired-test" for p in r.paths}
     assert dev and test and not dev & test
+    assert not [r.id for r in both if r.split == "test"]
     # stratified: within each corpus half, no class differs by more than one case between halves (the
     # clean-noisy-*, restart-exception-* and *-v3 runs were generated after the split by branch triage-v3 and put in
     # dev on purpose)
@@ -60,7 +63,7 @@ def test_split_complete_disjoint_and_stratified(rows):
         for r in (r for r in rs if not r.id.startswith(("clean-noisy-", "restart-exception-"))
                   and not r.id.endswith("-v3")):
             k = "clean" if r.clean else r.classes[0]
-            per.setdefault(k, [0, 0])[r.split == "test"] += 1
+            per.setdefault(k, [0, 0])[r.split == "retired-test"] += 1
         assert all(abs(a - b) <= 1 for a, b in per.values()), per
 
 

@@ -57,10 +57,10 @@ def test_every_file_exists_and_is_named_by_exactly_one_row(rows):
 def test_split_complete_valid_and_stratified(rows):
     n, new, missing = SPLIT.assign(INDEX, 23, write=False)
     assert (n, new, missing) == (len(rows), 0, 0), "rows without a split"
-    assert {r.split for r in rows} == {"dev", "test"}
+    assert {r.split for r in rows} == {"dev", "retired-test"}  # the test half was retired on 2026-12-02
     per: dict[str, list[int]] = {}
     for r in rows:
-        per.setdefault("clean" if r.clean else r.classes[0], [0, 0])[r.split == "test"] += 1
+        per.setdefault("clean" if r.clean else r.classes[0], [0, 0])[r.split == "retired-test"] += 1
     assert all(abs(a - b) <= 1 for a, b in per.values()), per
 
 

@@ -206,7 +206,7 @@ def eval_cmd(
     directory: Annotated[str, typer.Argument(help="labelled corpus directory with INDEX.md")],
     json_out: Annotated[bool, typer.Option("--json", help="print the evaluation as JSON")] = False,
     min_accuracy: Annotated[float, typer.Option(min=0.0, max=1.0, help="exit 1 when accuracy is below this (0..1)")] = 0.0,
-    split: Annotated[str | None, typer.Option("--split", help="score only this split's rows: dev or test")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="score only this split's rows: dev, test or retired-test")] = None,
 ) -> None:
     """Score triage against a labelled corpus: per-class accuracy and confusion.
 

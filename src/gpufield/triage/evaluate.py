@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufield.errors import GpufieldError, InputError
-from gpufield.triage.labels import LabelledCase, action_matches, blame_matches, parse_index
+from gpufield.triage.labels import SPLITS, LabelledCase, action_matches, blame_matches, parse_index
 
 __all__ = ["CaseResult", "EvalReport", "LabelledCase", "evaluate", "parse_index", "score"]
 
@@ -180,7 +180,8 @@ class EvalReport:
         return out
 
     def split(self, name: str | None) -> EvalReport:
-        """The sub-report of one split (``"dev"``, ``"test"``, or None = the rows without a split)."""
+        """The sub-report of one split (``"dev"``, ``"test"``, ``"retired-test"``, or None = the rows without a
+        split)."""
         return EvalReport(self.directory, [r for r in self.results if r.case.split == name])
 
     def summary(self) -> dict[str, Any]:
@@ -263,8 +264,8 @@ def evaluate(directory: str | os.PathLike[str], *, index: str | os.PathLike[str]
     Args:
         directory: the corpus directory.
         index: the index file (default ``directory/INDEX.md``).
-        split: ``"dev"`` or ``"test"``: score only that split's rows (and rows without a split);
-            None = every row.
+        split: ``"dev"``, ``"test"`` or ``"retired-test"``: score only that split's rows (and rows without a
+            split); None = every row (the report breaks the numbers down per split).
 
     Returns:
         An :class:`EvalReport`. A case that cannot be analysed counts as wrong, with its error.
@@ -275,8 +276,8 @@ def evaluate(directory: str | os.PathLike[str], *, index: str | os.PathLike[str]
     """
     from gpufield.triage.analyze import analyze
 
-    if split not in (None, "dev", "test"):
-        raise InputError(f"split {split!r}: expected 'dev' or 'test'")
+    if split not in (None, *SPLITS):
+        raise InputError(f"split {split!r}: expected one of {SPLITS}")
     d = Path(directory)
     if not d.is_dir():
         raise InputError("not a directory (expected a labelled corpus with INDEX.md)", path=str(d))

@@ -147,6 +147,8 @@ COMMON_FIELDS = ("level", "local_rank", "pg_rank", "exc_type", "truncated", "mes
 OTHER_SOURCES: dict[str, tuple[str, ...]] = {"clock_event": ("dcgm",), "ecc_counter": ("dcgm",), "row_remap": ("dcgm",),
                                              # UCX's "Caught signal 7 (Bus error...)" inside NCCL's process
                                              "signal_death": ("nccl",),
+                                             # a c10d TCPStore client socket reset by the store's process
+                                             "nccl_remote_error": ("torchrun",),
                                              # nvidia-smi --query-gpu / NVML sampler CSVs join bus id and UUID too
                                              "gpu_map": ("smi",)}
 

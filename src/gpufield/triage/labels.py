@@ -4,7 +4,7 @@ A corpus index is markdown; every table whose header has ``Case file`` and ``Exp
 is a *case table* and every data row of it must parse, else :class:`~gpufield.errors.InputError`
 names the index file and line (no row is dropped silently). Optional columns: ``blame``
 (``host=node-b rank=3 gpu=0000:3b:00.0 peer=10.0.0.2:5000``), ``action`` (a keyword set, ``!`` negates)
-and ``split`` (``dev`` / ``test``); the expected-class cell ``clean`` marks a run that must give no
+and ``split`` (``dev`` / ``test`` / ``retired-test``); the expected-class cell ``clean`` marks a run that must give no
 incident. Matching of blame and action against an incident lives here too, so the grammar and its
 meaning are in one module.
 """
@@ -25,7 +25,9 @@ _TICKED = re.compile(r"`([^`]+)`")
 _CLEAN = re.compile(r"^\s*`?clean`?(?:\s|$|\()", re.IGNORECASE)
 BLAME_KEYS = ("host", "rank", "gpu", "peer")
 ACTION_KINDS = frozenset({"RETRY", "EXCLUDE_NODE", "RESET_GPU", "FIX_CONFIG", "STOP", "COLLECT"})
-SPLITS = ("dev", "test")
+#: ``retired-test``: a former test row whose blind score is on record (benchmarks/triage_RESULTS.md) and that
+#: has since become development data; it is reported as its own bucket, never merged into ``test`` or ``dev``
+SPLITS = ("dev", "test", "retired-test")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +45,7 @@ class LabelledCase:
         paths: every case path of the row (a file or a directory; analysed together as one job).
         blame: ``key -> accepted values`` (keys of :data:`BLAME_KEYS`); empty = no blame label.
         action: ``(token, negated)`` pairs; empty = no action label.
-        split: ``"dev"``, ``"test"`` or None.
+        split: ``"dev"``, ``"test"``, ``"retired-test"`` or None.
     """
 
     number: str

@@ -40,7 +40,12 @@ CUDA_ERR_RE = rx.compile(r"(?:CUDA [Ee]rror(?: Prev)?|CUDA failure|Cuda failure|
 # Failed to allocate device vector A (error code unknown error)!                          (CUDA samples)
 ERROR_CODE_RE = rx.compile(r"\(error code (?P<msg>[^)]+)\)")
 # RuntimeError: DataLoader worker (pid 56811) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory. ...
-DATALOADER_RE = rx.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+?)\.")
+# The signal name is strsignal()'s text; a pasted message wrapped after "Bus" still names SIGBUS (no other signal's
+# text starts with "Bus"), so the name may end the line instead of the sentence.
+DATALOADER_RE = rx.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<sig>[\w ]+?)(?:\.|\s*$)")
+# ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).
+#   (the worker's own SIGBUS handler, torch/csrc/DataLoader.cpp SIGNAL_HANDLER(SIGBUS, ...), printed before it dies)
+WORKER_BUS_RE = rx.compile(r"Unexpected bus error encountered in worker")
 # CUDA driver API names (programs calling the driver directly, TensorFlow's stream executor):
 # "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered"
 DRIVER_ERR_RE = rx.compile(r"\b(?P<name>CUDA_ERROR_[A-Z0-9_]+)\b(?::\s*(?P<msg>[^\n]*?))?\s*$")
@@ -86,8 +91,10 @@ class CudaParser:
     name = "cuda"
     source = "cuda"
     prefilter = (r"CUDA out of memory|CUDA [Ee]rror|CUDA failure|Cuda failure|cudaError|CUDA-capable device|"
-                 r"illegal memory access|CUDA_ERROR_|\(error code |DataLoader worker \(pid \d+\) is killed")
-    keywords = ("CUDA", "Cuda failure", "cudaError", "illegal memory access", "(error code ", "DataLoader worker")
+                 r"illegal memory access|CUDA_ERROR_|\(error code |DataLoader worker \(pid \d+\) is killed|"
+                 r"Unexpected bus error encountered in worker")
+    keywords = ("CUDA", "Cuda failure", "cudaError", "illegal memory access", "(error code ", "DataLoader worker",
+                "bus error encountered in worker")
 
     def parse_line(self, line: str, ctx: LineContext) -> Event | None:
         """Parse one CUDA error line (see module docstring)."""
@@ -122,9 +129,13 @@ class CudaParser:
             return event("cuda", "cuda_oom", ctx, line, pre, code=2, severity="error",
                          fields={"generation": 0, "phase": phase, "exc_type": exc_type,
                                  "message": line[OOM0_RE.search(line).start():]})
+        m = WORKER_BUS_RE.search(line)
+        if m:
+            return event("cuda", "bus_error", ctx, line, pre, code="Bus error", severity="error",
+                         fields={"message": line[m.start():], "signal_name": None, "shm_hint": "shared memory" in line})
         m = DATALOADER_RE.search(line)
         if m:
-            bus = "Bus error" in m["sig"]
+            bus = m["sig"].startswith("Bus")
             return event("cuda" if bus else "torchrun", "bus_error" if bus else "signal_death", ctx, line, pre,
                          code=m["sig"], severity="error", pid=int(m["pid"]),
                          fields={"message": line[m.start():], "signal_name": None if bus else m["sig"],

@@ -66,6 +66,10 @@ AER_RECV_RE = rx.compile(
 # nvidia 0000:3b:00.0: PCIe Bus Error: severity=Uncorrected (Non-Fatal), type=Transaction Layer, (Requester ID)
 AER_BUS_RE = rx.compile(
     r"(?P<agent>[\w-]+) (?P<dev>" + _BDF + r"): (?:AER: )?PCIe Bus Error: severity=(?P<sev>[^,]+), type=(?P<type>[^,]+)(?:, \((?P<who>[^)]+)\))?")
+# nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+#   (drivers/pci/pcie/err.c report_error_detected, run by pcie_do_recovery for *uncorrectable* errors only, once per
+#   device below the failing port; dev_printk names the bound driver, so "nvidia <bdf>" is the GPU behind that port)
+AER_NORECOVER_RE = rx.compile(r"(?P<agent>[\w-]+) (?P<dev>" + _BDF + r"): AER: [Cc]an't recover \((?P<why>[^)]*)\)")
 # pcieport 0000:00:03.0:   device [8086:6f08] error status/mask=00001000/00002000
 AER_DEV_RE = rx.compile(r"device \[(?P<vd>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask=(?P<status>[0-9a-fA-F]+)/(?P<mask>[0-9a-fA-F]+)")
 # pcieport 0000:00:03.0:    [12] Timeout           /   [ 6] BadTLP   (First)
@@ -147,6 +151,11 @@ class KernelParser:
         m = AER_BUS_RE.search(line) or AER_RECV_RE.search(line)
         if m:
             return self.parse_record([line], ctx)[0]
+        m = AER_NORECOVER_RE.search(line) if "recover (" in line else None
+        if m:
+            return event("kernel", "pcie_aer", ctx, line, prefix_of(line, ctx), severity="error", bdf=m["dev"],
+                         fields={"agent": m["agent"], "device": m["dev"], "recovery": m["why"],
+                                 "severity_text": "Uncorrected (recovery failed)"})
         m = OOM_RE.search(line) or OOM_VICTIM_RE.search(line) or OOM_SELECT_RE.search(line)
         if m:
             g = m.groupdict()

@@ -49,7 +49,8 @@ OLD_WARN_RE = rx.compile(r"(?P<site>[\w./-]+\.(?:h|cc|cu|cpp|c):\d+) WARN (?P<ms
 SOCKET_INIT_RE = rx.compile(r"(?P<msg>ncclSocketInit: .*?)\s*$")
 # the same "Last error:" detail for a bootstrap that found no usable interface (src/bootstrap.cc WARN text,
 # printed by PyTorch without NCCL's prefix, often on a "[rankN]: " line): "Bootstrap : no socket interface found"
-BOOTSTRAP_NOIF_RE = rx.compile(r"(?:^|[\]:>]\s*)(?P<msg>Bootstrap ?: no socket interface found)")
+# XLA quotes the same text: "Last NCCL warning(error): 'Bootstrap : no socket interface found'" (JAX, marin#7018)
+BOOTSTRAP_NOIF_RE = rx.compile(r"(?:^|[\]:>']\s*)(?P<msg>Bootstrap ?: no socket interface found)")
 # src/init.cc: "node-b:51225:51225 [5] NCCL INFO comm 0x55d0c6a0 rank 13 nranks 16 cudaDev 5 nvmlDev 5 busId ab000
 # commId 0x3f1c9a2b7e104d55 - Init COMPLETE" (older: no nvmlDev / commId; "Init START" first)
 COMM_RE = rx.compile(

@@ -54,6 +54,20 @@ RDZV_RE = rx.compile(r"(?P<exc>Rendezvous\w*(?:Error|Closed\w*))(?::\s*(?P<msg>.
 # ... while trying to connect to (<ip-A>, 29500).     (torch >= 2.4 prints the address as a (host, port) pair)
 SOCKET_RE = rx.compile(r"client socket has timed out after (?P<secs>\d+)(?P<unit>ms|s) while trying to connect to "
                        r"(?:\((?P<h>[^,()\s]+), (?P<p>\d+)\)|\(?(?P<ep>[^)\s]+?)\)?)\.?\s*$")
+# the etcd rendezvous backend's client (python-etcd, used by torch/distributed/elastic/rendezvous/etcd_rendezvous.py)
+# retrying the etcd v2 API (/v2/machines: the cluster's member list, /v2/keys) on a refused or failed connection:
+#   WARNING:urllib3.connectionpool:Retrying (...) after connection broken by 'NewConnectionError('...: Failed to
+#   establish a new connection: [Errno 111] Connection refused')': /v2/machines
+ETCD_RE = rx.compile(r"Failed to establish a new connection: (?P<err>\[Errno \d+\] [^'\")]+).*?: (?P<path>/v2/(?:machines|keys)\S*)")
+# gdb's stop report for a signal (gdb/infrun.c print_signal_received_reason):
+#   Thread 787 "imagenet_fake_d" received signal SIGBUS, Bus error.      /   Program received signal SIGSEGV, Segmentation fault.
+GDB_SIGNAL_RE = rx.compile(r"\b(?:Thread \d+(?: \"[^\"]*\")?|Program) received signal (?P<name>SIG[A-Z]+), (?P<desc>[^.]+)")
+_SIGNUM = {"SIGBUS": 7, "SIGSEGV": 11, "SIGABRT": 6, "SIGKILL": 9, "SIGTERM": 15, "SIGFPE": 8, "SIGILL": 4}
+# [rank6]:[W729 10:15:17.529361055 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=76, addr=[localhost]:60950,
+#   remote=[localhost]:29500): Connection reset by peer     (c10d TCPStore client: the store's process closed the
+#   connection abruptly - ECONNRESET / EPIPE - i.e. the process hosting the store, rank 0 or the agent, went away)
+STORE_RESET_RE = rx.compile(r"\[c10d\] \w+ failed on SocketImpl\([^)]*remote=(?P<remote>[^,)\s]+)\)?[^:]*: "
+                            r"(?P<err>Connection reset by peer|Broken pipe)")
 # ... via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout
 # torch.distributed.DistStoreError: Socket Timeout  /  ...: Timed out after 1801 seconds waiting for clients. 1/3 clients
 # joined.  (c10d TCPStore client / server: the store at MASTER_ADDR:MASTER_PORT never answered, or ranks never joined it)
@@ -113,13 +127,15 @@ class TorchrunParser:
                  r"Unable to shutdown process|oom[-_]kill event|: Out Of Memory|server socket has failed|"
                  r"EADDRINUSE|Address already in use|DistStoreError: |Socket Timeout|^\s*[^\s:]+ FAILED\s*$|: line \d+: +\d+ Killed|"
                  r"can't resolve '|Name or service not known|Name does not resolve|Temporary failure in name resolution|"
-                 r"No address associated with hostname|nodename nor servname provided")
+                 r"No address associated with hostname|nodename nor servname provided|failed on SocketImpl\(|"
+                 r"received signal SIG|: /v2/(?:machines|keys)")
     keywords = ("ChildFailedError", "failed (exitcode", "closing signal", "Unable to shutdown process", "ignal ", "Rendezvous",
                 "client socket has timed out", "store->get", "C10d store has failed", "Worker group FAILED", "CANCELLED AT",
                 "oom-kill event", "oom_kill event", ": Out Of Memory", "server socket has failed", "EADDRINUSE",
                 "Address already in use", "DistStoreError: ", "Socket Timeout", " FAILED", " Killed",
                 "can't resolve '", "Name or service not known", "Name does not resolve", "name resolution",
-                "No address associated with hostname", "nodename nor servname")
+                "No address associated with hostname", "nodename nor servname", "failed on SocketImpl(",
+                "received signal SIG", ": /v2/")
 
     def __init__(self, inner: Sequence[LogParser] = ()) -> None:
         """``inner``: parsers offered the exception line that ends an entry's ``traceback`` field (the
@@ -159,6 +175,20 @@ class TorchrunParser:
             return event("torchrun", "signal_death", ctx, line, pre, code=m["name"], severity="info",
                          pid=int(m["pid"]), fields={"signal_name": m["name"], "sent_by_agent": True,
                                                      "message": line[m.start():]})
+        m = ETCD_RE.search(line)
+        if m:
+            return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",
+                         fields={"endpoint": f"etcd {m['path']}", "message": f"etcd: {m['err']}"})
+        m = GDB_SIGNAL_RE.search(line)
+        if m:
+            return event("torchrun", "signal_death", ctx, line, pre, code=m["name"], severity="error",
+                         fields={"signal": _SIGNUM.get(m["name"]), "signal_name": m["name"],
+                                 "message": line[m.start():].strip()})
+        m = STORE_RESET_RE.search(line)
+        if m:
+            return event("torchrun", "nccl_remote_error", ctx, line, pre, severity="warning",
+                         fields={"peer": m["remote"].replace("[", "").replace("]", ""), "via": "c10d store",
+                                 "message": line[m.start():]})
         m = SOCKET_RE.search(line)
         if m:
             return event("torchrun", "rendezvous_error", ctx, line, pre, severity="error",

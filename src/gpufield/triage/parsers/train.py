@@ -19,8 +19,11 @@ from gpufield.triage.protocols import LineContext
 
 # [2022-02-16 01:23:00,852] [INFO] [stage_1_and_2.py:1644:step] [deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 4294967296, reducing to 2147483648.0
 # [2021-01-26 22:04:09,191] [INFO] [logging.py:60:log_dist] [Rank 0] Overflow detected. Skipping step. Attempted loss scale: 8.0, reducing to 4.0
+# [INFO] [unfused_optimizer.py:202:step] [deepspeed] fp16 dynamic loss scale overflow! Skipping step. Attempted loss
+#   scale: 1, reducing to 1          (DeepSpeed runtime/fp16/fused_optimizer.py and unfused_optimizer.py, FP16_Optimizer)
 OVERFLOW_RE = rx.compile(
-    r"(?:OVERFLOW! Rank (?P<rank>\d+) Skipping step|Overflow detected\. Skipping step)\. "
+    r"(?:OVERFLOW! Rank (?P<rank>\d+) Skipping step|Overflow detected\. Skipping step|"
+    r"fp16 dynamic loss scale overflow! Skipping step)\. "
     r"Attempted loss scale: (?P<old>[\d.eE+-]+), reducing to (?P<new>[\d.eE+-]+)")
 # Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0        (Apex amp)
 APEX_RE = rx.compile(r"Gradient overflow\.\s+Skipping step, loss scaler \d+ reducing loss scale to (?P<new>[\d.eE+-]+)")
@@ -62,10 +65,10 @@ class TrainParser:
 
     name = "train"
     source = "train"
-    prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|"
+    prefilter = (r"\b(?:nan|NaN|NAN|inf|Inf|Infinity)\b|OVERFLOW!|Overflow detected|Gradient overflow|scale overflow!|"
                  r"skipped=[1-9]|in local grad norm|Current loss scale already at minimum|rescheduled on the same|[Rr]estarting (?:the )?(?:job|training|run)|"
                  r"same checkpoint|_(?:[A-Z0-9_]*_)?(?:STRAGGLER|BOUND|STALL|SLOW)[A-Z0-9_]*: |^rank,\w+_ms\s*$")
-    keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow",
+    keywords = ("nan", "NaN", "NAN", "inf", "Inf", "OVERFLOW!", "Overflow detected", "Gradient overflow", "scale overflow!",
                 *(f"skipped={d}" for d in range(1, 10)),
                 "in local grad norm", "Current loss scale already at minimum", "rescheduled on the same", "estarting ", "same checkpoint", "STRAGGLER", "_BOUND", "_STALL", "_SLOW",
                 "rank,")

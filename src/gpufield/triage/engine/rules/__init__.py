@@ -34,6 +34,7 @@ RULES: tuple[Rule, ...] = (
     FnRule("shm_exhausted", ("SHM_EXHAUSTED",), Tier.HOST, host.shm_exhausted_rule),
     FnRule("rendezvous", ("RENDEZVOUS_UNREACHABLE",), Tier.HOST, host.rendezvous_rule),
     FnRule("launch_skew", ("LAUNCH_SKEW",), Tier.HOST, host.launch_skew_rule),
+    FnRule("unique_id_wait", ("SETUP_PHASE_TIMEOUT",), Tier.PROCESS, host.unique_id_wait_rule),
     # tier 3: one process / configuration / numerics
     FnRule("cuda_illegal_address", ("CUDA_ILLEGAL_ADDRESS",), Tier.PROCESS, process.cuda_illegal_rule),
     FnRule("cuda_oom", ("CUDA_OOM_CAPACITY", "CUDA_OOM_FRAGMENTATION", "CUDA_OOM_CHECKPOINT_GATHER",

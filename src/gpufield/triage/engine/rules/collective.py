@@ -40,9 +40,22 @@ def _per_rank_timeouts(ctx: RuleContext) -> dict[object, list[Event]]:
     return group_by([e for e in ctx.kinds("watchdog_timeout") if _seq(e) is not None], lambda e: e.fields.get("pg"))
 
 
+# NCCL's own check (2.7 - 2.9, src/init.cc / enqueue.cc: ranks of a communicator enqueued different operations):
+#   init.cc:1247 NCCL WARN Mismatched collective detected, please check your collective calls at and around rank 39.
+_NCCL_MISMATCH = re.compile(r"Mismatched collective detected, please check your collective calls at and around "
+                            r"rank (?P<rank>\d+)")
+
+
 def desync_rule(ctx: RuleContext) -> list[Finding]:
     """Ranks of one process group timing out on different SeqNums -> ``COLLECTIVE_DESYNC``."""
     out = []
+    nccl = [(e, m) for e in ctx.kinds("nccl_warn") for m in [_NCCL_MISMATCH.search(text(e))] if m]
+    if nccl and not ctx.kinds("desync", "flight_recorder"):
+        e, m = nccl[0]
+        return [finding(ctx, "COLLECTIVE_DESYNC", "nccl_mismatch", Tier.PROCESS, 0.85, [x for x, _ in nccl],
+                        rank=int(m["rank"]), facts={"rank": m["rank"]},
+                        note=f"NCCL's own check found ranks enqueueing different collectives ({e.where}); it names "
+                             f"rank {m['rank']} as where to look (different sizes or order of calls).")]
     explicit = [e for e in ctx.kinds("desync")]
     explicit += [e for e in ctx.kinds("flight_recorder") if re.search(r"mismatch", text(e), re.IGNORECASE)]
     if explicit:
@@ -348,7 +361,10 @@ def nccl_timeout_rule(ctx: RuleContext) -> list[Finding]:
 
 def peer_exit_rule(ctx: RuleContext) -> list[Finding]:
     """ncclRemoteError / broken pipe / connection closed by peer -> ``PEER_PROCESS_EXIT`` (victim side)."""
-    evs = [e for e in ctx.kinds("nccl_remote_error") if not ctx.is_cited(e)]
+    # a store connection reset after training progressed is also what ranks print at a normal exit when the store's
+    # process leaves first; only before any progress is it a peer that went away
+    evs = [e for e in ctx.kinds("nccl_remote_error") if not ctx.is_cited(e)
+           and not (e.fields.get("via") == "c10d store" and ctx.progress_before(e))]
     evs += [e for e in ctx.kinds("nccl_warn", "nccl_error", "python_exception")
             if _PEER_GONE.search(text(e)) and not ctx.is_cited(e)]
     if not evs and not ctx.kinds("ib_completion_error", "ib_async_event"):
@@ -411,13 +427,30 @@ def _restarted_group(ctx: RuleContext) -> list[Finding]:
     restarts are not a restart loop (that rule needs three)."""
     restarts = [e for e in ctx.kinds("elastic_restart") if not ctx.is_cited(e)]
     if not restarts:
-        return []
+        return _agent_stopped_group(ctx)
     n = max(as_int(e.fields.get("restart_count")) or 1 for e in restarts)
     return [finding(ctx, "PEER_PROCESS_EXIT", "worker_group_failed", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, restarts,
                     established=False, host=None, gpu=None, rank=None,
                     facts={"restarts": str(n), "reporters": "-", "peer": "-"},
                     note=f"torchrun restarted the worker group {n} time(s) after a worker failed "
                          f"({restarts[0].where}); the failing worker's own error is not in the input.")]
+
+
+def _agent_stopped_group(ctx: RuleContext) -> list[Finding]:
+    """torchrun's ``Sending process N closing signal SIGTERM`` with nothing else explaining it: the agent signals
+    only workers still alive when it stops the group (torch/distributed/elastic/multiprocessing/api.py ``_close``:
+    ``if handler.proc.poll() is None``), which it does after a worker failed; at a normal end every worker has
+    exited already. -> ``PEER_PROCESS_EXIT``, not established (the failed worker's error is elsewhere)."""
+    sent = [e for e in ctx.kinds("signal_death") if e.fields.get("sent_by_agent") and not ctx.is_cited(e)
+            and e.fields.get("signal_name") in ("SIGTERM", "15")]
+    if not sent or [e for e in ctx.kinds("child_failed", "python_exception", "signal_death")
+                    if not e.fields.get("sent_by_agent") and e.severity in ("error", "fatal")]:
+        return []
+    return [finding(ctx, "PEER_PROCESS_EXIT", "agent_stopped_group", Tier.NCCL, CONF_CASCADE_ONLY + 0.1, sent,
+                    established=False, host=None, gpu=None, rank=None,
+                    facts={"reporters": "-", "peer": "-"},
+                    note=f"torchrun sent SIGTERM to {len(sent)} worker(s) still running ({sent[0].where}): it stops "
+                         "the group after a worker failed; that worker's own error is not in the input.")]
 
 
 def teardown_rule(ctx: RuleContext) -> list[Finding]:

@@ -52,6 +52,7 @@ _GPU_LOST_TEXT = re.compile(
 )
 # NVML's own verdict for a detached GPU (triage.md 1.11: the NVML twin of Xid 79):
 #   "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU"
+_RM_INIT_FAILED = re.compile(r"RmInitAdapter failed|rm_init_adapter failed")
 _GPU_IS_LOST = re.compile(r"GPU is lost|NVML_ERROR_GPU_IS_LOST|GPU_IS_LOST", re.IGNORECASE)
 
 
@@ -339,8 +340,14 @@ def cuda_hw_error_rule(ctx: RuleContext) -> list[Finding]:
         evs = ctx.matching(pattern, ("cuda_error", "python_exception", "watchdog_blocked", "nccl_error",
                                      "nccl_internal_error"))
         for (host, _), group in group_by(evs, lambda e: (e.host, gpu_of(e))).items():
+            # the error is raised in the process of the rank that uses the faulty GPU: when the group's lines name
+            # one rank (the traceback has none, the same error re-raised by that rank's NCCL watchdog has
+            # "[Rank 1]"), that rank is blamed
+            ranks = {e.rank for e in group if e.rank is not None}
             out.append(finding(ctx, cls, "cuda_hw_error", Tier.HARDWARE, entity_conf(host, gpu_of(group[0])),
-                               group, note=f"CUDA reported an {cls.replace('_', ' ').lower()} in the "
+                               group, rank=group[0].rank if group[0].rank is not None or len(ranks) != 1
+                               else ranks.pop(),
+                               note=f"CUDA reported an {cls.replace('_', ' ').lower()} in the "
                                "application; the driver's Xid line names the GPU."))
     return out
 
@@ -381,15 +388,27 @@ def pcie_rule(ctx: RuleContext) -> list[Finding]:
     aer = ctx.kinds("pcie_aer")
     lost = [e for e in ctx.matching(_GPU_LOST_TEXT) if e.kind not in ("xid", "gpu_fell_off_bus")]
     lost += [e for e in ctx.kinds("gpu_handle_error") if e not in lost]
+    # "NVRM: GPU 0000:81:00.0: RmInitAdapter failed! (0x25:0x40:1470)": the driver's resource manager could not bring
+    # up a GPU that is present on PCI (open-gpu-kernel-modules, arch/nvalloc/unix/src/osinit.c RmInitAdapter); also a
+    # driver/firmware mismatch can cause it, so alone it is a GPU lost on the PCIe side that is not established
+    init_failed = [e for e in ctx.kinds("nvrm_other") if _RM_INIT_FAILED.search(text(e)) and e not in lost]
     if ctx.kinds("gpu_fell_off_bus") or any(xid_code(e) == 79 for e in ctx.kinds("xid")) or any(
             _GPU_IS_LOST.search(text(e)) for e in lost):
         return []  # the fallen-off-bus rule names it more precisely
+    if not aer and not lost and init_failed:
+        gpu = next((gpu_of(e) for e in init_failed if gpu_of(e)), None)
+        return [finding(ctx, "GPU_LOST_PCIE", "rm_init_failed", Tier.HARDWARE, CONF_PRIOR, init_failed,
+                        established=False, gpu=gpu,
+                        note=f"The driver could not initialise GPU {gpu or '?'} ({init_failed[0].where}: RmInitAdapter "
+                             "failed): the GPU is on the bus but does not come up; check the BMC/AER log for PCIe errors "
+                             "and whether it survives a reboot before blaming the driver.")]
     if not aer and not lost:
         return []
     fatal = [e for e in aer if re.search(r"Uncorrect|Fatal", str(e.fields.get("severity_text", "")) + e.raw,
                                          re.IGNORECASE)]
     evs = sorted(lost + aer, key=lambda e: (ctx.t(e) or 0, e.file, e.line))
-    gpu = next((gpu_of(e) for e in lost if gpu_of(e)), None) or _gpu_from_text(lost)
+    gpu = next((gpu_of(e) for e in lost if gpu_of(e)), None) or _gpu_from_text(lost) or next(
+        (str(e.fields["device"]) for e in aer if e.fields.get("agent") == "nvidia" and e.fields.get("device")), None)
     if fatal:
         conf, est, how = entity_conf(fatal[0].host, gpu), True, "uncorrectable PCIe errors"
     elif lost and aer:

@@ -176,10 +176,28 @@ def unresolved_launch_names(ctx: RuleContext) -> list[Event]:
     return unresolved if launched and not http else []
 
 
+# Errors that prove the rendezvous store *was reached*, so they are not RENDEZVOUS_UNREACHABLE:
+# - torch elastic raises RendezvousClosedError for a node that joins a rendezvous whose state, read from the store,
+#   is already closed (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py, "Rendezvous for run_id=... was
+#   observed to be closed"): the node came too late, a launch skew;
+# - ProcessGroupNCCL's "[r] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value
+#   store by key 'k', but store->get('k') got error" (ProcessGroupNCCL.cpp broadcastUniqueNCCLID) is a rank already
+#   connected to the store waiting for the key rank 0 sets at its first NCCL collective; torch's own reading: "a
+#   possible application crash on rank 0 or a network set up issue" - rank 0 late (busy) or gone, not the store.
+_RDZV_CLOSED = re.compile(r"RendezvousClosed|[Rr]endezvous for run_id=\S* was observed to be closed")
+UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(?P<src>\d+)\] via c10d key-value store")
+
+
+def store_reached(e: Event) -> bool:
+    """The rendezvous error shows the store answered (a closed rendezvous, or a wait for rank 0's ncclUniqueId)."""
+    return bool(_RDZV_CLOSED.search(text(e)) or UNIQUE_ID_WAIT.search(text(e)))
+
+
 def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
     """torchrun / c10d store connection failures (and exceptions raised inside the rendezvous code, and host
-    names a launch could not resolve) -> ``RENDEZVOUS_UNREACHABLE``."""
-    evs = ctx.kinds("rendezvous_error")
+    names a launch could not resolve) -> ``RENDEZVOUS_UNREACHABLE``; errors showing the store answered
+    (:func:`store_reached`) are left to ``LAUNCH_SKEW`` and ``SETUP_PHASE_TIMEOUT``."""
+    evs = [e for e in ctx.kinds("rendezvous_error") if not store_reached(e)]
     evs += [e for e in rendezvous_exceptions(ctx) if e not in evs]
     names = unresolved_launch_names(ctx)
     evs += [e for e in names if e not in evs]
@@ -200,12 +218,32 @@ def rendezvous_rule(ctx: RuleContext) -> list[Finding]:
                     note=f"Workers could not reach the rendezvous endpoint {endpoint}.")]
 
 
+def unique_id_wait_rule(ctx: RuleContext) -> list[Finding]:
+    """A rank timed out waiting in the store for rank 0's ncclUniqueId -> unestablished ``SETUP_PHASE_TIMEOUT`` on
+    the rank that never published it (busy before its first collective, or crashed: its own log decides)."""
+    evs = [e for e in ctx.kinds("rendezvous_error") if UNIQUE_ID_WAIT.search(text(e))]
+    if not evs:
+        return []
+    src = int(UNIQUE_ID_WAIT.search(text(evs[0])).group("src"))  # type: ignore[union-attr]
+    return [finding(ctx, "SETUP_PHASE_TIMEOUT", "unique_id_wait", Tier.PROCESS, CONF_PRIOR, evs, established=False,
+                    rank=src, facts={"hint": "unique_id", "rank": str(src)},
+                    note=f"A rank reached the rendezvous store but timed out waiting for the ncclUniqueId rank {src} "
+                         f"publishes at its first NCCL collective ({evs[0].where}): rank {src} had not got there "
+                         "(still preparing, e.g. building the dataset) or had crashed; its own log decides.")]
+
+
 def launch_skew_rule(ctx: RuleContext) -> list[Finding]:
     """Hosts whose first records of the same kinds are > 120 s apart, with an init-phase timeout -> ``LAUNCH_SKEW``.
 
     The timeout must be a heartbeat timeout or a watchdog timeout at a low SeqNum (init collectives):
     early ranks waited for late ones (INDEX case 05 diagnosis).
     """
+    closed = [e for e in ctx.kinds("rendezvous_error") if _RDZV_CLOSED.search(text(e))]
+    if closed:  # this node read a closed rendezvous from the store: the others had completed it without it
+        return [finding(ctx, "LAUNCH_SKEW", "launch_skew_closed", Tier.HOST, CONF_INFERRED, closed,
+                        facts={"rendezvous": "closed"},
+                        note=f"The rendezvous was already closed when this node joined ({closed[0].where}): the "
+                             "store was reachable, the other nodes completed the round without it (a late start).")]
     timeouts = [e for e in ctx.kinds("heartbeat_timeout", "watchdog_timeout")
                 if e.kind == "heartbeat_timeout" or (as_int(e.fields.get("seq")) or 10**9) <= 8]
     if not timeouts:

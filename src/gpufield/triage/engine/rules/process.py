@@ -38,6 +38,11 @@ FRAG_SHARE = 0.15
 FREE_MARGIN = 2.0
 LOSS_SCALE_FLOOR = 1.0
 OVERFLOW_STREAK = 5
+#: the default initial dynamic loss scale, 2**16 (torch.amp.GradScaler ``init_scale=65536.0``, Apex amp, DeepSpeed
+#: ``initial_scale_power: 16``); configs may start higher (2**32). Overflow skips that halve the scale on the way down
+#: to it are the documented calibration ("skipped iterations in the first few steps are expected", torch AMP docs,
+#: GradScaler), so a streak of skips is a collapse only once the scale is below this
+CALIBRATED_SCALE = 2.0 ** 16
 
 
 # fp16 / autocast evidence anywhere in the job (a mixed-precision NaN: bf16 is the fix the threads give)
@@ -134,10 +139,31 @@ def oom_class(ctx: RuleContext, e: Event) -> tuple[str, str]:
     return "CUDA_OOM_CAPACITY", "allocation failed"
 
 
+# NCCL's CUDACHECK failure text for cudaErrorMemoryAllocation ("out of memory", cudaGetErrorString), printed by NCCL
+# itself (include/alloc.h ncclCudaCalloc / ncclCudaMalloc) while it allocates its buffers; with its error-return chain
+# through init.cc or the transport set-up (transport.cc, p2p.cc, net.cc) it happened while the communicator was built
+_NCCL_CUDA_OOM = re.compile(r"NCCL WARN Cuda failure '?out of memory")
+_NCCL_INIT_RETURN = re.compile(r"\b(?:init|transport|p2p|net|channel|bootstrap)\.cc:\d+ -> \d+")
+
+
+def nccl_init_oom(ctx: RuleContext) -> list[Finding]:
+    """NCCL's own ``Cuda failure 'out of memory'`` during communicator set-up -> ``CUDA_OOM_INIT``."""
+    evs = [e for e in ctx.kinds("cuda_error") if _NCCL_CUDA_OOM.search(e.raw)]
+    if not evs:
+        return []
+    chain = [r for r in ctx.kinds("nccl_return") if r.file == evs[0].file and r.line > evs[0].line
+             and _NCCL_INIT_RETURN.search(r.raw)]
+    if not chain and ctx.progress_before(evs[0]):
+        return []
+    return [finding(ctx, "CUDA_OOM_INIT", "nccl_init_oom", Tier.PROCESS, 0.8, evs + chain[:3],
+                    note=f"NCCL ran out of GPU memory allocating its buffers while building the communicator "
+                         f"({evs[0].where}); the ranks waiting for this one in bootstrap are its victims.")]
+
+
 def cuda_oom_rule(ctx: RuleContext) -> list[Finding]:
     """CUDA out-of-memory messages (all three message generations) by phase and pool state."""
     tagged = [(oom_class(ctx, e), e) for e in ctx.kinds("cuda_oom")]
-    out = []
+    out = [] if tagged else nccl_init_oom(ctx)
     for (cls, _host), items in group_by(tagged, lambda ce: (ce[0][0], ce[1].host)).items():
         (_, why), first = items[0]
         evs = [e for _, e in items]
@@ -197,9 +223,10 @@ def _recovered(ctx: RuleContext, nan: list[Event]) -> bool:
 def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     """fp16 overflow skips -> ``LOSS_SCALE_COLLAPSE``.
 
-    Established when the scale fell to <= 1, when >= 5 overflow skips are seen, or when the loss
-    then became NaN; a few skips alone are normal loss-scale calibration, so they give the class
-    with prior confidence only.
+    Established when the scale fell to <= 1, when >= 5 overflow skips brought it below the default
+    initial scale 2**16, or when the loss then became NaN; skips that only calibrate a higher
+    initial scale (2**32 -> 2**26) down are a warning, and a few skips alone give the class with
+    prior confidence only.
     """
     evs = ctx.kinds("loss_scale_overflow")
     if not evs:
@@ -208,7 +235,8 @@ def loss_scale_rule(ctx: RuleContext) -> list[Finding]:
     floor = bool(scales) and min(scales) <= LOSS_SCALE_FLOOR or any(e.fields.get("at_minimum") for e in evs)
     nan_after = any(ctx.timeline.before(evs[0], n) is not False for n in ctx.kinds("nan_loss")
                     if n.fields.get("is_loss", True))
-    strong = floor or len(evs) >= OVERFLOW_STREAK or nan_after
+    streak = len(evs) >= OVERFLOW_STREAK and (not scales or min(scales) < CALIBRATED_SCALE)
+    strong = floor or streak or nan_after
     scale_txt = f"{min(scales):g}" if scales else ("its minimum" if floor else "?")
     every = [e for e in ctx.kinds("skipped_step")
              if (as_int(e.fields.get("skipped")) or 0) >= max(as_int(e.fields.get("step")) or 1, 1)]
