@@ -334,3 +334,63 @@ def test_verify_run_truncated_vnnlib_gz_is_bad_input_not_interrupted(capsys, tmp
     line = [ln for ln in err.splitlines() if ln.startswith("gpufield: error:")]
     assert len(line) == 1 and "p.vnnlib.gz" in line[0] and "truncated gzip" in line[0], err
     assert out.read_text().split("\n")[0] == "error"
+
+
+# --- new-user pass (docs/cli-errors.md): a FIFO input never hangs any wing's reader ------------------------
+
+@pytest.fixture
+def fifo(tmp_path, monkeypatch):
+    """A named pipe nobody writes to; the no-writer wait cut to 0.2 s."""
+    from gpufield import _files
+
+    monkeypatch.setattr(_files, "FIFO_WAIT_S", 0.2)
+    p = tmp_path / "pipe"
+    os.mkfifo(p)
+    return p
+
+
+def test_read_bytes_refuses_a_fifo_without_writer(fifo):
+    from gpufield._files import read_bytes, read_text
+    from gpufield.errors import InputError
+
+    for read in (read_bytes, read_text):
+        with pytest.raises(InputError, match="named pipe .FIFO. with no writer") as e:
+            read(fifo)
+        assert e.value.path == str(fifo)
+
+
+def test_read_bytes_reads_a_fifo_that_has_a_writer(fifo):
+    import threading
+
+    from gpufield._files import read_bytes
+
+    def write():
+        with open(fifo, "wb") as fh:
+            fh.write(b"a,b\n1,2\n")
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        assert read_bytes(fifo) == b"a,b\n1,2\n"
+    finally:
+        t.join(5)
+
+
+@pytest.mark.parametrize("which", ["telemetry", "vnnlib"])
+def test_cli_fifo_input_is_an_error_not_a_hang(capsys, tmp_path, fifo, which):
+    log = tmp_path / "k.log"
+    log.write_text("[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    if which == "telemetry":
+        args = ["triage", str(log), "--telemetry", str(fifo), "--quiet"]
+    else:
+        pytest.importorskip("onnx")
+        import numpy as np
+        from tests.verify.nets import mlp, save
+
+        model = tmp_path / "net.onnx"
+        save(mlp(np.random.default_rng(0), [2, 3, 2])[0], model)
+        args = ["verify", "run", str(model), str(fifo), "--out", str(tmp_path / "r.txt")]
+    rc, _, err = _run(capsys, *args)
+    line = _usage_error(rc, err, str(fifo))
+    assert "no writer" in line
+
