@@ -394,3 +394,29 @@ def test_cli_fifo_input_is_an_error_not_a_hang(capsys, tmp_path, fifo, which):
     line = _usage_error(rc, err, str(fifo))
     assert "no writer" in line
 
+
+@pytest.mark.parametrize("kind", ["empty", "truncated-gz"])
+def test_verify_onnx_empty_or_truncated_gz_is_named_once(capsys, tmp_path, kind):
+    import gzip
+
+    pytest.importorskip("onnx")
+    from gpufield.errors import ModelFormatError
+    from gpufield.verify.io.onnx_load import load_onnx
+
+    if kind == "empty":
+        model = tmp_path / "net.onnx"
+        model.write_bytes(b"")
+        expect = "empty file; expected an ONNX model"
+    else:
+        import numpy as np
+        from tests.verify.nets import mlp, save
+
+        save(mlp(np.random.default_rng(0), [2, 3, 2])[0], tmp_path / "full.onnx")
+        data = gzip.compress((tmp_path / "full.onnx").read_bytes())
+        model = tmp_path / "net.onnx.gz"
+        model.write_bytes(data[: len(data) // 2])
+        expect = "truncated gzip file"
+    with pytest.raises(ModelFormatError if kind == "empty" else Exception) as e:
+        load_onnx(model)
+    msg = str(e.value)
+    assert msg.startswith(f"{model}: ") and expect in msg and msg.count(str(model)) == 1, msg
