@@ -252,7 +252,7 @@ def test_version(capsys):
 
 # --- issue 24: non-finite options, bad devices, undecodable and truncated inputs ------------------------
 
-@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e308", "1e10"])
 def test_triage_non_finite_skew_tolerance(capsys, value):
     rc, _, err = _run(capsys, "triage", "--skew-tolerance-s", value)
     _usage_error(rc, err, "--skew-tolerance-s", "finite")
@@ -420,3 +420,11 @@ def test_verify_onnx_empty_or_truncated_gz_is_named_once(capsys, tmp_path, kind)
         load_onnx(model)
     msg = str(e.value)
     assert msg.startswith(f"{model}: ") and expect in msg and msg.count(str(model)) == 1, msg
+
+
+@pytest.mark.parametrize("value", [1e308, 1e10, -1.0, float("nan"), True, "30"])
+def test_analyze_refuses_a_skew_tolerance_that_overflows_the_timeline(value):
+    from gpufield.triage import analyze
+
+    with pytest.raises(ValueError, match=r"skew_tolerance_s: expected a finite number of seconds in \[0, 1e\+09\]"):
+        analyze(["unused.log"], skew_tolerance_s=value)
