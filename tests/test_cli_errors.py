@@ -46,12 +46,13 @@ def _gpufield(*args: str, env: dict | None = None, cwd=None) -> subprocess.Compl
 
 @pytest.mark.parametrize(("option", "value"), [("--method", "foo"), ("--dtype", "float16"),
                                                ("--branching", "nope"), ("--timeout", "-5"), ("--timeout", "0"),
-                                               ("--timeout", "nan"), ("--alpha-iterations", "-1")])
+                                               ("--timeout", "nan"), ("--timeout", "inf"),
+                                               ("--alpha-iterations", "-1")])
 def test_verify_run_rejects_a_bad_option_value(capsys, tmp_path, option, value):
     model, prop, out = tmp_path / "net.onnx", tmp_path / "p.vnnlib", tmp_path / "r.txt"
     rc, _, err = _run(capsys, "verify", "run", str(model), str(prop), "--out", str(out), option, value)
     _usage_error(rc, err, option, *([value] if option in ("--method", "--dtype", "--branching", "--timeout")
-                                    and value != "nan" else []))
+                                    and value not in ("nan", "inf") else []))
     assert not out.exists()  # rejected before anything was written
 
 
@@ -104,7 +105,8 @@ def test_verify_bench_bad_select_regex(capsys, tmp_path):
     _usage_error(rc, err, "--select", "'('")
 
 
-@pytest.mark.parametrize(("option", "value"), [("--max-instance-s", "0"), ("--total-s", "-1"), ("--limit", "-2")])
+@pytest.mark.parametrize(("option", "value"), [("--max-instance-s", "0"), ("--total-s", "-1"), ("--limit", "-2"),
+                                               ("--max-instance-s", "inf"), ("--total-s", "inf")])
 def test_verify_bench_rejects_non_positive_budgets(capsys, tmp_path, option, value):
     rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"), option, value)
     _usage_error(rc, err, option)

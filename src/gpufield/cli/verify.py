@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -38,9 +39,13 @@ AlphaIters = Annotated[int, typer.Option(min=0, help="alpha-CROWN Adam steps")]
 
 
 def _positive(value: float | None, param: typer.CallbackParam) -> float | None:
-    """Option callback: a number of seconds must be > 0 (None: not given)."""
-    if value is not None and not value > 0:  # also NaN
-        raise typer.BadParameter(f"must be > 0, got {value:g}", param=param)
+    """Option callback: a number of seconds must be finite and > 0 (None: not given).
+
+    ``inf`` is refused: ``--timeout inf`` ran the PGD attack rounds forever, and the bench caps
+    refused it later with the library's parameter name instead of the option's.
+    """
+    if value is not None and not (math.isfinite(value) and value > 0):  # also NaN
+        raise typer.BadParameter(f"expected a finite number of seconds > 0, got {value:g}", param=param)
     return value
 
 
