@@ -430,3 +430,19 @@ def test_analyze_refuses_a_skew_tolerance_that_overflows_the_timeline(value):
 
     with pytest.raises(ValueError, match=r"skew_tolerance_s: expected a finite number of seconds in \[0, 1e\+09\]"):
         analyze(["unused.log"], skew_tolerance_s=value)
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "missing"])
+def test_power_scenario_path_that_is_no_file_says_what_it_is(tmp_path, kind):
+    from gpufield.errors import InputError
+    from gpufield.power.scenario import load_scenario
+
+    p = tmp_path / "sc.json"
+    if kind == "dir":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    want = {"dir": "is a directory", "fifo": "is not a regular file", "missing": "scenario file not found"}[kind]
+    with pytest.raises(InputError, match=want) as e:
+        load_scenario(p)
+    assert e.value.path == str(p)
