@@ -156,3 +156,16 @@ def test_power_profile_path_that_is_a_fifo_is_refused_not_read(tmp_path):
     with pytest.raises(InputError, match="named pipe"):
         save_profile(prof, fifo)
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_power_decision_log_that_is_the_lanes_file_is_named_an_input(tmp_path):
+    from gpufield.power.run_export import DecisionLog
+
+    cfg = tmp_path / "lanes.toml"
+    cfg.write_text("[controller]\n")
+    with pytest.raises(InputError, match="decision_log is one of the command's inputs") as e:
+        DecisionLog(str(cfg), inputs=[str(cfg)])
+    assert e.value.path == str(cfg) and cfg.read_text() == "[controller]\n"
+    with pytest.raises(InputError, match="never replaced") as e:  # power run has no --force to suggest
+        DecisionLog(str(cfg))
+    assert "--force" not in str(e.value)

@@ -192,7 +192,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def check_output(path: str | os.PathLike[str], *, force: bool = False,
                  inputs: Iterable[str | os.PathLike[str]] = (), option: str | None = None,
-                 append: bool = False) -> Path:
+                 append: bool = False, force_flag: str | None = "--force") -> Path:
     """Refuse an output path before any work is done.
 
     Args:
@@ -202,6 +202,8 @@ def check_output(path: str | os.PathLike[str], *, force: bool = False,
             device and inode, so another name or a hard link of an input is refused too).
         option: the option name, for the message (``"--html"``).
         append: the output is added to rather than replaced (a store); only changes the message.
+        force_flag: the command's flag that allows replacing, for the message; None: the command has
+            none (the file is never replaced: the message says to choose another name).
 
     Returns:
         ``Path(path)``.
@@ -235,7 +237,8 @@ def check_output(path: str | os.PathLike[str], *, force: bool = False,
                 raise InputError(f"{name}is one of the command's inputs; refusing to write over it", path=str(p))
         if not force:
             how = "add to it" if append else "replace it"
-            raise InputError(f"file exists; refusing to overwrite it (pass --force to {how})", path=str(p))
+            hint = f"pass {force_flag} to {how}" if force_flag else "it is never replaced: move it or name another file"
+            raise InputError(f"{name}file exists; refusing to overwrite it ({hint})", path=str(p))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"{name}directory does not exist", path=str(parent))
