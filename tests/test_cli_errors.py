@@ -446,3 +446,24 @@ def test_power_scenario_path_that_is_no_file_says_what_it_is(tmp_path, kind):
     with pytest.raises(InputError, match=want) as e:
         load_scenario(p)
     assert e.value.path == str(p)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "utf8", "list"])
+def test_power_profile_read_names_the_file_and_never_blocks(tmp_path, monkeypatch, kind):
+    import dataclasses
+
+    from gpufield import _files
+    from gpufield.errors import InputError
+    from gpufield.power.profiles import ProfileKey, load_profile
+
+    monkeypatch.setattr(_files, "FIFO_WAIT_S", 0.2)
+    p = tmp_path / "prof.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_bytes(b'{"schema": "x",\n "key": "' + BAD_UTF8 + b'"}' if kind == "utf8" else b"[1, 2]")
+    key = ProfileKey(**{f.name: (1 if f.type in (int, "int") else "x") for f in dataclasses.fields(ProfileKey)})
+    want = {"fifo": "no writer", "utf8": "invalid UTF-8", "list": "expected a JSON object"}[kind]
+    with pytest.raises(InputError, match=want) as e:
+        load_profile(p, key)
+    assert e.value.path == str(p) and (kind != "utf8" or e.value.line == 2)
