@@ -467,3 +467,26 @@ def test_power_profile_read_names_the_file_and_never_blocks(tmp_path, monkeypatc
     with pytest.raises(InputError, match=want) as e:
         load_profile(p, key)
     assert e.value.path == str(p) and (kind != "utf8" or e.value.line == 2)
+
+
+@pytest.mark.parametrize(("content", "want"), [
+    (b"5", "expected a JSON object"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[5]}', "entry 0: expected an object"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[{"op":"matmul","M":"a","K":2,"N":3,'
+     b'"paths":{}}]}', "M, K, N must be positive integers"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[{"op":"matmul","M":1,"K":2,"N":3,'
+     b'"paths":{"native":{"time_s":NaN}}}]}', "'time_s' must be a finite number"),
+    (b'{"schema": 1,\n "device": "' + BAD_UTF8 + b'"}', "invalid UTF-8"),
+    (b'{"schema": 1,\n', "invalid JSON"),
+])
+def test_fp64_crossover_table_errors_name_the_file(capsys, tmp_path, content, want):
+    table = tmp_path / "t.json"
+    table.write_bytes(content)
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", str(table), "--gpu", "h200")
+    line = _usage_error(rc, err, str(table))
+    assert want in line
+
+
+def test_fp64_crossover_table_fifo_is_refused(capsys, fifo):
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", str(fifo), "--gpu", "h200")
+    assert "no writer" in _usage_error(rc, err, str(fifo))
