@@ -169,3 +169,36 @@ def test_power_decision_log_that_is_the_lanes_file_is_named_an_input(tmp_path):
     with pytest.raises(InputError, match="never replaced") as e:  # power run has no --force to suggest
         DecisionLog(str(cfg))
     assert "--force" not in str(e.value)
+
+
+def test_preflight_out_that_is_the_kernel_log_is_refused_even_with_force(capsys, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    rc = main(["preflight", "--only", "kernel", "--kernel-log", str(log), "--out", str(log), "--force"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out is one of the command's inputs" in err, err
+    assert log.read_text().startswith("[  1.0] NVRM: Xid")
+
+
+@pytest.mark.parametrize("kind", ["gz", "truncated-gz", "missing", "dir"])
+def test_preflight_kernel_log_gz_is_read_and_a_bad_one_is_not_a_pass(capsys, tmp_path, kind):
+    import gzip
+
+    data = gzip.compress(b"[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    log = tmp_path / "dmesg.txt.gz"
+    if kind == "gz":
+        log.write_bytes(data)
+    elif kind == "truncated-gz":
+        log.write_bytes(data[:20])
+    elif kind == "dir":
+        log.mkdir()
+    rc = main(["preflight", "--only", "kernel", "--kernel-log", str(log), "--json"])
+    cap = capsys.readouterr()
+    if kind in ("missing", "dir"):
+        assert rc == 2 and str(log) in cap.err and "Traceback" not in cap.err, cap.err
+        return
+    import json
+
+    (res,) = json.loads(cap.out)["checks"]
+    assert rc == 1 and res["status"] == "fail", res  # was "pass: no Xid in 1 kernel log lines" of gzip bytes
+    assert ("Xid 79" in res["reason"]) if kind == "gz" else ("truncated gzip" in res["reason"]), res
