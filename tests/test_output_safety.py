@@ -202,3 +202,27 @@ def test_preflight_kernel_log_gz_is_read_and_a_bad_one_is_not_a_pass(capsys, tmp
     (res,) = json.loads(cap.out)["checks"]
     assert rc == 1 and res["status"] == "fail", res  # was "pass: no Xid in 1 kernel log lines" of gzip bytes
     assert ("Xid 79" in res["reason"]) if kind == "gz" else ("truncated gzip" in res["reason"]), res
+
+
+@pytest.mark.parametrize("args", [["--hostfile", "CTL", "--control-file", "CTL"],
+                                  ["--exclude-file", "H", "--hostfile", "H"],
+                                  ["--backoff-s", "inf"], ["--hang-floor-s", "inf"]])
+def test_gpufield_run_outputs_never_over_its_control_file_and_finite_times(capsys, tmp_path, args):
+    ctl = tmp_path / "ctl.json"
+    ctl.write_text("{}")
+    args = [str(ctl) if a == "CTL" else str(tmp_path / "h.txt") if a == "H" else a for a in args]
+    rc = main(["run", "--run-dir", str(tmp_path / "rd"), *args, "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and ("name the same file" in err or "finite" in err), err
+    assert ctl.read_text() == "{}" and not (tmp_path / "rd").exists()
+
+
+def test_supervise_write_atomic_refuses_an_input(tmp_path):
+    from gpufield.harden.supervise.export import write_atomic
+
+    ctl = tmp_path / "ctl.json"
+    ctl.write_text("{}")
+    os.link(ctl, tmp_path / "hosts.txt")  # another name of the control file
+    with pytest.raises(OSError, match="one of the command's inputs"):
+        write_atomic(tmp_path / "hosts.txt", "vm\n", inputs=[ctl])
+    assert ctl.read_text() == "{}"

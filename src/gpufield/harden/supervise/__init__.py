@@ -331,10 +331,11 @@ def _report(det: Detection, att: Attempt, tri: dict[str, Any], last_ckpt: str | 
 
 
 def _write_nodes(cfg: SuperviseConfig, hosts: list[str], excluded: list[str]) -> None:
+    ins = [cfg.control_file] if cfg.control_file is not None else []
     if cfg.exclude_file is not None:
-        write_atomic(cfg.exclude_file, exclude_text(excluded))
+        write_atomic(cfg.exclude_file, exclude_text(excluded), inputs=ins)
     if cfg.hostfile is not None:
-        write_atomic(cfg.hostfile, hostfile_text(hosts))
+        write_atomic(cfg.hostfile, hostfile_text(hosts), inputs=ins)
 
 
 __all__ = ["ClusterConfig", "Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]
