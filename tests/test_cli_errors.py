@@ -490,3 +490,15 @@ def test_fp64_crossover_table_errors_name_the_file(capsys, tmp_path, content, wa
 def test_fp64_crossover_table_fifo_is_refused(capsys, fifo):
     rc, _, err = _run(capsys, "fp64", "crossover", "--table", str(fifo), "--gpu", "h200")
     assert "no writer" in _usage_error(rc, err, str(fifo))
+
+
+def test_a_device_given_as_an_input_file_is_refused_not_read_forever(capsys, tmp_path):
+    from gpufield._files import read_bytes
+    from gpufield.errors import InputError
+
+    with pytest.raises(InputError, match="is a character device; expected a regular file"):
+        read_bytes("/dev/zero")  # endless: was read until memory ran out
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", "/dev/zero", "--gpu", "h200")
+    _usage_error(rc, err, "/dev/zero", "character device")
+    rc, _, err = _run(capsys, "preflight", "--only", "kernel", "--kernel-log", "/dev/zero")
+    _usage_error(rc, err, "/dev/zero", "not a regular file")

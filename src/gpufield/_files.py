@@ -7,7 +7,8 @@ decodes a file with it; :func:`read_bytes` reads a file, gunzipping ``.gz`` ones
 truncated or corrupt gzip stream into an InputError (a bare ``EOFError`` is what click reports as
 "Aborted"/interrupted, exit 130). Neither blocks forever on a named pipe (FIFO): :func:`open_binary`
 opens one without blocking and refuses it, naming it, when no writer appears within
-:data:`FIFO_WAIT_S` seconds (a pipe with a writer, such as ``<(zcat x.gz)``, is read as usual).
+:data:`FIFO_WAIT_S` seconds (a pipe with a writer, such as ``<(zcat x.gz)``, is read as usual);
+a device (``/dev/zero``: endless) or a socket is refused.
 
 **Writing.** Every output a command names goes through :func:`check_output` *before* the work starts
 and is written with :func:`atomic_write` (or :func:`atomic_path`): a unique temporary file in the
@@ -130,17 +131,24 @@ def open_fifo(path: str | os.PathLike[str], wait_s: float | None = None, *,
 
 
 def open_binary(path: str | os.PathLike[str]) -> io.BufferedIOBase:
-    """``open(path, "rb")``, except that a named pipe goes through :func:`open_fifo` (never a hang).
+    """``open(path, "rb")``, except that a named pipe goes through :func:`open_fifo` (never a hang)
+    and a device or socket is refused (``/dev/zero`` would be read until memory runs out).
 
     Raises:
         OSError: missing, a directory, unreadable (``filename`` set).
-        InputError: a named pipe without a writer.
+        InputError: a named pipe without a writer; a character or block device or a socket.
     """
     try:
-        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        is_fifo = False
-    return open_fifo(path) if is_fifo else open(path, "rb")
+        mode = 0
+    if stat.S_ISFIFO(mode):
+        return open_fifo(path)
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise InputError(f"is {kind}; expected a regular file (save its content to a file first)",
+                         path=os.fspath(path))
+    return open(path, "rb")
 
 
 def read_bytes(path: str | os.PathLike[str], *, gz: bool | None = None) -> bytes:

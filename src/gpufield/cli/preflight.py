@@ -44,8 +44,8 @@ def _whole(opt: str, value: str | None) -> int | None:
 
 
 def _check_kernel_log(path: str) -> None:
-    """``--kernel-log``: an existing regular file or a character device (``/dev/kmsg``); a FIFO is read if a
-    writer appears (``_files.open_fifo``); anything else is bad input (exit 2), not a skipped check."""
+    """``--kernel-log``: an existing regular file; a FIFO is read if a writer appears (``_files.open_fifo``);
+    anything else (missing, a directory, a device) is bad input (exit 2), not a skipped check."""
     import stat
 
     try:
@@ -55,9 +55,9 @@ def _check_kernel_log(path: str) -> None:
                          path=path) from None
     if stat.S_ISDIR(mode):
         raise InputError("--kernel-log is a directory; expected a saved dmesg / journalctl -k -b file", path=path)
-    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
-        raise InputError("--kernel-log is not a regular file; expected a saved dmesg / journalctl -k -b file",
-                         path=path)
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device: /dev/zero would be read forever
+        raise InputError("--kernel-log is not a regular file; expected a saved dmesg / journalctl -k -b file "
+                         "(without --kernel-log, /dev/kmsg is read)", path=path)
     if not os.access(path, os.R_OK):
         raise InputError("--kernel-log is not readable", path=path)
 
