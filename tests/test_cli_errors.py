@@ -502,3 +502,13 @@ def test_a_device_given_as_an_input_file_is_refused_not_read_forever(capsys, tmp
     _usage_error(rc, err, "/dev/zero", "character device")
     rc, _, err = _run(capsys, "preflight", "--only", "kernel", "--kernel-log", "/dev/zero")
     _usage_error(rc, err, "/dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize("cmd", ["run", "bench"])
+def test_verify_report_without_shard_is_a_usage_error_not_ignored(capsys, tmp_path, cmd):
+    rep = tmp_path / "rep.json"
+    args = (["run", "m.onnx", "p.vnnlib", "--out", str(tmp_path / "r.txt")] if cmd == "run"
+            else ["bench", str(tmp_path), "--out", str(tmp_path / "r.csv")])
+    rc, _, err = _run(capsys, "verify", *args, "--report", str(rep))
+    _usage_error(rc, err, "--report", "--shard")
+    assert not rep.exists() and not (tmp_path / "r.txt").exists()

@@ -49,6 +49,13 @@ def _positive(value: float | None, param: typer.CallbackParam) -> float | None:
     return value
 
 
+def _report_needs_shard(report: Path | None, shard: str) -> None:
+    """``--report`` is written by ``--shard`` runs only: without one it is a usage error, not silently ignored."""
+    if report is not None and shard == "none":
+        raise typer.BadParameter("written only by --shard runs (rank 0); pass --shard domains (or another) or drop "
+                                 "--report", param_hint="'--report'")
+
+
 def _regex(value: str | None, param: typer.CallbackParam) -> str | None:
     """Option callback: a regular expression that compiles."""
     if value is not None:
@@ -182,6 +189,7 @@ def run(
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
     session = None
+    _report_needs_shard(report, shard)
     if shard != "none":
         from gpufield.verify.dist.session import Session
 
@@ -328,6 +336,7 @@ def bench(
     ins = [bench_dir / "instances.csv", *([reference] if reference else [])]
     config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver)
     session = None
+    _report_needs_shard(report, shard)
     if shard != "none":  # rank 0 runs the benchmark; the others join its branch-and-bound searches
         from dataclasses import replace
 
