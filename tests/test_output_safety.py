@@ -226,3 +226,16 @@ def test_supervise_write_atomic_refuses_an_input(tmp_path):
     with pytest.raises(OSError, match="one of the command's inputs"):
         write_atomic(tmp_path / "hosts.txt", "vm\n", inputs=[ctl])
     assert ctl.read_text() == "{}"
+
+
+def test_run_dir_or_state_dir_that_is_a_file_says_so(capsys, tmp_path):
+    from gpufield.power.actuators.statelock import StateDirLock
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc = main(["run", "--run-dir", str(f), "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--run-dir exists and is not a directory" in err and str(f) in err, err
+    with pytest.raises(InputError, match="state_dir exists and is not a directory"):
+        StateDirLock(f).acquire()
+    assert f.read_text() == "x"
