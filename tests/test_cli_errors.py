@@ -512,3 +512,12 @@ def test_verify_report_without_shard_is_a_usage_error_not_ignored(capsys, tmp_pa
     rc, _, err = _run(capsys, "verify", *args, "--report", str(rep))
     _usage_error(rc, err, "--report", "--shard")
     assert not rep.exists() and not (tmp_path / "r.txt").exists()
+
+
+def test_power_calibrate_out_under_a_file_is_refused_before_the_work(capsys, tmp_path):
+    sim = tmp_path / "sim.json"
+    sim.write_text("{}")
+    rc, _, err = _run(capsys, "power", "calibrate", "moe-agentic-b200", "--out", str(sim / "profiles"))
+    line = _usage_error(rc, err, str(sim))
+    assert "is a file" in line and "not writable" not in line
+    assert sim.read_text() == "{}"
