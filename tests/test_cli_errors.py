@@ -46,12 +46,13 @@ def _gpufield(*args: str, env: dict | None = None, cwd=None) -> subprocess.Compl
 
 @pytest.mark.parametrize(("option", "value"), [("--method", "foo"), ("--dtype", "float16"),
                                                ("--branching", "nope"), ("--timeout", "-5"), ("--timeout", "0"),
-                                               ("--timeout", "nan"), ("--alpha-iterations", "-1")])
+                                               ("--timeout", "nan"), ("--timeout", "inf"),
+                                               ("--alpha-iterations", "-1")])
 def test_verify_run_rejects_a_bad_option_value(capsys, tmp_path, option, value):
     model, prop, out = tmp_path / "net.onnx", tmp_path / "p.vnnlib", tmp_path / "r.txt"
     rc, _, err = _run(capsys, "verify", "run", str(model), str(prop), "--out", str(out), option, value)
     _usage_error(rc, err, option, *([value] if option in ("--method", "--dtype", "--branching", "--timeout")
-                                    and value != "nan" else []))
+                                    and value not in ("nan", "inf") else []))
     assert not out.exists()  # rejected before anything was written
 
 
@@ -104,7 +105,8 @@ def test_verify_bench_bad_select_regex(capsys, tmp_path):
     _usage_error(rc, err, "--select", "'('")
 
 
-@pytest.mark.parametrize(("option", "value"), [("--max-instance-s", "0"), ("--total-s", "-1"), ("--limit", "-2")])
+@pytest.mark.parametrize(("option", "value"), [("--max-instance-s", "0"), ("--total-s", "-1"), ("--limit", "-2"),
+                                               ("--max-instance-s", "inf"), ("--total-s", "inf")])
 def test_verify_bench_rejects_non_positive_budgets(capsys, tmp_path, option, value):
     rc, _, err = _run(capsys, "verify", "bench", str(tmp_path), "--out", str(tmp_path / "x.csv"), option, value)
     _usage_error(rc, err, option)
@@ -252,7 +254,7 @@ def test_version(capsys):
 
 # --- issue 24: non-finite options, bad devices, undecodable and truncated inputs ------------------------
 
-@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "1e308", "1e10"])
 def test_triage_non_finite_skew_tolerance(capsys, value):
     rc, _, err = _run(capsys, "triage", "--skew-tolerance-s", value)
     _usage_error(rc, err, "--skew-tolerance-s", "finite")
@@ -334,3 +336,188 @@ def test_verify_run_truncated_vnnlib_gz_is_bad_input_not_interrupted(capsys, tmp
     line = [ln for ln in err.splitlines() if ln.startswith("gpufield: error:")]
     assert len(line) == 1 and "p.vnnlib.gz" in line[0] and "truncated gzip" in line[0], err
     assert out.read_text().split("\n")[0] == "error"
+
+
+# --- new-user pass (docs/cli-errors.md): a FIFO input never hangs any wing's reader ------------------------
+
+@pytest.fixture
+def fifo(tmp_path, monkeypatch):
+    """A named pipe nobody writes to; the no-writer wait cut to 0.2 s."""
+    from gpufield import _files
+
+    monkeypatch.setattr(_files, "FIFO_WAIT_S", 0.2)
+    p = tmp_path / "pipe"
+    os.mkfifo(p)
+    return p
+
+
+def test_read_bytes_refuses_a_fifo_without_writer(fifo):
+    from gpufield._files import read_bytes, read_text
+    from gpufield.errors import InputError
+
+    for read in (read_bytes, read_text):
+        with pytest.raises(InputError, match="named pipe .FIFO. with no writer") as e:
+            read(fifo)
+        assert e.value.path == str(fifo)
+
+
+def test_read_bytes_reads_a_fifo_that_has_a_writer(fifo):
+    import threading
+
+    from gpufield._files import read_bytes
+
+    def write():
+        with open(fifo, "wb") as fh:
+            fh.write(b"a,b\n1,2\n")
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        assert read_bytes(fifo) == b"a,b\n1,2\n"
+    finally:
+        t.join(5)
+
+
+@pytest.mark.parametrize("which", ["telemetry", "vnnlib"])
+def test_cli_fifo_input_is_an_error_not_a_hang(capsys, tmp_path, fifo, which):
+    log = tmp_path / "k.log"
+    log.write_text("[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    if which == "telemetry":
+        args = ["triage", str(log), "--telemetry", str(fifo), "--quiet"]
+    else:
+        pytest.importorskip("onnx")
+        import numpy as np
+        from tests.verify.nets import mlp, save
+
+        model = tmp_path / "net.onnx"
+        save(mlp(np.random.default_rng(0), [2, 3, 2])[0], model)
+        args = ["verify", "run", str(model), str(fifo), "--out", str(tmp_path / "r.txt")]
+    rc, _, err = _run(capsys, *args)
+    line = _usage_error(rc, err, str(fifo))
+    assert "no writer" in line
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated-gz"])
+def test_verify_onnx_empty_or_truncated_gz_is_named_once(capsys, tmp_path, kind):
+    import gzip
+
+    pytest.importorskip("onnx")
+    from gpufield.errors import ModelFormatError
+    from gpufield.verify.io.onnx_load import load_onnx
+
+    if kind == "empty":
+        model = tmp_path / "net.onnx"
+        model.write_bytes(b"")
+        expect = "empty file; expected an ONNX model"
+    else:
+        import numpy as np
+        from tests.verify.nets import mlp, save
+
+        save(mlp(np.random.default_rng(0), [2, 3, 2])[0], tmp_path / "full.onnx")
+        data = gzip.compress((tmp_path / "full.onnx").read_bytes())
+        model = tmp_path / "net.onnx.gz"
+        model.write_bytes(data[: len(data) // 2])
+        expect = "truncated gzip file"
+    with pytest.raises(ModelFormatError if kind == "empty" else Exception) as e:
+        load_onnx(model)
+    msg = str(e.value)
+    assert msg.startswith(f"{model}: ") and expect in msg and msg.count(str(model)) == 1, msg
+
+
+@pytest.mark.parametrize("value", [1e308, 1e10, -1.0, float("nan"), True, "30"])
+def test_analyze_refuses_a_skew_tolerance_that_overflows_the_timeline(value):
+    from gpufield.triage import analyze
+
+    with pytest.raises(ValueError, match=r"skew_tolerance_s: expected a finite number of seconds in \[0, 1e\+09\]"):
+        analyze(["unused.log"], skew_tolerance_s=value)
+
+
+@pytest.mark.parametrize("kind", ["dir", "fifo", "missing"])
+def test_power_scenario_path_that_is_no_file_says_what_it_is(tmp_path, kind):
+    from gpufield.errors import InputError
+    from gpufield.power.scenario import load_scenario
+
+    p = tmp_path / "sc.json"
+    if kind == "dir":
+        p.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(p)
+    want = {"dir": "is a directory", "fifo": "is not a regular file", "missing": "scenario file not found"}[kind]
+    with pytest.raises(InputError, match=want) as e:
+        load_scenario(p)
+    assert e.value.path == str(p)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "utf8", "list"])
+def test_power_profile_read_names_the_file_and_never_blocks(tmp_path, monkeypatch, kind):
+    import dataclasses
+
+    from gpufield import _files
+    from gpufield.errors import InputError
+    from gpufield.power.profiles import ProfileKey, load_profile
+
+    monkeypatch.setattr(_files, "FIFO_WAIT_S", 0.2)
+    p = tmp_path / "prof.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.write_bytes(b'{"schema": "x",\n "key": "' + BAD_UTF8 + b'"}' if kind == "utf8" else b"[1, 2]")
+    key = ProfileKey(**{f.name: (1 if f.type in (int, "int") else "x") for f in dataclasses.fields(ProfileKey)})
+    want = {"fifo": "no writer", "utf8": "invalid UTF-8", "list": "expected a JSON object"}[kind]
+    with pytest.raises(InputError, match=want) as e:
+        load_profile(p, key)
+    assert e.value.path == str(p) and (kind != "utf8" or e.value.line == 2)
+
+
+@pytest.mark.parametrize(("content", "want"), [
+    (b"5", "expected a JSON object"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[5]}', "entry 0: expected an object"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[{"op":"matmul","M":"a","K":2,"N":3,'
+     b'"paths":{}}]}', "M, K, N must be positive integers"),
+    (b'{"schema":1,"device":"x","key":"h","provenance":{},"entries":[{"op":"matmul","M":1,"K":2,"N":3,'
+     b'"paths":{"native":{"time_s":NaN}}}]}', "'time_s' must be a finite number"),
+    (b'{"schema": 1,\n "device": "' + BAD_UTF8 + b'"}', "invalid UTF-8"),
+    (b'{"schema": 1,\n', "invalid JSON"),
+])
+def test_fp64_crossover_table_errors_name_the_file(capsys, tmp_path, content, want):
+    table = tmp_path / "t.json"
+    table.write_bytes(content)
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", str(table), "--gpu", "h200")
+    line = _usage_error(rc, err, str(table))
+    assert want in line
+
+
+def test_fp64_crossover_table_fifo_is_refused(capsys, fifo):
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", str(fifo), "--gpu", "h200")
+    assert "no writer" in _usage_error(rc, err, str(fifo))
+
+
+def test_a_device_given_as_an_input_file_is_refused_not_read_forever(capsys, tmp_path):
+    from gpufield._files import read_bytes
+    from gpufield.errors import InputError
+
+    with pytest.raises(InputError, match="is a character device; expected a regular file"):
+        read_bytes("/dev/zero")  # endless: was read until memory ran out
+    rc, _, err = _run(capsys, "fp64", "crossover", "--table", "/dev/zero", "--gpu", "h200")
+    _usage_error(rc, err, "/dev/zero", "character device")
+    rc, _, err = _run(capsys, "preflight", "--only", "kernel", "--kernel-log", "/dev/zero")
+    _usage_error(rc, err, "/dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize("cmd", ["run", "bench"])
+def test_verify_report_without_shard_is_a_usage_error_not_ignored(capsys, tmp_path, cmd):
+    rep = tmp_path / "rep.json"
+    args = (["run", "m.onnx", "p.vnnlib", "--out", str(tmp_path / "r.txt")] if cmd == "run"
+            else ["bench", str(tmp_path), "--out", str(tmp_path / "r.csv")])
+    rc, _, err = _run(capsys, "verify", *args, "--report", str(rep))
+    _usage_error(rc, err, "--report", "--shard")
+    assert not rep.exists() and not (tmp_path / "r.txt").exists()
+
+
+def test_power_calibrate_out_under_a_file_is_refused_before_the_work(capsys, tmp_path):
+    sim = tmp_path / "sim.json"
+    sim.write_text("{}")
+    rc, _, err = _run(capsys, "power", "calibrate", "moe-agentic-b200", "--out", str(sim / "profiles"))
+    line = _usage_error(rc, err, str(sim))
+    assert "is a file" in line and "not writable" not in line
+    assert sim.read_text() == "{}"

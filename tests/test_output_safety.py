@@ -156,3 +156,86 @@ def test_power_profile_path_that_is_a_fifo_is_refused_not_read(tmp_path):
     with pytest.raises(InputError, match="named pipe"):
         save_profile(prof, fifo)
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
+
+
+def test_power_decision_log_that_is_the_lanes_file_is_named_an_input(tmp_path):
+    from gpufield.power.run_export import DecisionLog
+
+    cfg = tmp_path / "lanes.toml"
+    cfg.write_text("[controller]\n")
+    with pytest.raises(InputError, match="decision_log is one of the command's inputs") as e:
+        DecisionLog(str(cfg), inputs=[str(cfg)])
+    assert e.value.path == str(cfg) and cfg.read_text() == "[controller]\n"
+    with pytest.raises(InputError, match="never replaced") as e:  # power run has no --force to suggest
+        DecisionLog(str(cfg))
+    assert "--force" not in str(e.value)
+
+
+def test_preflight_out_that_is_the_kernel_log_is_refused_even_with_force(capsys, tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    rc = main(["preflight", "--only", "kernel", "--kernel-log", str(log), "--out", str(log), "--force"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--out is one of the command's inputs" in err, err
+    assert log.read_text().startswith("[  1.0] NVRM: Xid")
+
+
+@pytest.mark.parametrize("kind", ["gz", "truncated-gz", "missing", "dir"])
+def test_preflight_kernel_log_gz_is_read_and_a_bad_one_is_not_a_pass(capsys, tmp_path, kind):
+    import gzip
+
+    data = gzip.compress(b"[  1.0] NVRM: Xid (PCI:0000:17:00): 79, pid=1, GPU has fallen off the bus.\n")
+    log = tmp_path / "dmesg.txt.gz"
+    if kind == "gz":
+        log.write_bytes(data)
+    elif kind == "truncated-gz":
+        log.write_bytes(data[:20])
+    elif kind == "dir":
+        log.mkdir()
+    rc = main(["preflight", "--only", "kernel", "--kernel-log", str(log), "--json"])
+    cap = capsys.readouterr()
+    if kind in ("missing", "dir"):
+        assert rc == 2 and str(log) in cap.err and "Traceback" not in cap.err, cap.err
+        return
+    import json
+
+    (res,) = json.loads(cap.out)["checks"]
+    assert rc == 1 and res["status"] == "fail", res  # was "pass: no Xid in 1 kernel log lines" of gzip bytes
+    assert ("Xid 79" in res["reason"]) if kind == "gz" else ("truncated gzip" in res["reason"]), res
+
+
+@pytest.mark.parametrize("args", [["--hostfile", "CTL", "--control-file", "CTL"],
+                                  ["--exclude-file", "H", "--hostfile", "H"],
+                                  ["--backoff-s", "inf"], ["--hang-floor-s", "inf"]])
+def test_gpufield_run_outputs_never_over_its_control_file_and_finite_times(capsys, tmp_path, args):
+    ctl = tmp_path / "ctl.json"
+    ctl.write_text("{}")
+    args = [str(ctl) if a == "CTL" else str(tmp_path / "h.txt") if a == "H" else a for a in args]
+    rc = main(["run", "--run-dir", str(tmp_path / "rd"), *args, "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and ("name the same file" in err or "finite" in err), err
+    assert ctl.read_text() == "{}" and not (tmp_path / "rd").exists()
+
+
+def test_supervise_write_atomic_refuses_an_input(tmp_path):
+    from gpufield.harden.supervise.export import write_atomic
+
+    ctl = tmp_path / "ctl.json"
+    ctl.write_text("{}")
+    os.link(ctl, tmp_path / "hosts.txt")  # another name of the control file
+    with pytest.raises(OSError, match="one of the command's inputs"):
+        write_atomic(tmp_path / "hosts.txt", "vm\n", inputs=[ctl])
+    assert ctl.read_text() == "{}"
+
+
+def test_run_dir_or_state_dir_that_is_a_file_says_so(capsys, tmp_path):
+    from gpufield.power.actuators.statelock import StateDirLock
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    rc = main(["run", "--run-dir", str(f), "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--run-dir exists and is not a directory" in err and str(f) in err, err
+    with pytest.raises(InputError, match="state_dir exists and is not a directory"):
+        StateDirLock(f).acquire()
+    assert f.read_text() == "x"

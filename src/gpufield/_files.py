@@ -5,7 +5,10 @@ naming the file, the line, the column and the byte offset of the first invalid b
 Python's bare ``'utf-8' codec can't decode byte 0xff in position 7``). :func:`read_text` reads and
 decodes a file with it; :func:`read_bytes` reads a file, gunzipping ``.gz`` ones, and turns a
 truncated or corrupt gzip stream into an InputError (a bare ``EOFError`` is what click reports as
-"Aborted"/interrupted, exit 130).
+"Aborted"/interrupted, exit 130). Neither blocks forever on a named pipe (FIFO): :func:`open_binary`
+opens one without blocking and refuses it, naming it, when no writer appears within
+:data:`FIFO_WAIT_S` seconds (a pipe with a writer, such as ``<(zcat x.gz)``, is read as usual);
+a device (``/dev/zero``: endless) or a socket is refused.
 
 **Writing.** Every output a command names goes through :func:`check_output` *before* the work starts
 and is written with :func:`atomic_write` (or :func:`atomic_path`): a unique temporary file in the
@@ -19,16 +22,22 @@ file that is one of the command's own inputs.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 import tempfile
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gpufield.errors import InputError
 
-__all__ = ["atomic_path", "atomic_write", "check_output", "decode_utf8", "read_bytes", "read_text"]
+__all__ = ["FIFO_WAIT_S", "atomic_path", "atomic_write", "check_output", "decode_utf8", "open_binary", "open_fifo",
+           "read_bytes", "read_text"]
+
+#: seconds to wait for a writer on a named pipe given as an input before refusing it
+FIFO_WAIT_S = 2.0
 
 
 def decode_utf8(data: bytes, path: str | os.PathLike[str], *, what: str = "UTF-8 text") -> str:
@@ -58,18 +67,103 @@ def decode_utf8(data: bytes, path: str | os.PathLike[str], *, what: str = "UTF-8
                          path=os.fspath(path), line=line, column=col) from None
 
 
+class _PrefixedRaw(io.RawIOBase):
+    """A raw stream that returns ``prefix`` first, then reads the file descriptor ``fd``."""
+
+    def __init__(self, prefix: bytes, fd: int) -> None:
+        self._prefix, self._fd = prefix, fd
+
+    def readable(self) -> bool:  # noqa: D102 - io protocol
+        return True
+
+    def readinto(self, b) -> int:  # noqa: D102 - io protocol
+        if self._prefix:
+            n = min(len(b), len(self._prefix))
+            b[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = os.read(self._fd, len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:  # noqa: D102 - io protocol
+        if not self.closed:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+        super().close()
+
+
+def open_fifo(path: str | os.PathLike[str], wait_s: float | None = None, *,
+              hint: str = "start the writer first") -> io.BufferedReader:
+    """Open a named pipe for reading without blocking forever.
+
+    It is read as a stream when a writer has it open (or has left data in it); when none appears
+    within ``wait_s`` seconds (default :data:`FIFO_WAIT_S`) it is refused.
+
+    Raises:
+        OSError: it cannot be opened.
+        InputError: no writer after ``wait_s`` seconds (names the pipe; ``hint`` says what to do).
+    """
+    p = os.fspath(path)
+    wait_s = FIFO_WAIT_S if wait_s is None else wait_s
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                first = os.read(fd, 1 << 16)
+            except BlockingIOError:  # a writer has it open, nothing written yet: read it as a stream
+                first = b""
+                break
+            if first:  # data waiting (its writer may have gone): stream it
+                break
+            # EOF: no writer (none yet, or one that left without writing); wait for one a little
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise InputError(f"named pipe (FIFO) with no writer after {wait_s:g} s; refusing to wait for "
+                                 f"one ({hint})", path=p)
+            time.sleep(min(left, 0.05))
+        os.set_blocking(fd, True)
+        return io.BufferedReader(_PrefixedRaw(first, fd))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_binary(path: str | os.PathLike[str]) -> io.BufferedIOBase:
+    """``open(path, "rb")``, except that a named pipe goes through :func:`open_fifo` (never a hang)
+    and a device or socket is refused (``/dev/zero`` would be read until memory runs out).
+
+    Raises:
+        OSError: missing, a directory, unreadable (``filename`` set).
+        InputError: a named pipe without a writer; a character or block device or a socket.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    if stat.S_ISFIFO(mode):
+        return open_fifo(path)
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+        kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "a socket"
+        raise InputError(f"is {kind}; expected a regular file (save its content to a file first)",
+                         path=os.fspath(path))
+    return open(path, "rb")
+
+
 def read_bytes(path: str | os.PathLike[str], *, gz: bool | None = None) -> bytes:
     """The bytes of ``path``; gunzipped when ``gz`` (default: when the name ends in ``.gz``).
 
     Raises:
         OSError: the file is missing, a directory or unreadable (``filename`` set: the CLI prints
             ``path: reason``).
-        InputError: the gzip stream is truncated or corrupt (names the file and how many bytes
+        InputError: a named pipe without a writer (:func:`open_fifo`); the gzip stream is truncated or corrupt (names the file and how many bytes
             decoded before the cut).
     """
     p = os.fspath(path)
     gz = p.endswith(".gz") if gz is None else gz
-    raw = Path(p).read_bytes()  # OSError (missing, a directory, permission) names the file itself
+    with open_binary(p) as fh:  # OSError (missing, a directory, permission) names the file itself
+        raw = fh.read()
     if not gz:
         return raw
     d = zlib.decompressobj(wbits=31)
@@ -106,7 +200,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def check_output(path: str | os.PathLike[str], *, force: bool = False,
                  inputs: Iterable[str | os.PathLike[str]] = (), option: str | None = None,
-                 append: bool = False) -> Path:
+                 append: bool = False, force_flag: str | None = "--force") -> Path:
     """Refuse an output path before any work is done.
 
     Args:
@@ -116,6 +210,8 @@ def check_output(path: str | os.PathLike[str], *, force: bool = False,
             device and inode, so another name or a hard link of an input is refused too).
         option: the option name, for the message (``"--html"``).
         append: the output is added to rather than replaced (a store); only changes the message.
+        force_flag: the command's flag that allows replacing, for the message; None: the command has
+            none (the file is never replaced: the message says to choose another name).
 
     Returns:
         ``Path(path)``.
@@ -149,7 +245,8 @@ def check_output(path: str | os.PathLike[str], *, force: bool = False,
                 raise InputError(f"{name}is one of the command's inputs; refusing to write over it", path=str(p))
         if not force:
             how = "add to it" if append else "replace it"
-            raise InputError(f"file exists; refusing to overwrite it (pass --force to {how})", path=str(p))
+            hint = f"pass {force_flag} to {how}" if force_flag else "it is never replaced: move it or name another file"
+            raise InputError(f"{name}file exists; refusing to overwrite it ({hint})", path=str(p))
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"{name}directory does not exist", path=str(parent))

@@ -76,7 +76,7 @@ def test_out_file_written_atomically_and_never_clobbered(capsys, tmp_path):
     os.mkfifo(fifo)
     capsys.readouterr()
     assert main(["preflight", "--only", "env", "--out", str(fifo), "--force"]) == 2
-    assert "not a regular file" in capsys.readouterr().err
+    assert "named pipe (FIFO); refusing to replace it" in capsys.readouterr().err  # _files.check_output names the kind
     assert fifo.exists() and not fifo.is_file()
 
 

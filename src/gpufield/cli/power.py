@@ -159,6 +159,8 @@ def _check_out_dir(out: Path) -> None:
     probe = out
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if probe.exists() and not probe.is_dir():  # out = FILE/sub: mkdir would fail after the whole calibration
+        raise InputError("is a file, so --out cannot be created under it; expected a directory", path=str(probe))
     if not os.access(probe if str(probe) else ".", os.W_OK | os.X_OK):
         raise InputError("--out directory is not writable", path=str(probe))
 

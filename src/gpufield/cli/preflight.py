@@ -43,6 +43,25 @@ def _whole(opt: str, value: str | None) -> int | None:
     return n
 
 
+def _check_kernel_log(path: str) -> None:
+    """``--kernel-log``: an existing regular file; a FIFO is read if a writer appears (``_files.open_fifo``);
+    anything else (missing, a directory, a device) is bad input (exit 2), not a skipped check."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise InputError(f"--kernel-log: {e.strerror or e}; expected a saved dmesg / journalctl -k -b file",
+                         path=path) from None
+    if stat.S_ISDIR(mode):
+        raise InputError("--kernel-log is a directory; expected a saved dmesg / journalctl -k -b file", path=path)
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a device: /dev/zero would be read forever
+        raise InputError("--kernel-log is not a regular file; expected a saved dmesg / journalctl -k -b file "
+                         "(without --kernel-log, /dev/kmsg is read)", path=path)
+    if not os.access(path, os.R_OK):
+        raise InputError("--kernel-log is not readable", path=path)
+
+
 def _number(opt: str, value: str | None, *, positive: bool = False) -> float | None:
     if value is None:
         return None
@@ -111,12 +130,15 @@ def preflight_cmd(
         allreduce_timeout_s=_number("--allreduce-timeout-s", allreduce_timeout_s, positive=True),
         min_busbw_fraction=_number("--min-busbw-fraction", min_busbw_fraction))
     select_checks(only or (), skip or ())  # unknown names -> exit 2 before any work
+    if kernel_log is not None:  # a file the user named: missing or unusable is bad input, not a skipped check
+        _check_kernel_log(kernel_log)
+    ins = [kernel_log] if kernel_log is not None else []
     if out is not None:  # refuse before the run, not after it
-        check_report_path(out, force=force)
+        check_report_path(out, force=force, inputs=ins)
     report = run_preflight(cfg, only=only or (), skip=skip or (), root=root)
     text = dumps(report, strict=strict)
     if out is not None:
-        write_report(text, out, force=force)
+        write_report(text, out, force=force, inputs=ins)
     if json_out:
         typer.echo(text)
     else:

@@ -11,6 +11,8 @@ exits 130.
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -90,6 +92,13 @@ def run(
 
     if command and command[0] == "--":
         command = command[1:]
+    for opt, v in (("--hang-floor-s", hang_floor_s), ("--hang-factor", hang_factor),
+                   ("--startup-timeout-s", startup_timeout_s), ("--phase-timeout-s", phase_timeout_s),
+                   ("--straggler-slowdown", straggler_slowdown), ("--backoff-s", backoff_s),
+                   ("--validate-timeout-s", validate_timeout_s), ("--gather-s", gather_s),
+                   ("--peer-dead-s", peer_dead_s), ("--heartbeat-s", heartbeat_s)):
+        if not math.isfinite(v):  # the ranges are checked by typer; inf: --backoff-s inf waited forever
+            raise InputError(f"{opt}: expected a finite number, got {v:g}")
     host_list = tuple(h for h in (nodes or "").split(",") if h)
     cl = None
     if cluster:
@@ -102,6 +111,12 @@ def run(
             raise InputError(f"gpufield run --cluster: {e}") from None
     elif store is not None or node_rank is not None:
         raise InputError("gpufield run: --store and --node-rank need --cluster")
+    named = [(o, p) for o, p in (("--exclude-file", exclude_file), ("--hostfile", hostfile),
+                                 ("--control-file", control_file)) if p is not None]
+    for i, (o1, p1) in enumerate(named):  # an output over an input or over the other output
+        for o2, p2 in named[i + 1:]:
+            if os.path.abspath(p1) == os.path.abspath(p2):
+                raise InputError(f"{o1} and {o2} name the same file", path=str(p1))
     cfg = SuperviseConfig(
         command=tuple(command), run_dir=run_dir or Path("runs") / f"run-{int(time.time())}",
         thresholds=Thresholds(hang_floor_s=hang_floor_s, hang_factor=hang_factor, startup_timeout_s=startup_timeout_s,

@@ -45,9 +45,12 @@ app = typer.Typer(
 
 
 def _tolerance(value: float, param: typer.CallbackParam) -> float:
-    """Option callback: a finite number of seconds >= 0."""
-    if not (math.isfinite(value) and value >= 0):
-        raise typer.BadParameter(f"expected a finite number of seconds >= 0, got {value:g}", param=param)
+    """Option callback: a finite number of seconds in [0, MAX_SKEW_TOLERANCE_S] (the library's check)."""
+    from gpufield.triage.analyze import MAX_SKEW_TOLERANCE_S
+
+    if not (math.isfinite(value) and 0 <= value <= MAX_SKEW_TOLERANCE_S):
+        raise typer.BadParameter(f"expected a finite number of seconds in [0, {MAX_SKEW_TOLERANCE_S:g}], got {value:g}",
+                                 param=param)
     return value
 
 

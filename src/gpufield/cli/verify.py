@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import stat
@@ -38,10 +39,21 @@ AlphaIters = Annotated[int, typer.Option(min=0, help="alpha-CROWN Adam steps")]
 
 
 def _positive(value: float | None, param: typer.CallbackParam) -> float | None:
-    """Option callback: a number of seconds must be > 0 (None: not given)."""
-    if value is not None and not value > 0:  # also NaN
-        raise typer.BadParameter(f"must be > 0, got {value:g}", param=param)
+    """Option callback: a number of seconds must be finite and > 0 (None: not given).
+
+    ``inf`` is refused: ``--timeout inf`` ran the PGD attack rounds forever, and the bench caps
+    refused it later with the library's parameter name instead of the option's.
+    """
+    if value is not None and not (math.isfinite(value) and value > 0):  # also NaN
+        raise typer.BadParameter(f"expected a finite number of seconds > 0, got {value:g}", param=param)
     return value
+
+
+def _report_needs_shard(report: Path | None, shard: str) -> None:
+    """``--report`` is written by ``--shard`` runs only: without one it is a usage error, not silently ignored."""
+    if report is not None and shard == "none":
+        raise typer.BadParameter("written only by --shard runs (rank 0); pass --shard domains (or another) or drop "
+                                 "--report", param_hint="'--report'")
 
 
 def _regex(value: str | None, param: typer.CallbackParam) -> str | None:
@@ -184,6 +196,7 @@ def run(
         gpufield verify run mnist-net_256x2.onnx prop_0_0.03.vnnlib --timeout 120 --out result.txt
     """
     session = None
+    _report_needs_shard(report, shard)
     if shard != "none":
         from gpufield.verify.dist.session import Session
 
@@ -333,6 +346,7 @@ def bench(
     config = _config(method, device, dtype, alpha_iterations, branching, no_bab, mip_solver=mip_solver,
                      input_split_max_dims=input_split_max_dims)
     session = None
+    _report_needs_shard(report, shard)
     if shard != "none":  # rank 0 runs the benchmark; the others join its branch-and-bound searches
         from dataclasses import replace
 

@@ -274,16 +274,45 @@ def validate_table(table: dict, source: str = "<table>") -> dict:
     Raises:
         InputError: a missing key or a malformed entry (names the source and the entry index).
     """
+    if not isinstance(table, dict):
+        raise InputError(f"expected a JSON object (a crossover table), got {type(table).__name__}", path=source)
     for k in ("schema", "device", "key", "provenance", "entries"):
         if k not in table:
             raise InputError(f"crossover table lacks {k!r}", path=source)
+    if not isinstance(table["entries"], list):
+        raise InputError(f"'entries' must be a list, got {type(table['entries']).__name__}", path=source)
     for i, e in enumerate(table["entries"]):
+        if not isinstance(e, dict):
+            raise InputError(f"entry {i}: expected an object, got {type(e).__name__}", path=source)
         if e.get("op") not in ("matmul", "fftn") or not isinstance(e.get("paths"), dict):
             raise InputError(f"entry {i}: needs op 'matmul' or 'fftn' and a 'paths' object", path=source)
         need = ("M", "K", "N") if e["op"] == "matmul" else ("shape",)
         if any(x not in e for x in need):
             raise InputError(f"entry {i}: {e['op']} needs {need}", path=source)
+        dims = [e[x] for x in need] if e["op"] == "matmul" else e["shape"]
+        if not (isinstance(dims, list) and 1 <= len(dims) <= 3 and all(_positive_int(d) for d in dims)):
+            what = "M, K, N" if e["op"] == "matmul" else "'shape'"
+            raise InputError(f"entry {i}: {what} must be positive integers (1 to 3 sides), got {dims!r}", path=source)
+        for name, rec in e["paths"].items():
+            if not isinstance(rec, dict):
+                raise InputError(f"entry {i}, path {name!r}: expected an object, got {type(rec).__name__}", path=source)
+            for k in _NUMBER_FIELDS:
+                v = rec.get(k, 0.0)
+                if not (isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+                        and (k != "time_s" or math.isfinite(v))):
+                    rule = "a finite number of seconds >= 0" if k == "time_s" else "a number >= 0"
+                    raise InputError(f"entry {i}, path {name!r}: {k!r} must be {rule}, got {v!r}", path=source)
+            if "time_s" not in rec:
+                raise InputError(f"entry {i}, path {name!r}: lacks 'time_s'", path=source)
     return table
+
+
+#: numeric fields of a path's record in a crossover table (``time_s`` required, the others optional)
+_NUMBER_FIELDS = ("time_s", "err_norm", "err_rel", "err_comp", "err_rel_l2", "first_call_s")
+
+
+def _positive_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 @cache
@@ -315,11 +344,19 @@ def load_table(device_name: str | None = None, path: str | Path | None = None) -
         InputError: the file is unreadable or malformed.
     """
     if path is not None:
+        from gpufield._files import read_text
+
         p = Path(path)
+        try:  # read_text: a FIFO is refused (never a hang); invalid UTF-8 names file, line and byte
+            text = read_text(p, what="a crossover table JSON")
+        except OSError as e:
+            raise InputError(f"cannot read crossover table: {e.strerror or e}", path=str(p)) from None
         try:
-            return validate_table(json.loads(p.read_text()), str(p))
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"cannot read crossover table: {e}", path=str(p)) from None
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(f"invalid JSON: {e.msg}; expected a crossover table", path=str(p), line=e.lineno,
+                             column=e.colno) from None
+        return validate_table(d, str(p))
     if device_name is None:
         return None
     return _packaged(device_key(device_name))

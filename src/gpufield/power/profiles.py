@@ -97,11 +97,18 @@ def load_profile(path: str | Path, expected: ProfileKey, *, now_s: float | None 
         ProfileMismatchError: key mismatch (fields listed) or older than ``max_age_days``.
         InputError: unreadable file or wrong schema.
     """
+    from gpufield._files import read_text
+
     path = Path(path)
-    try:
-        d = json.loads(path.read_text())
+    try:  # read_text: a FIFO is refused (never a hang), invalid UTF-8 names the line
+        d = json.loads(read_text(path, what="a profile JSON from gpufield power calibrate"))
+    except InputError:
+        raise
     except (OSError, ValueError) as e:
-        raise InputError(f"cannot read profile: {e}", path=str(path)) from e
+        raise InputError(f"cannot read profile: {getattr(e, 'strerror', None) or e}", path=str(path)) from e
+    if not isinstance(d, dict):
+        raise InputError(f"expected a JSON object (a profile from gpufield power calibrate), got {type(d).__name__}",
+                         path=str(path))
     if d.get("schema") != SCHEMA:
         raise InputError(f"expected schema {SCHEMA!r}, got {d.get('schema')!r}", path=str(path))
     try:

@@ -35,6 +35,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gpufield.power.types import GpuState, Lane, LaneSetting, LaneSignals
@@ -57,15 +58,16 @@ class DecisionLog:
 
     Args:
         path: the log file; must not exist.
+        inputs: the run's own input files (the lanes file, profiles); named as such when ``path`` is one.
 
     Raises:
         InputError: ``path`` exists or its directory is missing/not writable.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, inputs: Sequence[str] = ()) -> None:
         from gpufield._files import check_output
 
-        check_output(path, option="decision_log")
+        check_output(path, option="decision_log", inputs=inputs, force_flag=None)
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         self.records = 0

@@ -154,7 +154,10 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     p = Path(name_or_path)
     if p.suffix == ".json" or p.exists():
         if not p.is_file():
-            raise InputError("scenario file not found", path=str(p))
+            what = ("is a directory" if p.is_dir() else "is not a regular file (a FIFO, device or socket)"
+                    if p.exists() else "scenario file not found")
+            raise InputError(f"{what}; expected a scenario JSON file or a bundled scenario name"
+                             if p.exists() else what, path=str(p))
         text, base, where = read_text(p, what="a scenario JSON file"), p.parent, str(p)
     else:
         names = bundled_scenarios()

@@ -134,7 +134,8 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
     log_path = cfg.decision_log.replace("{start}", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     from gpufield._files import check_output
 
-    check_output(log_path, option="decision_log")  # before the lock and NVML: a plain config mistake
+    inputs = [cfg.path, *(ln.profile for ln in cfg.lanes if ln.profile)]
+    check_output(log_path, option="decision_log", inputs=inputs, force_flag=None)  # before the lock and NVML
     stop = stop or threading.Event()
     why = {"reason": "stop"}
     lock = None
@@ -183,7 +184,7 @@ def run_lanes(cfg: RunConfig, *, write: bool = False, allow: Sequence[str] = (),
                 loop = RuntimeLoop({ln.role: list(ln.gpus)}, {ln.role: ctrl}, src, rec, period_s=cfg.period_s,
                                    halted=lambda: f"NVML wedged: {nv.wedged}" if nv.wedged is not None else None)
                 lanes.append((ln, ctrl, rec, src, loop, i["model"]))
-            log = DecisionLog(log_path)
+            log = DecisionLog(log_path, inputs=inputs)
             metrics = None
             try:
                 try:

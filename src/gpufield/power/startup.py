@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from gpufield.errors import ActuationError, GpufieldError
+from gpufield.errors import ActuationError, GpufieldError, InputError
 from gpufield.power.lanes_config import LaneConfig, RunConfig
 from gpufield.power.types import GpuCaps, LaneSetting
 
@@ -82,12 +81,17 @@ def _plan(lane: LaneConfig, caps: GpuCaps) -> tuple[LaneSetting, Any, str]:
         return shadow_plan(model, step_w=lane.step_w)[lane.role], model, f"twin plan for {model.name}"
     import json
 
+    from gpufield._files import read_text
     from gpufield.power.profiles import ProfileKey, load_profile
 
-    try:
-        saved = ProfileKey(**json.loads(Path(lane.profile).read_text())["key"])
+    try:  # read_text: a FIFO is refused (never a hang), invalid UTF-8 names the line
+        saved = ProfileKey(**json.loads(read_text(lane.profile, what="a profile JSON from gpufield power calibrate"))
+                           ["key"])
+    except InputError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"profile {lane.profile}: cannot read its key ({e})") from None
+        raise InputError(f"cannot read the profile's key ({e}); expected a profile JSON from gpufield power "
+                         "calibrate", path=str(lane.profile)) from None
     fields = {f: getattr(saved, f) for f in saved.__dataclass_fields__}
     fields.update(gpu=caps.name, lane=lane.role.value)  # what this run can check: SKU and lane role
     prof = load_profile(lane.profile, ProfileKey(**fields))

@@ -45,6 +45,23 @@ def _cpus() -> int:
 #: processes :func:`analyze` parses one large plain file with (``IngestOptions.workers``): 2 where
 #: at least 2 CPUs are usable, else 1 (same events either way, see ``gpufield.triage._split``)
 WORKERS = 2 if _cpus() >= 2 else 1
+#: largest ``skew_tolerance_s`` accepted (about 31.7 years; times are int64 nanoseconds, 2**63 ns = 292 years)
+MAX_SKEW_TOLERANCE_S = 1e9
+
+
+def check_skew_tolerance_s(value: object) -> float:
+    """``value`` if it is a number of seconds in ``[0, MAX_SKEW_TOLERANCE_S]``.
+
+    Raises:
+        ValueError: not a number, negative, NaN, infinite or above :data:`MAX_SKEW_TOLERANCE_S`
+            (``1e308`` would overflow the nanosecond timeline).
+    """
+    if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= MAX_SKEW_TOLERANCE_S):
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise ValueError(f"skew_tolerance_s: expected a finite number of seconds in [0, {MAX_SKEW_TOLERANCE_S:g}], "
+                         f"got {shown}")
+    return float(value)
 
 
 @dataclass(slots=True)
@@ -338,10 +355,10 @@ def analyze(paths: Sequence[str | os.PathLike[str]] | os.PathLike[str] | None = 
         InputError: a path is missing (any, without ``allow_missing``; all, with it); a named pipe
             has no writer.
         LogFormatError: nothing at all could be read (empty directory, only binary files).
-        ValueError: ``skew_tolerance_s`` is negative, NaN or infinite; ``workers`` is below 1.
+        ValueError: ``skew_tolerance_s`` is negative, NaN, infinite or above :data:`MAX_SKEW_TOLERANCE_S`;
+            ``workers`` is below 1.
     """
-    if not (isinstance(skew_tolerance_s, int | float) and math.isfinite(skew_tolerance_s) and skew_tolerance_s >= 0):
-        raise ValueError(f"skew_tolerance_s must be a finite number of seconds >= 0, got {skew_tolerance_s!r}")
+    check_skew_tolerance_s(skew_tolerance_s)
     from gpufield.triage.inputs import relabel, resolve_inputs
 
     inp = None if paths is None else resolve_inputs(paths, allow_missing=allow_missing)

@@ -26,16 +26,16 @@ Rules (the CLI and :func:`gpufield.triage.analyze` follow them):
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import os
 import stat
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpufield import _files
+from gpufield._files import open_fifo
 from gpufield.errors import InputError
 
 __all__ = ["FIFO_WAIT_S", "STDIN", "STDIN_LABEL", "InputSet", "open_input", "resolve_inputs", "stdin_has_input"]
@@ -45,7 +45,7 @@ STDIN = "-"
 #: the ``file`` of events read from standard input
 STDIN_LABEL = "<stdin>"
 #: seconds to wait for a writer on a named pipe given as a path before refusing it
-FIFO_WAIT_S = 2.0
+FIFO_WAIT_S = _files.FIFO_WAIT_S
 _FD_PREFIXES = ("/dev/fd/", "/proc/self/fd/")
 
 
@@ -139,56 +139,8 @@ def resolve_inputs(paths: object, *, allow_missing: bool = False) -> InputSet:
     return out
 
 
-class _PrefixedRaw(io.RawIOBase):
-    """A raw stream that returns ``prefix`` first, then reads the file descriptor ``fd``."""
-
-    def __init__(self, prefix: bytes, fd: int) -> None:
-        self._prefix, self._fd = prefix, fd
-
-    def readable(self) -> bool:  # noqa: D102 - io protocol
-        return True
-
-    def readinto(self, b) -> int:  # noqa: D102 - io protocol
-        if self._prefix:
-            n = min(len(b), len(self._prefix))
-            b[:n] = self._prefix[:n]
-            self._prefix = self._prefix[n:]
-            return n
-        data = os.read(self._fd, len(b))
-        b[:len(data)] = data
-        return len(data)
-
-    def close(self) -> None:  # noqa: D102 - io protocol
-        if not self.closed:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-        super().close()
-
-
 def _open_fifo(path: str, wait_s: float) -> io.BufferedReader:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                first = os.read(fd, 1 << 16)
-            except BlockingIOError:  # a writer has it open, nothing written yet: read it as a stream
-                first = b""
-                break
-            if first:  # data waiting (its writer may have gone): stream it
-                break
-            # EOF: no writer (none yet, or one that left without writing); wait for one a little
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise InputError(f"named pipe (FIFO) with no writer after {wait_s:g} s; refusing to wait for "
-                                 "one (start the writer first, or pipe it in: 'cat FIFO | gpufield triage -')",
-                                 path=path)
-            time.sleep(min(left, 0.05))
-        os.set_blocking(fd, True)
-        return io.BufferedReader(_PrefixedRaw(first, fd))
-    except BaseException:
-        os.close(fd)
-        raise
+    return open_fifo(path, wait_s, hint="start the writer first, or pipe it in: 'cat FIFO | gpufield triage -'")
 
 
 def open_input(path: str) -> io.BufferedReader:

@@ -85,12 +85,27 @@ def read_kernel_log(path: Path) -> list[str]:
         path: a regular file, or a ``/dev/kmsg``-like character device (read non-blocking until
             ``EAGAIN``; ``EPIPE`` from records overwritten while reading is skipped).
 
+    A regular file is read with :func:`gpufield._files.read_bytes` (``.gz`` gunzipped; a truncated
+    one is an error, never "no Xid in 1 line" of compressed bytes); a named pipe is refused when
+    no writer appears (:func:`gpufield._files.open_fifo`) instead of reading as empty.
+
     Returns:
         The lines, decoded as UTF-8 with replacement.
 
     Raises:
-        OSError: the file cannot be opened (missing, permission).
+        OSError: the file cannot be opened (missing, permission, a directory).
+        InputError: a truncated or corrupt ``.gz``; a named pipe without a writer.
     """
+    import stat
+
+    from gpufield._files import read_bytes
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = 0
+    if not stat.S_ISCHR(mode):  # /dev/kmsg-like devices only are read non-blocking until EAGAIN
+        return read_bytes(path).decode("utf-8", "replace").splitlines()
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     chunks: list[bytes] = []
     try:

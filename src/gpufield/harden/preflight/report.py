@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gpufield._files import atomic_write
-from gpufield.errors import InputError
+from gpufield._files import atomic_write, check_output
 from gpufield.harden.preflight.model import PreflightReport
 
 __all__ = ["SCHEMA", "check_report_path", "dumps", "render", "to_dict", "write_report"]
@@ -88,31 +88,29 @@ def render(report: PreflightReport, console: Any | None = None) -> None:
                    f"{c['skip']} skip in {report.elapsed_s:.1f} s", style=_STYLE[report.status]))
 
 
-def check_report_path(path: str | os.PathLike[str], *, force: bool = False) -> Path:
-    """Refuse an output path for :func:`write_report` before any work is done.
+def check_report_path(path: str | os.PathLike[str], *, force: bool = False,
+                      inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """Refuse an output path for :func:`write_report` before any work is done
+    (:func:`gpufield._files.check_output` with ``option="--out"``).
 
     Args:
         path: target file.
         force: an existing regular file may be replaced.
+        inputs: the run's input files (``--kernel-log``); never written over.
 
     Returns:
         ``Path(path)``.
 
     Raises:
-        InputError: the target exists (without ``force``) or is not a regular file (devices, FIFOs,
-            sockets, directories are never replaced), or its directory does not exist.
+        InputError: the target exists (without ``force``), is not a regular file (devices, FIFOs,
+            sockets, directories, symbolic links are never replaced) or is one of ``inputs``, or its
+            directory does not exist.
     """
-    out = Path(path)
-    if out.exists() and not out.is_file():
-        raise InputError("not a regular file; refusing to replace it", path=str(out))
-    if out.exists() and not force:
-        raise InputError("file exists; refusing to overwrite it (pass --force to replace it)", path=str(out))
-    if not out.parent.is_dir():
-        raise InputError("directory does not exist", path=str(out.parent))
-    return out
+    return check_output(path, force=force, inputs=inputs, option="--out")
 
 
-def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False) -> Path:
+def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False,
+                 inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Write ``text`` to ``path`` through a unique temp file beside it, then rename
     (:func:`gpufield._files.atomic_write`, which checks again just before the rename).
 
@@ -121,6 +119,7 @@ def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False
         path: target file.
         force: replace an existing regular file. Special files (devices, FIFOs, sockets,
             directories) are never replaced.
+        inputs: the run's input files (``--kernel-log``); never written over.
 
     Returns:
         The path written.
@@ -128,5 +127,5 @@ def write_report(text: str, path: str | os.PathLike[str], *, force: bool = False
     Raises:
         InputError: see :func:`check_report_path`.
     """
-    out = check_report_path(path, force=force)
-    return atomic_write(out, text if text.endswith("\n") else text + "\n", force=force)
+    out = check_report_path(path, force=force, inputs=inputs)
+    return atomic_write(out, text if text.endswith("\n") else text + "\n", force=force, inputs=inputs, option="--out")

@@ -195,6 +195,11 @@ def supervise(config: SuperviseConfig, *, on_event: Callable[[dict[str, Any]], N
     cfg = config
     if cfg.cluster is not None:  # one run folder may be shared by every node: each writes below its name
         cfg = dataclasses.replace(cfg, run_dir=cfg.run_dir / cfg.cluster.node)
+    if cfg.run_dir.exists() and not cfg.run_dir.is_dir():  # mkdir would say only "File exists"
+        from gpufield.errors import InputError
+
+        raise InputError("--run-dir exists and is not a directory; expected a folder for events.jsonl and the "
+                         "attempts", path=str(cfg.run_dir))
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
     log = EventLog(cfg.run_dir / "events.jsonl", echo=on_event)
     metrics = Metrics(cfg.metrics_port)
@@ -331,10 +336,11 @@ def _report(det: Detection, att: Attempt, tri: dict[str, Any], last_ckpt: str | 
 
 
 def _write_nodes(cfg: SuperviseConfig, hosts: list[str], excluded: list[str]) -> None:
+    ins = [cfg.control_file] if cfg.control_file is not None else []
     if cfg.exclude_file is not None:
-        write_atomic(cfg.exclude_file, exclude_text(excluded))
+        write_atomic(cfg.exclude_file, exclude_text(excluded), inputs=ins)
     if cfg.hostfile is not None:
-        write_atomic(cfg.hostfile, hostfile_text(hosts))
+        write_atomic(cfg.hostfile, hostfile_text(hosts), inputs=ins)
 
 
 __all__ = ["ClusterConfig", "Detection", "RunResult", "SuperviseConfig", "Thresholds", "supervise"]

@@ -26,24 +26,30 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from gpufield.harden.supervise.progress import Thresholds
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str, *, inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
     """Write ``text`` to ``path`` through a unique temp file in the same folder and a rename
     (:func:`gpufield._files.atomic_write`; an existing regular file is replaced).
 
+    Args:
+        path: the target. text: its new content.
+        inputs: the run's input files (``--control-file``); never written over.
+
     Raises:
-        OSError: the folder is missing or not writable, or ``path`` exists and is not a regular file.
+        OSError: the folder is missing or not writable, or ``path`` exists and is not a regular file
+            or is one of ``inputs``.
     """
     from gpufield._files import atomic_write
     from gpufield.errors import InputError
 
     try:
-        atomic_write(path, text, force=True)
+        atomic_write(path, text, force=True, inputs=inputs)
     except InputError as e:
         raise OSError(str(e)) from None
 

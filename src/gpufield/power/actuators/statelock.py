@@ -60,6 +60,11 @@ class StateDirLock:
         """
         if self._fd is not None:
             return
+        if self.path.parent.exists() and not self.path.parent.is_dir():  # mkdir would say only "File exists"
+            from gpufield.errors import InputError
+
+            raise InputError("state_dir exists and is not a directory; expected the folder for the lock and saved "
+                             "settings", path=str(self.path.parent))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gpufield._files import read_bytes
-from gpufield.errors import ModelFormatError, require
+from gpufield.errors import InputError, ModelFormatError, require
 from gpufield.verify.graph import Graph, Node
 from gpufield.verify.ops import OPS, AddSub, Affine, Conv, Linear, Relu, Reshape, Transpose
 
@@ -44,9 +44,15 @@ def _read_model(path: str | Path):
     p = Path(path)
     try:
         data = read_bytes(p)  # .gz gunzipped; truncated: InputError naming the file
+        if not data.strip(b"\0"):  # protobuf parses nothing as an empty model
+            raise ModelFormatError("empty file; expected an ONNX model (protobuf ModelProto)", path=str(path))
         return onnx.load_model_from_string(data)
+    except InputError:  # names the file already (truncated .gz, a FIFO without writer, empty)
+        raise
     except FileNotFoundError as e:
         raise ModelFormatError("model file not found", path=str(path)) from e
+    except IsADirectoryError as e:
+        raise ModelFormatError("is a directory; expected an ONNX model file", path=str(path)) from e
     except Exception as e:  # protobuf decode errors
         raise ModelFormatError(f"not a readable ONNX model ({e})", path=str(path)) from e
 
