@@ -13,10 +13,12 @@ import pytest
 from _triage_helpers import check_dev_row, top_incident_of_text
 
 from gpufield.triage.labels import parse_index
+from gpufield.triage.parsers._prefix import split_prefix
 
 CORPUS = Path(__file__).parent / "corpus" / "public7"
 FIXED = {
     "q014": "https://github.com/NVIDIA/nccl/issues/845",
+    "q022": "https://github.com/huggingface/accelerate/issues/1519",
 }
 
 
@@ -40,3 +42,19 @@ def test_unique_id_wait_is_a_setup_wait_on_rank_0_in_both_spellings(tmp_path, ve
             "key-value store by key '1', but store->get('1') got error: Socket Timeout Exception raised from recvByte")
     top = top_incident_of_text(tmp_path, line)
     assert (top.cls, top.rank) == ("SETUP_PHASE_TIMEOUT", 0)
+
+
+# --- a launcher's "[host:local_rank]:" tee prefix names the host of every line it forwards -----------------
+
+
+def test_host_local_rank_prefix_names_host_and_local_rank():
+    # https://github.com/huggingface/accelerate/issues/1519 (verbatim line)
+    line = ("[gpu187:1]:torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB (GPU 1; 79.35 GiB "
+            "total capacity; 33.66 GiB already allocated; 735.69 MiB free; 34.89 GiB reserved in total by PyTorch)")
+    p = split_prefix(line, 2023)
+    assert (p.host, p.local_rank, p.rank) == ("gpu187", 1, None)
+    assert p.body.startswith("torch.cuda.OutOfMemoryError: CUDA out of memory.")
+    # the torch rank prefix and a bracketed python-logging time keep their meaning
+    assert split_prefix("[rank3]:[E ProcessGroupNCCL.cpp:737] x", 2023).rank == 3
+    q = split_prefix("[2022-02-16 01:23:00,852] [INFO] x", 2023)
+    assert q.host is None and q.ts_ns is not None
