@@ -23,6 +23,8 @@ the fourth). ``--half dev``
 scores the development rows only (use it while writing rules; the test half is measured once).
 ``--sub public6`` scores the seventh public set, a blind set whose every row is ``test``: score it
 once, at the end (``--sub public6 --half test``); it has no dev half to write rules against.
+``--sub public7`` scores the eighth public set, a development set whose every row is ``dev``
+(``--sub public7 --half dev``).
 
 Retired test rows (split ``retired-test``: a former blind test half whose blind score is on record in
 ``benchmarks/triage_RESULTS.md`` and that is development data since) are always their own bucket

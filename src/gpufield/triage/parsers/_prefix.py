@@ -14,6 +14,7 @@ Formats stripped, in any nesting order (``../shared/reference/triage.md`` §2.2,
     kernel: [16450076.435595] NVRM: ...
     [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ...   # torch rank prefix + glog
     [default0]:...                                                   # torchrun --tee (local rank)
+    [gpu187:1]:...                                                   # launcher tee: host and local rank
     E1129 11:57:07.249000 29471 torch/distributed/elastic/multiprocessing/api.py:869] ...
     [E ProcessGroupNCCL.cpp:737] ...                                 # old torch, no time
     [2022-02-16 01:23:00,852] [INFO] ...                             # python logging / DeepSpeed
@@ -41,6 +42,9 @@ _MONTHS = {m: i for i, m in enumerate(
 LAUNCHER_RE = rx.compile(r"(?P<host>[^\s\[\]:]+) \[(?:stdout|stderr)\] ")
 # [rank0]:   [rank144]:   [default0]:   [trainer3]:  (torch TORCH_LOGS rank / torchrun --tee role prefix)
 RANK_PREFIX_RE = rx.compile(r"\[(?:(?P<rank>rank)|(?P<role>[A-Za-z_]\w*?))(?P<n>\d+)\]:")
+# [gpu187:1]:   (a launcher's per-process tee prefix naming the host and the process's local rank on every
+# forwarded line, huggingface/accelerate#1519 under Slurm: "[gpu187:1]:torch.cuda.OutOfMemoryError ... (GPU 1; ...")
+HOST_RANK_PREFIX_RE = rx.compile(r"\[(?P<host>[A-Za-z][\w.-]*):(?P<n>\d{1,3})\]:")
 # May 18 19:02:39 host kernel: / Aug 29 16:58:38 <host-A> kernel: / Dec  2 10:43:35.123 h kernel:
 SYSLOG_RE = rx.compile(
     r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) "
@@ -191,6 +195,11 @@ def split_prefix(line: str, year: int, utc_offset_s: int = 0, not_after_ns: int 
                 p.rank = int(m["n"])
             else:
                 p.local_rank = int(m["n"])
+            pos = m.end()
+            continue
+        m = HOST_RANK_PREFIX_RE.match(line, pos) if bracket else None
+        if m:
+            p.host, p.local_rank = m["host"], int(m["n"])
             pos = m.end()
             continue
         m = SYSLOG_RE.match(line, pos) if c in _MONTH_INITIALS and line[pos:pos + 3] in _MONTHS else None

@@ -185,7 +185,9 @@ def unresolved_launch_names(ctx: RuleContext) -> list[Event]:
 #   connected to the store waiting for the key rank 0 sets at its first NCCL collective; torch's own reading: "a
 #   possible application crash on rank 0 or a network set up issue" - rank 0 late (busy) or gone, not the store.
 _RDZV_CLOSED = re.compile(r"RendezvousClosed|[Rr]endezvous for run_id=\S* was observed to be closed")
-UNIQUE_ID_WAIT = re.compile(r"retrieving ncclUniqueId from \[(?P<src>\d+)\] via c10d key-value store")
+#   older torch releases printed the same message misspelled "retreiving" (2023 threads NVIDIA/nccl#845,
+#   zai-org/ChatGLM-6B#1232; torch 2.3 prints "retrieving"): both spellings are the one message.
+UNIQUE_ID_WAIT = re.compile(r"retr(?:ie|ei)ving ncclUniqueId from \[(?P<src>\d+)\] via c10d key-value store")
 
 
 def store_reached(e: Event) -> bool:
