@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -341,25 +342,30 @@ Notes on what the runs really did (measured, not intended):
 """
 
 
-def write_index(out: Path, spec: list[Run]) -> Path:
-    """Write ``out/INDEX.md`` for the runs whose files exist, keeping splits already assigned."""
+def write_index(out: Path, spec: list[Run], *, head: str = _INDEX_HEAD,
+                class_cell: Callable[[Run], str | None] | None = None) -> Path:
+    """Write ``out/INDEX.md`` (``head`` + one row per run whose files exist), keeping splits already
+    assigned (``dev``, ``test`` and ``retired-test``), through a temporary file and a rename.
+    ``class_cell`` may give a run's expected-class cell (``None``: the default, the run's class)."""
+    from gpufield._files import atomic_write
+
     idx = out / "INDEX.md"
     old: dict[str, str] = {}
     if idx.exists():
         for line in idx.read_text(encoding="utf-8").splitlines():
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) >= 6 and cells[5] in ("dev", "test"):
+            if len(cells) >= 6 and cells[5] in ("dev", "test", "retired-test"):
                 old[cells[0]] = cells[5]
     rows = []
     for r in spec:
         name = f"{r.id}.log" if r.shape == "stream" else f"{r.id}/"
         if not (out / name).exists():
             continue
-        cls = "clean" if r.cls == "clean" else f"`{r.cls}`"
+        cls = (class_cell(r) if class_cell else None) or ("clean" if r.cls == "clean" else f"`{r.cls}`")
         run = f"{r.fault}, {r.nproc} ranks, {r.wrap}" + (", log-dir" if r.shape == "logdir" else "")
         rows.append(f"| {r.id} | `{name}` | {cls} | {r.blame} | {r.action} | {old.get(r.id, '')} | {run} | "
                     f"{r.note.replace('|', '/')} |")
-    idx.write_text(_INDEX_HEAD + "\n".join(rows) + "\n", encoding="utf-8")
+    atomic_write(idx, head + "\n".join(rows) + "\n", force=True)
     return idx
 
 

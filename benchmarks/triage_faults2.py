@@ -187,26 +187,10 @@ Notes on what the runs really did (measured, not intended):
 
 def write_index(out: Path, spec: list[tf.Run]) -> Path:
     """``out/INDEX.md`` for the runs whose files exist (splits already assigned are kept)."""
-    idx = out / "INDEX.md"
-    old: dict[str, str] = {}
-    if idx.exists():
-        for line in idx.read_text(encoding="utf-8").splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) >= 6 and cells[5] in ("dev", "test"):
-                old[cells[0]] = cells[5]
-    rows = []
-    for r in spec:
-        name = f"{r.id}.log" if r.shape == "stream" else f"{r.id}/"
-        if not (out / name).exists():
-            continue
-        cls = "clean" if r.cls == "clean" else f"`{r.cls}`"
-        if r.fault == "nangrad":
-            cls = "clean (NaN grad-norm warnings only)"
-        run = f"{r.fault}, {r.nproc} ranks, {r.wrap}" + (", log-dir" if r.shape == "logdir" else "")
-        rows.append(f"| {r.id} | `{name}` | {cls} | {r.blame} | {r.action} | {old.get(r.id, '')} | {run} | "
-                    f"{r.note.replace('|', '/')} |")
-    idx.write_text(_INDEX_HEAD + "\n".join(rows) + "\n", encoding="utf-8")
-    return idx
+    def class_cell(r: tf.Run) -> str | None:
+        return "clean (NaN grad-norm warnings only)" if r.fault == "nangrad" else None
+
+    return tf.write_index(out, spec, head=_INDEX_HEAD, class_cell=class_cell)
 
 
 def main(argv: list[str] | None = None) -> int:
